@@ -1,0 +1,141 @@
+"""The ``autotune`` command line."""
+
+from __future__ import annotations
+
+import json
+import sys
+import threading
+import time
+from pathlib import Path
+from typing import Any, Callable, Optional, TypeVar
+
+import typer
+from rich.console import Console
+
+from autotune.errors import AutotuneError, InvalidConfigError
+
+app = typer.Typer(
+    name="autotune",
+    help="Tune compiler flags and runtime knobs of an unmodified PyTorch script "
+         "(AWS Neuron, torch-xla, torch.compile).",
+    no_args_is_help=True,
+    add_completion=False,
+    pretty_exceptions_enable=False,
+)
+err = Console(stderr=True)
+T = TypeVar("T")
+
+# Exit codes: 0 success, 1 a trial failed, 2 bad input, 3 every trial of a study failed.
+EXIT_TRIAL_FAILED = 1
+
+
+def with_progress(label: str, work: Callable[[], T], *, log: Path | None = None, quiet: bool = False) -> T:
+    """Run ``work`` in a thread while a spinner shows the elapsed time and the log's last line."""
+    if quiet or not err.is_terminal:
+        return work()
+    box: dict[str, Any] = {}
+    thread = threading.Thread(target=lambda: box.update(value=_call(work)), daemon=True)
+    started = time.monotonic()
+    thread.start()
+    with err.status(label) as status:
+        while thread.is_alive():
+            thread.join(0.25)
+            last = _last_line(log) if log else ""
+            status.update(f"{label} [dim]{time.monotonic() - started:5.0f} s[/dim]  {last[:100]}")
+    value = box["value"]
+    if isinstance(value, _Raised):
+        raise value.exc
+    return value
+
+
+class _Raised:
+    def __init__(self, exc: BaseException) -> None:
+        self.exc = exc
+
+
+def _call(work: Callable[[], T]) -> T | _Raised:
+    try:
+        return work()
+    except BaseException as exc:  # re-raised on the main thread
+        return _Raised(exc)
+
+
+def _last_line(path: Path) -> str:
+    try:
+        with open(path, "rb") as fh:
+            fh.seek(0, 2)
+            fh.seek(max(0, fh.tell() - 2048))
+            lines = fh.read().decode(errors="replace").strip().splitlines()
+        return lines[-1].strip() if lines else ""
+    except OSError:
+        return ""
+
+
+@app.callback(context_settings={"help_option_names": ["-h", "--help"]})
+def _root() -> None:
+    """Tune compiler flags and runtime knobs of an unmodified PyTorch script."""
+
+
+@app.command(context_settings={"help_option_names": ["-h", "--help"]})
+def trial(
+    script: Path = typer.Argument(..., help="The training or inference script, unmodified."),
+    script_args: Optional[list[str]] = typer.Argument(None, help="Arguments for the script, after --."),
+    target: str = typer.Option("auto", "--target", "-t", help="auto, neuron, xla or inductor."),
+    set_: Optional[list[str]] = typer.Option(None, "--set", "-s", help="A parameter, KEY=VALUE; repeatable."),
+    space: Optional[str] = typer.Option(None, help="Search space (a YAML file or a built-in name) "
+                                                  "that defines the parameters; default: the target's."),
+    platform: Optional[str] = typer.Option(None, help="Neuron platform: trn1, trn1n, inf2, trn2."),
+    json_out: bool = typer.Option(False, "--json", help="Print the result as one JSON object."),
+    timeout: float = typer.Option(1800.0, help="Hard timeout of the trial in seconds (kills its children too)."),
+    memory_limit: Optional[str] = typer.Option(None, help="Host-memory limit of the trial's process tree, "
+                                                          "e.g. 8GiB (default: 80% of this machine)."),
+    full_run: bool = typer.Option(False, "--full-run", help="Let the script run to its end instead of "
+                                                             "stopping it once the estimate has converged."),
+    max_seconds: float = typer.Option(30.0, help="Cap on the time spent measuring after warm-up."),
+    max_steps: int = typer.Option(1000, help="Cap on the steps measured after warm-up."),
+    trial_dir: Optional[Path] = typer.Option(None, help="Where the trial's spec, report and log go "
+                                                        "(default: .autotune/trials/<time>)."),
+) -> None:
+    """Run the script once under one configuration and measure it.
+
+    Prints the configuration as applied, the compile time, the throughput with its 95% confidence
+    interval, step times, graphs compiled, peak host memory, the first losses and the status.
+    Exit code 0 when the trial succeeded, 1 when it failed, 2 for bad input.
+    """
+    from autotune.records import MeasurementProtocol
+    from autotune.trial import default_trial_dir, parse_sets, parse_size, prepare_trial, run_prepared
+    from workers.launcher import TrialLimits
+
+    if timeout <= 0:
+        raise InvalidConfigError("--timeout must be positive")
+    prepared = prepare_trial(script, target=target, sets=parse_sets(set_), space=space, platform=platform)
+    limits = TrialLimits(timeout_s=timeout, memory_bytes=parse_size(memory_limit) if memory_limit else None)
+    protocol = MeasurementProtocol(run_to_end=full_run, max_measure_seconds=max_seconds, max_measure_steps=max_steps)
+    directory = trial_dir or default_trial_dir()
+    result = with_progress(
+        f"trial of {script.name} on {prepared.target.name}",
+        lambda: run_prepared(prepared, script_args or [], trial_dir=directory, limits=limits, protocol=protocol),
+        log=Path(directory) / "trial.log", quiet=json_out,
+    )
+    if json_out:
+        typer.echo(json.dumps(result.model_dump(mode="json")))
+    else:
+        from autotune.report import render_trial
+
+        render_trial(result, Console())
+    raise typer.Exit(0 if result.ok else EXIT_TRIAL_FAILED)
+
+
+def main() -> None:
+    try:
+        app()
+    except AutotuneError as exc:
+        err.print(f"[red]error:[/red] {exc}", highlight=False, soft_wrap=True)
+        sys.exit(exc.exit_code)
+    except KeyboardInterrupt:
+        err.print("interrupted")
+        sys.exit(130)
+
+
+if __name__ == "__main__":
+    main()

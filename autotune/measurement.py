@@ -1,0 +1,100 @@
+"""Statistics of a trial's timing windows: steady-state detection and the confidence interval.
+
+Pure functions over plain numbers, so that the trial side (which measures) and the driver side
+(which compares trials) agree on them.
+"""
+
+from __future__ import annotations
+
+import math
+import statistics
+from dataclasses import dataclass
+from typing import Sequence
+
+# Two-sided 95% quantiles of Student's t for 1..30 degrees of freedom; beyond, the normal one.
+_T975 = (12.706, 4.303, 3.182, 2.776, 2.571, 2.447, 2.365, 2.306, 2.262, 2.228, 2.201, 2.179,
+         2.160, 2.145, 2.131, 2.120, 2.110, 2.101, 2.093, 2.086, 2.080, 2.074, 2.069, 2.064,
+         2.060, 2.056, 2.052, 2.048, 2.045, 2.042)
+
+
+def t975(df: int) -> float:
+    if df < 1:
+        return math.inf
+    return _T975[df - 1] if df <= len(_T975) else 1.96 + 2.4 / df
+
+
+def mser_truncation(values: Sequence[float]) -> int:
+    """How many leading values to drop as initial transient (the MSER rule, White 1997).
+
+    Picks the cut ``d`` (at most half the series) minimising the squared standard error of the
+    mean of ``values[d:]``. A series that is steady from the start gets ``d == 0``.
+    """
+    n = len(values)
+    if n < 4:
+        return 0
+    best_d, best = 0, math.inf
+    for d in range(0, n // 2 + 1):
+        tail = values[d:]
+        m = len(tail)
+        mean = sum(tail) / m
+        score = sum((v - mean) ** 2 for v in tail) / (m * m)
+        if score < best - 1e-15:
+            best_d, best = d, score
+    return best_d
+
+
+@dataclass(frozen=True)
+class Window:
+    """Consecutive steps timed together."""
+
+    steps: int
+    samples: float
+    seconds: float
+    compiles: int = 0  # graphs compiled while this window ran
+
+    @property
+    def rate(self) -> float:
+        return self.samples / self.seconds if self.seconds > 0 else 0.0
+
+
+@dataclass(frozen=True)
+class Estimate:
+    throughput: float  # total samples over total time of the steady windows
+    ci_low: float
+    ci_high: float
+    windows_used: int
+    truncated: int
+
+    @property
+    def rel_half_width(self) -> float:
+        if self.throughput <= 0 or math.isinf(self.ci_high):
+            return math.inf
+        return (self.ci_high - self.ci_low) / 2 / self.throughput
+
+
+def estimate(windows: Sequence[Window]) -> Estimate | None:
+    """Throughput and its 95% CI from the steady-state part of ``windows``."""
+    if not windows:
+        return None
+    d = mser_truncation([w.rate for w in windows])
+    steady = windows[d:]
+    samples = sum(w.samples for w in steady)
+    seconds = sum(w.seconds for w in steady)
+    if seconds <= 0:
+        return None
+    throughput = samples / seconds
+    if len(steady) < 2:
+        return Estimate(throughput, 0.0, math.inf, len(steady), d)
+    sd = statistics.stdev(w.rate for w in steady)
+    half = t975(len(steady) - 1) * sd / math.sqrt(len(steady))
+    return Estimate(throughput, max(0.0, throughput - half), throughput + half, len(steady), d)
+
+
+def percentile(values: Sequence[float], q: float) -> float:
+    """The ``q`` quantile (0..1) by linear interpolation."""
+    if not values:
+        return math.nan
+    s = sorted(values)
+    pos = (len(s) - 1) * q
+    lo, hi = math.floor(pos), math.ceil(pos)
+    return s[lo] + (s[hi] - s[lo]) * (pos - lo)

@@ -1,0 +1,181 @@
+"""The plain records that cross process boundaries.
+
+A trial's plan goes from the driver to the trial process as JSON, and its result comes back the
+same way; nothing else is shared. Every record is a pydantic model so that both ends validate it.
+"""
+
+from __future__ import annotations
+
+import enum
+from typing import Any
+
+from pydantic import BaseModel, Field
+
+#: Version of the measurement protocol (warm-up detection, windows, stopping rule). Results
+#: measured under another version are not comparable and are never reused.
+PROTOCOL_VERSION = 1
+
+
+class FailureCategory(str, enum.Enum):
+    invalid_config = "invalid_config"
+    compile_error = "compile_error"
+    device_oom = "device_oom"
+    host_oom = "host_oom"
+    timeout = "timeout"
+    crash = "crash"
+    script_error = "script_error"
+    numerics = "numerics"
+    # Not a property of the configuration: the cores it was given were taken. Worth a retry.
+    device_unavailable = "device_unavailable"
+
+
+class CompileSpec(BaseModel):
+    """How the harness compiles the user's model (inductor, openxla or neuron backend)."""
+
+    backend: str
+    mode: str | None = None
+    fullgraph: bool = False
+    dynamic: bool | None = None
+    options: dict[str, Any] = Field(default_factory=dict)
+
+
+class RuntimeKnobs(BaseModel):
+    """What the harness changes inside the user's process. ``None`` keeps the script's own value."""
+
+    batch_size: int | None = None
+    num_workers: int | None = None
+    batches_per_execution: int | None = None
+    #: Compile the user's model with these options; ``backend == "eager"`` undoes the script's own
+    #: ``torch.compile`` calls.
+    compile: CompileSpec | None = None
+    #: Run the model's forward under ``torch.autocast(autocast_device, autocast_dtype)``.
+    autocast_dtype: str | None = None
+    autocast_device: str | None = None
+    #: Cast the model's parameters (and its floating inputs) to this dtype.
+    model_dtype: str | None = None
+    #: The device executes lazily (XLA): the harness waits for it at the edges of a timing window.
+    lazy_device: bool = False
+    #: Torch intra-op threads for this trial (parallel trials on one CPU must not oversubscribe it).
+    threads: int | None = None
+
+
+class TrialPlan(BaseModel):
+    """One configuration as applied: the canonical parameters and what they turn into."""
+
+    target: str
+    params: dict[str, Any]
+    env: dict[str, str] = Field(default_factory=dict)
+    #: Name of the env var that carries the compiler flags (``NEURON_CC_FLAGS``, ``XLA_FLAGS``), if any.
+    flags_env: str | None = None
+    knobs: RuntimeKnobs = Field(default_factory=RuntimeKnobs)
+    notes: list[str] = Field(default_factory=list)
+
+    @property
+    def compiler_flags(self) -> str | None:
+        return self.env.get(self.flags_env) if self.flags_env else None
+
+
+class MeasurementProtocol(BaseModel):
+    """When a trial's estimate is good enough to stop the user's loop."""
+
+    version: int = PROTOCOL_VERSION
+    #: Stop once the 95% CI half-width is under this fraction of the mean.
+    rel_ci: float = 0.02
+    min_windows: int = 5
+    #: A window lasts at least this long, so that timer and sync overheads stay negligible.
+    min_window_seconds: float = 0.25
+    max_measure_steps: int = 1000
+    max_measure_seconds: float = 30.0
+    #: Warm-up ends after this many consecutive steps without a new compile.
+    quiet_steps: int = 2
+    #: Losses recorded from the first training steps.
+    losses_recorded: int = 10
+    #: Let the script run to its end instead of stopping it once the estimate has converged.
+    run_to_end: bool = False
+
+
+class TrialSpec(BaseModel):
+    """Everything the trial process needs, written by the launcher and read by the harness."""
+
+    plan: TrialPlan
+    script: str
+    args: list[str] = Field(default_factory=list)
+    cwd: str
+    result_path: str
+    protocol: MeasurementProtocol = Field(default_factory=MeasurementProtocol)
+    seed: int = 0
+
+
+class Measurement(BaseModel):
+    throughput: float  # samples/s over the steady-state windows
+    ci95_low: float
+    ci95_high: float
+    step_time_median: float  # seconds
+    step_time_p90: float
+    samples_per_step: float
+    steps_measured: int
+    windows: int
+    converged: bool
+    warmup_steps: int
+    warmup_seconds: float
+
+    @property
+    def ci95_half_width(self) -> float:
+        return (self.ci95_high - self.ci95_low) / 2
+
+
+class CompileStats(BaseModel):
+    graphs_compiled: int = 0
+    #: Graphs compiled after warm-up: more than a few means a recompilation storm.
+    graphs_after_warmup: int = 0
+    compile_seconds: float | None = None
+    #: What the backend reports of its own compile cache, where it does.
+    cache_hits: int | None = None
+    cache_misses: int | None = None
+
+    @property
+    def recompilation_storm(self) -> bool:
+        return self.graphs_after_warmup > 2
+
+
+class Failure(BaseModel):
+    category: FailureCategory
+    reason: str
+    exit_code: int | None = None
+    signal: str | None = None
+
+
+class HarnessReport(BaseModel):
+    """What the harness inside the trial process writes; the launcher completes it."""
+
+    finished: bool = False  # the script ran to its end or was stopped after converging
+    stopped_early: bool = False
+    steps_seen: int = 0
+    measurement: Measurement | None = None
+    compile: CompileStats = Field(default_factory=CompileStats)
+    losses: list[float] = Field(default_factory=list)
+    metrics: dict[str, float] = Field(default_factory=dict)
+    error: str | None = None  # "ExceptionType: message" of what ended the script
+    failure: Failure | None = None
+
+
+class TrialResult(BaseModel):
+    """The outcome of one trial: a measurement or a categorised failure, never an exception."""
+
+    status: str  # "ok" or "failed"
+    plan: TrialPlan
+    measurement: Measurement | None = None
+    compile: CompileStats = Field(default_factory=CompileStats)
+    losses: list[float] = Field(default_factory=list)
+    metrics: dict[str, float] = Field(default_factory=dict)
+    failure: Failure | None = None
+    peak_host_memory_bytes: int | None = None
+    wall_seconds: float = 0.0
+    stopped_early: bool = False
+    log_path: str | None = None
+    log_tail: str = ""
+    protocol_version: int = PROTOCOL_VERSION
+
+    @property
+    def ok(self) -> bool:
+        return self.status == "ok"

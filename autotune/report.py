@@ -1,0 +1,76 @@
+"""Human-readable renderings of results (rich), next to their JSON forms."""
+
+from __future__ import annotations
+
+from rich.console import Console
+from rich.table import Table
+from rich.text import Text
+
+from autotune.records import TrialResult
+
+
+def fmt_bytes(n: int | None) -> str:
+    if n is None:
+        return "-"
+    for unit in ("B", "KiB", "MiB", "GiB", "TiB"):
+        if n < 1024 or unit == "TiB":
+            return f"{n:.0f} {unit}" if unit == "B" else f"{n:.1f} {unit}"
+        n /= 1024
+    return str(n)
+
+
+def fmt_seconds(s: float | None) -> str:
+    if s is None:
+        return "-"
+    if s < 1e-3:
+        return f"{s * 1e6:.0f} us"
+    if s < 1:
+        return f"{s * 1e3:.2f} ms"
+    return f"{s:.1f} s"
+
+
+def render_trial(result: TrialResult, console: Console) -> None:
+    plan = result.plan
+    t = Table.grid(padding=(0, 2))
+    t.add_column(style="bold")
+    t.add_column()
+    t.add_row("target", plan.target)
+    t.add_row("parameters", ", ".join(f"{k}={v}" for k, v in plan.params.items()) or "(the script's own)")
+    for k, v in plan.env.items():
+        t.add_row("env" if k == next(iter(plan.env)) else "", f"{k}={v}")
+    knobs = {k: v for k, v in plan.knobs.model_dump().items() if v not in (None, False)}
+    if knobs:
+        t.add_row("runtime knobs", ", ".join(f"{k}={v}" for k, v in knobs.items()))
+    for note in plan.notes:
+        t.add_row("note", note)
+    status = Text("ok", style="green") if result.ok else Text(
+        f"failed: {result.failure.category.value}" if result.failure else "failed", style="red")
+    t.add_row("status", status)
+    if result.failure is not None:
+        t.add_row("reason", result.failure.reason)
+    m = result.measurement
+    c = result.compile
+    t.add_row("compile time", fmt_seconds(c.compile_seconds))
+    if m is not None:
+        t.add_row("throughput", f"{m.throughput:,.1f} samples/s  "
+                                f"(95% CI {m.ci95_low:,.1f} .. {m.ci95_high:,.1f}"
+                                f"{'' if m.converged else ', not converged'})")
+        t.add_row("step time", f"median {fmt_seconds(m.step_time_median)}, p90 {fmt_seconds(m.step_time_p90)}")
+        t.add_row("measured", f"{m.steps_measured} steps in {m.windows} windows after "
+                              f"{m.warmup_steps} warm-up steps ({fmt_seconds(m.warmup_seconds)})")
+    storm = Text(" recompilation storm", style="yellow") if c.recompilation_storm else Text("")
+    t.add_row("graphs compiled", Text(f"{c.graphs_compiled} ({c.graphs_after_warmup} after warm-up)") + storm)
+    if c.cache_hits is not None:
+        t.add_row("compile cache", f"{c.cache_hits} hits, {c.cache_misses} misses")
+    for name, value in result.metrics.items():
+        t.add_row(f"metric {name}", f"{value:g}")
+    t.add_row("peak host memory", fmt_bytes(result.peak_host_memory_bytes))
+    if result.losses:
+        t.add_row("first losses", ", ".join(f"{v:.4g}" for v in result.losses[:6]))
+    t.add_row("wall time", f"{fmt_seconds(result.wall_seconds)}"
+                           f"{' (stopped the script once converged)' if result.stopped_early else ''}")
+    t.add_row("log", result.log_path or "-")
+    console.print(t)
+    if not result.ok and result.log_tail:
+        console.print(Text("log tail:", style="bold"))
+        console.print(Text("\n".join(result.log_tail.splitlines()[-15:]), style="dim"))

@@ -1,0 +1,49 @@
+"""Compile targets, one module each: ``xla``, ``inductor`` and ``neuron``."""
+
+from __future__ import annotations
+
+import re
+from importlib.util import find_spec
+from pathlib import Path
+
+from autotune.errors import TargetError
+from autotune.targets.base import Target
+from autotune.targets.inductor import InductorTarget
+from autotune.targets.neuron import NeuronTarget, neuron_present
+from autotune.targets.xla import XlaTarget
+
+TARGETS: dict[str, type[Target]] = {
+    "neuron": NeuronTarget,
+    "xla": XlaTarget,
+    "inductor": InductorTarget,
+}
+
+_IMPORTS_XLA = re.compile(r"^\s*(import|from)\s+torch_xla\b", re.MULTILINE)
+
+
+def get_target(name: str) -> Target:
+    try:
+        return TARGETS[name]()
+    except KeyError:
+        raise TargetError(f"unknown target {name!r}; choose one of auto, {', '.join(TARGETS)}") from None
+
+
+def detect_target(script: str | Path) -> str:
+    """``--target auto``: neuron where a Neuron device or torch_neuronx is present, else xla when
+    the script imports torch_xla, else inductor."""
+    if neuron_present():
+        return "neuron"
+    try:
+        source = Path(script).read_text(errors="replace")
+    except OSError:
+        source = ""
+    if _IMPORTS_XLA.search(source) and find_spec("torch_xla") is not None:
+        return "xla"
+    return "inductor"
+
+
+def resolve_target(name: str, script: str | Path) -> Target:
+    return get_target(detect_target(script) if name == "auto" else name)
+
+
+__all__ = ["TARGETS", "Target", "get_target", "detect_target", "resolve_target"]

@@ -1,0 +1,71 @@
+"""``torch.compile`` with the inductor backend, on CPU here and on CUDA where a GPU exists.
+
+Knobs: the compile mode (``eager`` included: on a CPU, eager can win), ``fullgraph``, ``dynamic``,
+selected inductor options, autocast dtype, and the data loader's batch size and workers.
+"""
+
+from __future__ import annotations
+
+from typing import Any, Mapping
+
+from autotune.errors import InvalidConfigError
+from autotune.records import CompileSpec, TrialPlan
+from autotune.targets.base import Target, common_knobs, package_version
+
+MODES = ("eager", "default", "reduce-overhead", "max-autotune", "max-autotune-no-cudagraphs")
+
+#: Space parameters that are inductor config options, and the option each sets.
+INDUCTOR_OPTIONS: dict[str, str] = {
+    "freezing": "freezing",
+    "coordinate_descent_tuning": "coordinate_descent_tuning",
+    "cpp_simdlen": "cpp.simdlen",
+    "epilogue_fusion": "epilogue_fusion",
+}
+
+AUTOCAST = {"bf16_autocast": "bfloat16", "fp16_autocast": "float16"}
+_COMPILE_PARAMS = ("fullgraph", "dynamic", *INDUCTOR_OPTIONS)
+
+
+class InductorTarget(Target):
+    name = "inductor"
+    spaces = ("inductor",)
+
+    def check(self, params: Mapping[str, Any]) -> None:
+        mode = params.get("mode")
+        if mode is not None and mode not in MODES:
+            raise InvalidConfigError(f"mode {mode!r} is not one of {', '.join(MODES)}")
+        if mode == "eager":
+            given = [p for p in _COMPILE_PARAMS if params.get(p) is not None]
+            if given:
+                raise InvalidConfigError(
+                    f"{', '.join(given)} only apply when the model is compiled; "
+                    "remove them or choose a mode other than eager"
+                )
+        precision = params.get("precision")
+        if precision not in (None, "fp32", *AUTOCAST):
+            raise InvalidConfigError(f"precision {precision!r} is not one of fp32, {', '.join(AUTOCAST)}")
+
+    def plan(self, params: Mapping[str, Any], base_env: Mapping[str, str] | None = None) -> TrialPlan:
+        self.check(params)
+        knobs = common_knobs(params)
+        mode = params.get("mode")
+        options = {INDUCTOR_OPTIONS[k]: params[k] for k in INDUCTOR_OPTIONS if params.get(k) is not None}
+        if mode == "eager":
+            knobs.compile = CompileSpec(backend="eager")
+        elif mode is not None or options or any(params.get(p) is not None for p in ("fullgraph", "dynamic")):
+            knobs.compile = CompileSpec(
+                backend="inductor",
+                mode=None if mode in (None, "default") else mode,
+                fullgraph=bool(params.get("fullgraph", False)),
+                dynamic=params.get("dynamic"),
+                options=options,
+            )
+        if params.get("precision") in AUTOCAST:
+            knobs.autocast_dtype = AUTOCAST[params["precision"]]
+        notes = []
+        if params.get("freezing"):
+            notes.append("freezing only changes inference graphs; a training step is unaffected")
+        return TrialPlan(target=self.name, params=dict(params), env={}, knobs=knobs, notes=notes)
+
+    def versions(self) -> dict[str, str]:
+        return {k: v for k in ("torch",) if (v := package_version(k))}

@@ -1,0 +1,100 @@
+"""torch-xla on any PJRT device (CPU here; TPU and GPU where present).
+
+Knobs: the data loader's batch size and workers, the precision (fp32, bf16 by casting the model,
+bf16 by ``torch.autocast("xla")``, or the deprecated ``XLA_USE_BF16``), ``MpDeviceLoader``'s
+``batches_per_execution``, ``torch.compile(backend="openxla")``, and ``XLA_FLAGS`` options.
+"""
+
+from __future__ import annotations
+
+from typing import Any, Mapping
+
+from autotune.errors import InvalidConfigError
+from autotune.records import CompileSpec, TrialPlan
+from autotune.targets.base import Target, common_knobs, package_version
+
+#: Boolean space parameters and the XLA flag each sets, in the canonical order of XLA_FLAGS.
+XLA_BOOL_FLAGS: dict[str, str] = {
+    "fast_math": "--xla_cpu_enable_fast_math",
+    "xnnpack": "--xla_cpu_use_xnnpack",
+    "multi_thread_eigen": "--xla_cpu_multi_thread_eigen",
+    "fusion_emitters": "--xla_cpu_use_fusion_emitters",
+    "disable_expensive_passes": "--xla_llvm_disable_expensive_passes",
+    "thunk_runtime": "--xla_cpu_use_thunk_runtime",
+}
+OPT_LEVEL_FLAG = "--xla_backend_optimization_level"
+
+PRECISIONS = ("fp32", "bf16_model", "bf16_autocast", "xla_use_bf16")
+
+
+def xla_flags(params: Mapping[str, Any]) -> list[str]:
+    """The ``XLA_FLAGS`` entries for ``params``, in canonical order."""
+    flags = []
+    if params.get("backend_opt_level") is not None:
+        flags.append(f"{OPT_LEVEL_FLAG}={int(params['backend_opt_level'])}")
+    for name, flag in XLA_BOOL_FLAGS.items():
+        if params.get(name) is not None:
+            flags.append(f"{flag}={'true' if params[name] else 'false'}")
+    return flags
+
+
+def merge_flag_string(user_flags: str, ours: list[str]) -> str:
+    """Append ``ours`` to the flags the user already exported, ours replacing the user's same flag."""
+    names = {f.split("=", 1)[0] for f in ours}
+    kept = [f for f in user_flags.split() if f.split("=", 1)[0] not in names]
+    return " ".join(kept + ours)
+
+
+class XlaTarget(Target):
+    name = "xla"
+    spaces = ("xla",)
+
+    def check(self, params: Mapping[str, Any]) -> None:
+        precision = params.get("precision")
+        if precision is not None and precision not in PRECISIONS:
+            raise InvalidConfigError(f"precision {precision!r} is not one of {', '.join(PRECISIONS)}")
+        bpe = params.get("batches_per_execution")
+        if bpe is not None and bpe < 1:
+            raise InvalidConfigError("batches_per_execution must be at least 1")
+        if params.get("openxla") and bpe not in (None, 1):
+            raise InvalidConfigError(
+                "openxla compiles each step's graph itself; batches_per_execution > 1 does not apply "
+                "to it (set one of them only)"
+            )
+
+    def plan(self, params: Mapping[str, Any], base_env: Mapping[str, str] | None = None) -> TrialPlan:
+        self.check(params)
+        base_env = base_env or {}
+        env: dict[str, str] = {}
+        notes: list[str] = []
+        knobs = common_knobs(params)
+        knobs.lazy_device = True
+        knobs.batches_per_execution = params.get("batches_per_execution")
+
+        if "PJRT_DEVICE" not in base_env:
+            env["PJRT_DEVICE"] = "CPU"
+            notes.append("PJRT_DEVICE was unset: using CPU")
+        precision = params.get("precision")
+        if precision == "bf16_model":
+            knobs.model_dtype = "bfloat16"
+        elif precision == "bf16_autocast":
+            knobs.autocast_device, knobs.autocast_dtype = "xla", "bfloat16"
+        elif precision == "xla_use_bf16":
+            env["XLA_USE_BF16"] = "1"
+            notes.append("XLA_USE_BF16 is deprecated in torch-xla; prefer bf16_model or bf16_autocast")
+        if params.get("openxla"):
+            knobs.compile = CompileSpec(backend="openxla")
+
+        ours = xla_flags(params)
+        if ours:
+            env["XLA_FLAGS"] = merge_flag_string(base_env.get("XLA_FLAGS", ""), ours)
+        return TrialPlan(target=self.name, params=dict(params), env=env,
+                         flags_env="XLA_FLAGS" if ours else None, knobs=knobs, notes=notes)
+
+    def available(self) -> bool:
+        from importlib.util import find_spec
+
+        return find_spec("torch_xla") is not None
+
+    def versions(self) -> dict[str, str]:
+        return {k: v for k in ("torch", "torch-xla") if (v := package_version(k))}

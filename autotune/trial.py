@@ -1,0 +1,119 @@
+"""One trial from the driver's side: check the script and the configuration, plan, run.
+
+Everything that can be rejected is rejected here, before a process starts.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import re
+import time
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+from autotune.errors import AutotuneError, InvalidConfigError, ScriptError
+from autotune.records import MeasurementProtocol, TrialPlan, TrialResult
+from autotune.space import SearchSpace, builtin_space, load_space
+from autotune.targets import Target, resolve_target
+from workers.launcher import TrialLimits, run_trial
+
+
+def check_script(path: str | Path) -> Path:
+    """The script as a resolved path, or a :class:`ScriptError` saying what is wrong with it."""
+    p = Path(path)
+    if not p.exists():
+        raise ScriptError(f"script not found: {path}")
+    if not p.is_file():
+        raise ScriptError(f"not a file: {path}; pass the training script itself")
+    data = p.read_bytes()
+    if b"\0" in data[:8192]:
+        raise ScriptError(f"{path} is not a Python script (it looks binary)")
+    try:
+        compile(data, str(p), "exec")
+    except SyntaxError as exc:
+        raise ScriptError(f"{path}: line {exc.lineno}: {exc.msg}; the script must be valid Python") from None
+    except ValueError as exc:
+        raise ScriptError(f"{path} is not a Python script ({exc})") from None
+    return p.resolve()
+
+
+def script_hash(path: str | Path, args: list[str] | None = None) -> str:
+    h = hashlib.sha256(Path(path).read_bytes())
+    for a in args or []:
+        h.update(b"\0" + a.encode())
+    return h.hexdigest()[:16]
+
+
+def parse_sets(items: list[str] | None) -> dict[str, str]:
+    """``["batch_size=32", "precision=bf16"]`` as a dict; a malformed item is an error."""
+    out: dict[str, str] = {}
+    for item in items or []:
+        key, sep, value = item.partition("=")
+        if not sep or not key.strip():
+            raise InvalidConfigError(f"--set {item!r}: expected KEY=VALUE, for example --set batch_size=32")
+        out[key.strip()] = value.strip()
+    return out
+
+
+def parse_size(text: str) -> int:
+    """``"8GiB"``, ``"512M"``, ``"1e9"`` as bytes."""
+    m = re.fullmatch(r"\s*([0-9.eE+]+)\s*([KMGT]?)(i?B?)\s*", text, re.IGNORECASE)
+    if not m:
+        raise InvalidConfigError(f"memory size {text!r}: use a number with an optional unit, e.g. 8GiB or 512M")
+    value = float(m.group(1))
+    unit = m.group(2).upper()
+    if unit:  # K, M, G, T and KiB, MiB, ... are all binary here: memory is counted in pages
+        value *= 1024 ** ("KMGT".index(unit) + 1)
+    return int(value)
+
+
+def load_trial_space(target: Target, space: str | None, platform: str | None = None) -> SearchSpace:
+    """The search space for ``target``: a file path, a built-in name, or the target's default."""
+    if space is None:
+        s = target.default_space(platform)
+    elif Path(space).suffix in (".yaml", ".yml") or Path(space).exists():
+        s = load_space(space)
+    else:
+        s = builtin_space(space)
+    if s.target != target.name:
+        raise AutotuneError(f"search space {s.source} is for target {s.target!r}, not {target.name!r}")
+    return s
+
+
+@dataclass
+class PreparedTrial:
+    target: Target
+    space: SearchSpace
+    params: dict[str, Any]
+    plan: TrialPlan
+    script: Path
+
+
+def prepare_trial(script: str | Path, *, target: str = "auto", sets: dict[str, Any] | None = None,
+                  space: str | None = None, platform: str | None = None,
+                  base_env: dict[str, str] | None = None) -> PreparedTrial:
+    """Check everything and build the plan; raises :class:`AutotuneError` on bad input."""
+    path = check_script(script)
+    tgt = resolve_target(target, path)
+    sp = load_trial_space(tgt, space, platform)
+    params = sp.validate(dict(sets or {}))
+    tgt.check(params)
+    return PreparedTrial(tgt, sp, params, tgt.plan(params, base_env), path)
+
+
+def default_trial_dir(root: str | Path = ".autotune") -> Path:
+    stamp = time.strftime("%Y%m%d-%H%M%S")
+    base = Path(root) / "trials" / stamp
+    path, n = base, 1
+    while path.exists():
+        n += 1
+        path = base.with_name(f"{stamp}-{n}")
+    return path
+
+
+def run_prepared(prepared: PreparedTrial, args: list[str] | None = None, *, trial_dir: str | Path,
+                 limits: TrialLimits = TrialLimits(), protocol: MeasurementProtocol | None = None,
+                 seed: int = 0) -> TrialResult:
+    return run_trial(prepared.plan, prepared.script, args, trial_dir=trial_dir, limits=limits,
+                     protocol=protocol, seed=seed)

@@ -1,0 +1,235 @@
+"""Runs one trial in its own process group, with a hard timeout and a host-memory limit.
+
+The trial process is ``python -m workers.harness SPEC.json``; it starts with the plan's env vars
+and writes its report next to the spec. Whatever happens to it (a segfault, ``os._exit``, an
+abort inside a compiler, a hang, a memory blow-up) ends here as a :class:`TrialResult` with a
+failure category and the tail of its log: this function does not raise for a failed trial.
+"""
+
+from __future__ import annotations
+
+import os
+import signal
+import subprocess
+import sys
+import time
+from dataclasses import dataclass
+from pathlib import Path
+
+import psutil
+
+from autotune.failures import classify
+from autotune.records import (
+    Failure,
+    FailureCategory,
+    HarnessReport,
+    MeasurementProtocol,
+    TrialPlan,
+    TrialResult,
+    TrialSpec,
+)
+
+_PROJECT_ROOT = str(Path(__file__).resolve().parent.parent)
+LOG_TAIL_LINES = 40
+
+
+@dataclass(frozen=True)
+class TrialLimits:
+    timeout_s: float = 1800.0
+    #: Resident memory of the whole process tree; ``None`` means 80% of this machine's memory.
+    memory_bytes: int | None = None
+    poll_s: float = 0.1
+
+    def memory_limit(self) -> int:
+        return self.memory_bytes or int(psutil.virtual_memory().total * 0.8)
+
+
+def run_trial(
+    plan: TrialPlan,
+    script: str | Path,
+    args: list[str] | None = None,
+    *,
+    trial_dir: str | Path,
+    cwd: str | Path | None = None,
+    limits: TrialLimits = TrialLimits(),
+    protocol: MeasurementProtocol | None = None,
+    seed: int = 0,
+    base_env: dict[str, str] | None = None,
+) -> TrialResult:
+    trial_dir = Path(trial_dir)
+    trial_dir.mkdir(parents=True, exist_ok=True)
+    result_path = trial_dir / "report.json"
+    result_path.unlink(missing_ok=True)
+    log_path = trial_dir / "trial.log"
+    spec = TrialSpec(plan=plan, script=str(Path(script).resolve()), args=list(args or []),
+                     cwd=str(Path(cwd or os.getcwd()).resolve()), result_path=str(result_path),
+                     protocol=protocol or MeasurementProtocol(), seed=seed)
+    spec_path = trial_dir / "spec.json"
+    spec_path.write_text(spec.model_dump_json(indent=2))
+
+    env = trial_env(plan, base_env)
+    started = time.monotonic()
+    watchdog: Failure | None = None
+    peak = 0
+    with open(log_path, "wb") as log:
+        proc = subprocess.Popen(
+            [sys.executable, "-m", "workers.harness", str(spec_path)],
+            cwd=spec.cwd, env=env, stdin=subprocess.DEVNULL, stdout=log, stderr=subprocess.STDOUT,
+            start_new_session=True,  # its own process group: a kill reaches the children too
+        )
+        tree = _Tree(proc.pid)
+        limit = limits.memory_limit()
+        while proc.poll() is None:
+            rss = tree.rss()
+            peak = max(peak, rss)
+            elapsed = time.monotonic() - started
+            if rss > limit:
+                watchdog = Failure(category=FailureCategory.host_oom,
+                                   reason=f"the trial used {_gib(rss)} of host memory, over its limit of {_gib(limit)}")
+            elif elapsed > limits.timeout_s:
+                watchdog = Failure(category=FailureCategory.timeout,
+                                   reason=f"the trial ran longer than its timeout of {limits.timeout_s:g} s")
+            if watchdog is not None:
+                tree.kill()
+                proc.wait()
+                break
+            time.sleep(limits.poll_s)
+        tree.kill()  # children left behind by a finished trial (DataLoader workers, compilers)
+    wall = time.monotonic() - started
+    log_tail = tail(log_path)
+    report = _read_report(result_path)
+    result = TrialResult(status="failed", plan=plan, wall_seconds=wall, log_path=str(log_path),
+                         log_tail=log_tail, peak_host_memory_bytes=peak or None)
+    if report is not None:
+        result.measurement = report.measurement
+        result.compile = report.compile
+        result.losses = report.losses
+        result.metrics = report.metrics
+        result.stopped_early = report.stopped_early
+    if watchdog is not None:
+        watchdog.signal = "SIGKILL"
+        result.failure = watchdog
+    elif report is not None and report.failure is not None:
+        result.failure = report.failure
+    elif report is not None and (report.measurement is not None or report.metrics):
+        result.status = "ok"
+    elif report is not None:
+        result.failure = Failure(
+            category=FailureCategory.script_error,
+            reason="no step was seen: the script iterated no DataLoader, took no optimizer step, "
+                   "reported no metric and never called autotune.step()",
+            exit_code=proc.returncode)
+    else:
+        result.failure = _died(proc.returncode, log_tail)
+    return result
+
+
+def trial_env(plan: TrialPlan, base_env: dict[str, str] | None = None) -> dict[str, str]:
+    """The environment of a trial process: the caller's, then the plan's env vars."""
+    env = dict(os.environ if base_env is None else base_env)
+    env.update(plan.env)
+    env["PYTHONPATH"] = os.pathsep.join(p for p in (_PROJECT_ROOT, env.get("PYTHONPATH")) if p)
+    env["PYTHONUNBUFFERED"] = "1"
+    if plan.knobs.threads:
+        for var in ("OMP_NUM_THREADS", "MKL_NUM_THREADS", "OPENBLAS_NUM_THREADS"):
+            env[var] = str(plan.knobs.threads)
+    return env
+
+
+def _died(returncode: int | None, log_tail: str) -> Failure:
+    """A trial process that ended without writing its report."""
+    if returncode is not None and returncode < 0:
+        name = _signal_name(-returncode)
+        if -returncode == signal.SIGABRT:
+            return classify(log_tail, default=FailureCategory.crash,
+                            default_reason="the trial aborted (SIGABRT)", signal=name)
+        if -returncode == signal.SIGKILL:
+            return classify(log_tail, default=FailureCategory.crash,
+                            default_reason="the trial was killed (SIGKILL) from outside", signal=name)
+        return classify(log_tail, default=FailureCategory.crash,
+                        default_reason=f"the trial died of {name}", signal=name)
+    code = returncode if returncode is not None else -1
+    if code == 134:  # SIGABRT as a shell reports it
+        return classify(log_tail, default=FailureCategory.crash, default_reason="the trial aborted (exit 134)",
+                        exit_code=code)
+    return classify(log_tail, default=FailureCategory.crash,
+                    default_reason=f"the trial exited with code {code} before writing its result", exit_code=code)
+
+
+def _signal_name(num: int) -> str:
+    try:
+        return signal.Signals(num).name
+    except ValueError:
+        return f"signal {num}"
+
+
+def _read_report(path: Path) -> HarnessReport | None:
+    try:
+        return HarnessReport.model_validate_json(path.read_text())
+    except (OSError, ValueError):
+        return None
+
+
+def tail(path: str | Path, lines: int = LOG_TAIL_LINES, max_chars: int = 6000) -> str:
+    try:
+        with open(path, "rb") as fh:
+            fh.seek(0, os.SEEK_END)
+            size = fh.tell()
+            fh.seek(max(0, size - 64 * 1024))
+            text = fh.read().decode(errors="replace")
+    except OSError:
+        return ""
+    return "\n".join(text.splitlines()[-lines:])[-max_chars:]
+
+
+def _gib(n: int) -> str:
+    return f"{n / 2**30:.2f} GiB"
+
+
+class _Tree:
+    """The trial's process tree, remembered as it grows so that a kill misses no descendant."""
+
+    def __init__(self, pid: int) -> None:
+        self.pid = pid
+        self.known: dict[int, psutil.Process] = {}
+        try:
+            self.known[pid] = psutil.Process(pid)
+        except psutil.NoSuchProcess:
+            pass
+
+    def _refresh(self) -> list[psutil.Process]:
+        root = self.known.get(self.pid)
+        if root is not None:
+            try:
+                for child in root.children(recursive=True):
+                    self.known.setdefault(child.pid, child)
+            except psutil.NoSuchProcess:
+                pass
+        alive = []
+        for p in list(self.known.values()):
+            try:
+                if p.is_running() and p.status() != psutil.STATUS_ZOMBIE:
+                    alive.append(p)
+            except psutil.NoSuchProcess:
+                pass
+        return alive
+
+    def rss(self) -> int:
+        total = 0
+        for p in self._refresh():
+            try:
+                total += p.memory_info().rss
+            except (psutil.NoSuchProcess, psutil.AccessDenied):
+                pass
+        return total
+
+    def kill(self) -> None:
+        try:
+            os.killpg(self.pid, signal.SIGKILL)
+        except (ProcessLookupError, PermissionError):
+            pass
+        for p in self._refresh():  # descendants that left the group (setsid) are still ours
+            try:
+                p.kill()
+            except psutil.NoSuchProcess:
+                pass
