@@ -27,11 +27,14 @@ def _p(regex: str, category: C, reason: str) -> FailurePattern:
 PATTERNS: tuple[FailurePattern, ...] = (
     # Neuron compiler (neuronx-cc), as printed through torch-neuronx.
     _p(r"NCC_EARG\d+", C.invalid_config, "the compiler rejected its arguments"),
-    _p(r"Estimated peak HBM usage \(.*\) exceeds \d+GB", C.device_oom,
+    # Printed with and without the estimate, and against a size in GB or in bytes.
+    _p(r"Estimated peak HBM usage(?: \([^)]*\))? exceeds", C.device_oom,
        "the compiled graph needs more device memory (HBM) than the NeuronCore has"),
     _p(r"\[F137\] neuronx-cc was forcibly killed", C.host_oom,
        "the compiler was killed, usually for lack of host memory"),
     _p(r"neuronx-cc failed with -9\b", C.host_oom, "the compiler was killed (SIGKILL), usually by the OOM killer"),
+    # torch-neuronx raises this for any other non-zero compiler exit status.
+    _p(r"neuronx-cc failed with \d+", C.compile_error, "the compiler failed"),
     _p(r"\[F134\] neuronx-cc terminated abnormally", C.compile_error, "the compiler terminated abnormally"),
     _p(r"An Internal Compiler Error has occurred", C.compile_error, "internal compiler error"),
     # Neuron runtime.
