@@ -7,7 +7,9 @@ is harmless: ``params()`` is empty and ``report()`` does nothing, so the script 
 
 from __future__ import annotations
 
+import json
 import math
+import os
 from typing import Any, Callable, Protocol
 
 
@@ -35,8 +37,21 @@ def in_trial() -> bool:
 
 
 def params() -> dict[str, Any]:
-    """This trial's parameters (canonical names and values); empty outside a trial."""
-    return dict(_context.params) if _context is not None else {}
+    """This trial's parameters (canonical names and values).
+
+    Outside a trial, the tuned parameters of a ``best.env`` that was sourced (``AUTOTUNE_PARAMS``),
+    so that the training job reads what the study found; else empty.
+    """
+    if _context is not None:
+        return dict(_context.params)
+    raw = os.environ.get("AUTOTUNE_PARAMS")
+    if raw:
+        try:
+            value = json.loads(raw)
+        except ValueError:
+            return {}
+        return value if isinstance(value, dict) else {}
+    return {}
 
 
 def param(name: str, default: Any = None) -> Any:

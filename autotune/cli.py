@@ -126,6 +126,133 @@ def trial(
     raise typer.Exit(0 if result.ok else EXIT_TRIAL_FAILED)
 
 
+@app.command(context_settings={"help_option_names": ["-h", "--help"]})
+def run(
+    script: Path = typer.Argument(..., help="The training or inference script, unmodified."),
+    script_args: Optional[list[str]] = typer.Argument(None, help="Arguments for the script, after --."),
+    trials: int = typer.Option(20, "--trials", "-n", help="Measured trials the study should hold "
+                                                          "(a rerun continues up to this number)."),
+    target: str = typer.Option("auto", "--target", "-t", help="auto, neuron, xla or inductor."),
+    space: Optional[str] = typer.Option(None, help="Search space: a YAML file or a built-in name "
+                                                  "(xla, inductor, neuron-trn1, neuron-inf2, neuron-trn2)."),
+    platform: Optional[str] = typer.Option(None, help="Neuron platform: trn1, trn1n, inf2, trn2."),
+    set_: Optional[list[str]] = typer.Option(None, "--set", "-s", help="Fix a parameter, KEY=VALUE; repeatable."),
+    workers: Optional[int] = typer.Option(None, help="Trials at once (default: 1 on a small CPU machine; "
+                                                     "NeuronCores / --cores-per-trial for Neuron)."),
+    cores_per_trial: int = typer.Option(1, help="NeuronCores each trial holds."),
+    ray_address: Optional[str] = typer.Option(None, help="Join this Ray cluster instead of starting a local Ray."),
+    storage: Optional[str] = typer.Option(None, help="Optuna storage URL (default: sqlite under .autotune/; "
+                                                     "postgresql://... for a fleet)."),
+    study: Optional[str] = typer.Option(None, help="Study name (default: <script>-<target>)."),
+    trial_timeout: float = typer.Option(1800.0, help="Hard timeout of each trial, seconds."),
+    timeout: Optional[float] = typer.Option(None, help="Stop starting trials after this many seconds."),
+    out: Optional[Path] = typer.Option(None, help="Where best.json, best.env and trials.csv go "
+                                                  "(default: .autotune/<study>/)."),
+    sampler: str = typer.Option("tpe", help="tpe (multivariate, constant liar), random or qmc."),
+    seed: Optional[int] = typer.Option(None, help="Seed of the sampler and of the trials."),
+    metric: str = typer.Option("throughput", help="What to optimise: throughput, or a metric the script "
+                                                  "reports with autotune.report()."),
+    direction: str = typer.Option("maximize", help="maximize or minimize the metric."),
+    memory_limit: Optional[str] = typer.Option(None, help="Host-memory limit per trial, e.g. 8GiB."),
+    json_out: bool = typer.Option(False, "--json", help="Print the study's result as one JSON object."),
+) -> None:
+    """Tune SCRIPT: Optuna proposes configurations, Ray workers measure them.
+
+    Exit code 0 when a best configuration was found, 2 for bad input, 3 when every trial failed.
+    """
+    from autotune.study import Study, StudyOptions
+    from autotune.trial import parse_sets
+
+    progress = _StudyDisplay(enabled=not json_out and err.is_terminal)
+    options = StudyOptions(
+        script=script, args=script_args or [], trials=trials, target=target, space=space, platform=platform,
+        sets=parse_sets(set_), workers=workers, cores_per_trial=cores_per_trial, ray_address=ray_address,
+        storage=storage, study=study, trial_timeout=trial_timeout, timeout=timeout, out=out, sampler=sampler,
+        seed=seed, metric=metric, direction=direction, memory_limit=memory_limit, on_update=progress.update,
+    )
+    runner = Study(options)
+    with progress:
+        result = runner.run()
+    if json_out:
+        typer.echo(result.model_dump_json())
+    else:
+        from autotune.report import render_study
+
+        render_study(result, Console())
+    raise typer.Exit(result.exit_code)
+
+
+class _StudyDisplay:
+    """A live line on stderr: trials done and running, best so far and its speedup."""
+
+    def __init__(self, enabled: bool) -> None:
+        self.enabled = enabled
+        self.live: Any = None
+
+    def __enter__(self) -> "_StudyDisplay":
+        if self.enabled:
+            from rich.live import Live
+
+            self.live = Live("starting Ray and the study...", console=err, refresh_per_second=4, transient=True)
+            self.live.__enter__()
+        return self
+
+    def __exit__(self, *exc: Any) -> None:
+        if self.live is not None:
+            self.live.__exit__(*exc)
+
+    def update(self, p: Any) -> None:
+        if self.live is None:
+            return
+        best = f"best {p.best_value:,.1f} {p.metric}" if p.best_value is not None else "no result yet"
+        speed = f" ({p.speedup:.2f}x baseline)" if p.speedup else ""
+        self.live.update(f"[bold]{p.study}[/bold]  {p.done}/{p.wanted} done, {p.running} running, "
+                         f"{p.failed} failed, {p.reused} reused  |  {best}{speed}  [dim]{p.last}[/dim]")
+
+
+@app.command(context_settings={"help_option_names": ["-h", "--help"]})
+def best(
+    study: str = typer.Argument(..., help="Study name."),
+    format: str = typer.Option("json", "--format", "-f", help="json, env or flags."),
+    storage: Optional[str] = typer.Option(None, help="Optuna storage URL (default: sqlite under .autotune/)."),
+) -> None:
+    """Print the best configuration of a stored study (json, env lines, or the compiler flags)."""
+    from autotune.study import best_config, load_study
+
+    if format not in ("json", "env", "flags"):
+        raise InvalidConfigError(f"--format {format!r}: choose json, env or flags")
+    st = load_study(study, storage)
+    cfg = best_config(st, study)
+    if cfg is None:
+        err.print(f"study {study!r} has no successful trial yet")
+        raise typer.Exit(3)
+    if format == "json":
+        typer.echo(cfg.model_dump_json(indent=2))
+    elif format == "env":
+        typer.echo(cfg.env_file(), nl=False)
+    else:
+        typer.echo(cfg.compiler_flags or "")
+
+
+@app.command(context_settings={"help_option_names": ["-h", "--help"]})
+def show(
+    study: str = typer.Argument(..., help="Study name."),
+    storage: Optional[str] = typer.Option(None, help="Optuna storage URL (default: sqlite under .autotune/)."),
+    json_out: bool = typer.Option(False, "--json", help="Print the trials as JSON."),
+) -> None:
+    """Show every trial of a stored study: values, speedups, failures with category and log tail."""
+    from autotune.study import baseline_value, best_config, load_study, study_summaries
+
+    st = load_study(study, storage)
+    trials = study_summaries(st)
+    if json_out:
+        typer.echo(json.dumps([t.model_dump(mode="json") for t in trials]))
+        return
+    from autotune.report import render_trials
+
+    render_trials(study, trials, baseline_value(st), best_config(st, study), Console(), all_trials=True)
+
+
 def main() -> None:
     try:
         app()

@@ -175,6 +175,10 @@ class TrialResult(BaseModel):
     log_path: str | None = None
     log_tail: str = ""
     protocol_version: int = PROTOCOL_VERSION
+    #: Where it ran: node, worker and the NeuronCores it held (``NEURON_RT_VISIBLE_CORES``).
+    placement: dict[str, str] = Field(default_factory=dict)
+    started_at: float | None = None  # epoch seconds
+    ended_at: float | None = None
 
     @property
     def ok(self) -> bool:

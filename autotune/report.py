@@ -74,3 +74,54 @@ def render_trial(result: TrialResult, console: Console) -> None:
     if not result.ok and result.log_tail:
         console.print(Text("log tail:", style="bold"))
         console.print(Text("\n".join(result.log_tail.splitlines()[-15:]), style="dim"))
+
+
+def render_trials(study: str, trials: list, baseline: float | None, best, console: Console, *,
+                  top: int = 10, all_trials: bool = False) -> None:
+    ok = [t for t in trials if t.state == "COMPLETE" and t.duplicate_of is None]
+    ok.sort(key=lambda t: -(t.value or 0))
+    table = Table(title=f"{study}: {'all trials' if all_trials else f'top {min(top, len(ok))} configurations'}")
+    for col in ("trial", "value", "95% CI", "speedup", "parameters"):
+        table.add_column(col, justify="right" if col in ("trial", "value", "speedup") else "left")
+    rows = sorted(trials, key=lambda t: t.number) if all_trials else ok[:top]
+    for t in rows:
+        ci = f"{t.ci95_low:,.1f} .. {t.ci95_high:,.1f}" if t.ci95_low is not None else ""
+        if t.state == "COMPLETE":
+            value = f"{t.value:,.1f}" if t.value is not None else "-"
+            speed = f"{t.value / baseline:.2f}x" if (t.value and baseline) else ""
+        else:
+            value, speed = Text(t.category or t.state.lower(), style="red"), ""
+        params = ", ".join(f"{k}={v}" for k, v in t.params.items()) or "(baseline: the script's own)"
+        if t.duplicate_of is not None:
+            params += f"  [same as trial {t.duplicate_of}]"
+        table.add_row(str(t.number), value, ci, speed, params)
+    console.print(table)
+    failed = [t for t in trials if t.state == "FAIL" and t.duplicate_of is None and t.category]
+    if failed:
+        by_cat: dict[str, list] = {}
+        for t in failed:
+            by_cat.setdefault(t.category, []).append(t)
+        console.print(Text("failures by category:", style="bold"))
+        for cat, ts in sorted(by_cat.items()):
+            console.print(f"  {cat}: {len(ts)} (trials {', '.join(str(t.number) for t in ts)})")
+            if all_trials:
+                for t in ts:
+                    console.print(Text(f"    trial {t.number}: {t.reason or ''}", style="dim"))
+                    if t.log_tail:
+                        tail_lines = t.log_tail.strip().splitlines()[-5:]
+                        console.print(Text("\n".join("      " + ln for ln in tail_lines), style="dim"))
+    if best is not None:
+        speed = f", {best.speedup:.2f}x the baseline" if best.speedup else ""
+        console.print(f"[bold green]best:[/bold green] trial {best.trial}, {best.value:,.1f} {best.metric}{speed}")
+        if best.compiler_flags:
+            console.print(f"  {best.flags_env}={best.compiler_flags}")
+
+
+def render_study(result, console: Console) -> None:
+    render_trials(result.study, result.trials, result.baseline_value, result.best, console)
+    console.print(f"measured {result.ran} trials now, reused {result.reused} earlier results; "
+                  f"files in {result.out_dir}/ (best.json, best.env, trials.csv)")
+    for note in result.notes:
+        console.print(f"[yellow]note:[/yellow] {note}")
+    if result.best is None:
+        console.print("[red]every trial failed[/red]")

@@ -136,7 +136,13 @@ class SearchSpace:
         space's fixed parameters included, keys sorted. Equal configurations compare equal.
         """
         out: dict[str, Any] = {}
-        for name, value in {**self.fixed, **params}.items():
+        for name, value in params.items():
+            if name in self.fixed and name in self.parameters and \
+                    self.parameters[name].coerce(value) != self.fixed[name]:
+                raise InvalidConfigError(
+                    f"parameter {name!r} is fixed to {self.fixed[name]!r} here ({self.source}); "
+                    f"remove {name}={value!r} or use another search space")
+        for name, value in {**params, **self.fixed}.items():
             if name not in self.parameters:
                 known = ", ".join(sorted(self.parameters)) or "none"
                 raise InvalidConfigError(
@@ -162,18 +168,28 @@ class SearchSpace:
     def defaults(self) -> dict[str, Any]:
         """The baseline: every parameter at its default (usually the script's own behaviour)."""
         base = {n: p.default for n, p in self.parameters.items() if p.default is not None}
+        base.update(self.fixed)
         active = {n: v for n, v in base.items() if self.parameters[n].is_active(base)}
         return self.validate(active)
 
     def restrict(self, fixed: dict[str, Any]) -> SearchSpace:
-        """A copy of this space with some parameters fixed (``--set``)."""
-        checked = self.validate({**self.fixed, **fixed}, allow_inactive=True)
-        fixed_now = {**self.fixed, **{k: v for k, v in checked.items() if k in fixed}}
-        for k, v in fixed.items():
-            if self.parameters[k].coerce(v) is None:
-                fixed_now.pop(k, None)
-        return SearchSpace(self.target, self.parameters, self.platform, self.description,
-                           fixed_now, self.known_good, self.source)
+        """A copy of this space with some parameters fixed (``--set``); ``null`` fixes "unset"."""
+        for name in fixed:
+            if name not in self.parameters:
+                self.validate({name: fixed[name]})  # raises the unknown-parameter message
+        values = {k: self.parameters[k].coerce(v) for k, v in fixed.items()}
+        for k, v in values.items():
+            if k in self.fixed and v != self.fixed[k]:
+                raise InvalidConfigError(f"parameter {k!r} is fixed to {self.fixed[k]!r} in {self.source}")
+        narrowed = dict(self.parameters)
+        for k, v in values.items():
+            if v is None:  # keep the script's own value: the parameter leaves the space
+                narrowed.pop(k)
+        new_fixed = {**self.fixed, **{k: v for k, v in values.items() if v is not None}}
+        space = SearchSpace(self.target, narrowed, self.platform, self.description, {}, [], self.source)
+        space.fixed = space.validate(new_fixed, allow_inactive=True)
+        space.known_good = list(self.known_good)
+        return space
 
     @property
     def free_parameters(self) -> list[Parameter]:

@@ -460,11 +460,17 @@ class TrialRuntime:
             dtype = getattr(torch, knobs.model_dtype)
             target.to(dtype)
 
+            input_dtypes: list[Any] = []
+
             def cast_inputs(_mod: Any, args: tuple, kwargs: dict) -> tuple:
-                cast = lambda t: t.to(dtype) if isinstance(t, torch.Tensor) and t.is_floating_point() else t
-                return tuple(cast(a) for a in args), {k: cast(v) for k, v in kwargs.items()}
+                input_dtypes.append(_input_dtype(args, kwargs))
+                return _cast_floats(args, dtype), _cast_floats(kwargs, dtype)
+
+            def cast_outputs(_mod: Any, _args: tuple, _kwargs: dict, out: Any) -> Any:
+                return _cast_floats(out, input_dtypes.pop() if input_dtypes else None)
 
             target.register_forward_pre_hook(cast_inputs, with_kwargs=True)
+            target.register_forward_hook(cast_outputs, with_kwargs=True)
         if knobs.autocast_dtype:
             device = knobs.autocast_device or _module_device_type(target)
             dtype = getattr(torch, knobs.autocast_dtype)
@@ -472,7 +478,8 @@ class TrialRuntime:
 
             def autocast_forward(*args: Any, **kwargs: Any) -> Any:
                 with torch.autocast(device_type=device, dtype=dtype):
-                    return forward(*args, **kwargs)
+                    out = forward(*args, **kwargs)
+                return _cast_floats(out, _input_dtype(args, kwargs))
 
             target.forward = autocast_forward
         spec = knobs.compile
@@ -521,6 +528,38 @@ def _batch_len(batch: Any) -> int | None:
         elif isinstance(item, (list, tuple)):
             stack.extend(item)
     return None
+
+
+def _input_dtype(args: tuple, kwargs: dict) -> Any:
+    """The dtype of the first floating tensor among a call's arguments."""
+    import torch
+
+    for value in [*args, *kwargs.values()]:
+        if isinstance(value, torch.Tensor) and value.is_floating_point():
+            return value.dtype
+    return None
+
+
+def _cast_floats(value: Any, dtype: Any) -> Any:
+    """``value`` with its floating tensors (in tuples, lists, dicts) cast to ``dtype``.
+
+    The model runs in low precision, but the script computes its loss outside the model against
+    targets of the original dtype, as it did before; outputs go back to the inputs' dtype so that
+    such a loss (``mse_loss(out, y)``) and its backward work unchanged.
+    """
+    import torch
+
+    if dtype is None:
+        return value
+    if isinstance(value, torch.Tensor):
+        return value.to(dtype) if value.is_floating_point() and value.dtype != dtype else value
+    if isinstance(value, tuple) and hasattr(value, "_fields"):
+        return type(value)(*(_cast_floats(v, dtype) for v in value))
+    if isinstance(value, (list, tuple)):
+        return type(value)(_cast_floats(v, dtype) for v in value)
+    if isinstance(value, dict):
+        return type(value)({k: _cast_floats(v, dtype) for k, v in value.items()})
+    return value
 
 
 def _module_device_type(module: Any) -> str:
@@ -596,8 +635,22 @@ def _seed(seed: int) -> None:
     torch.manual_seed(seed)
 
 
+def _exit_with_parent() -> None:
+    """End this trial if the process that launched it dies (a killed driver or worker)."""
+    parent = os.getppid()
+
+    def watch() -> None:
+        while True:
+            time.sleep(1.0)
+            if os.getppid() != parent:
+                os._exit(1)
+
+    threading.Thread(target=watch, name="autotune-parent-watch", daemon=True).start()
+
+
 def main(argv: list[str] | None = None) -> None:
     argv = sys.argv[1:] if argv is None else argv
+    _exit_with_parent()
     if len(argv) != 1:
         sys.stderr.write("usage: python -m workers.harness SPEC.json\n")
         sys.exit(2)

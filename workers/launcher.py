@@ -68,6 +68,7 @@ def run_trial(
     spec_path.write_text(spec.model_dump_json(indent=2))
 
     env = trial_env(plan, base_env)
+    started_at = time.time()
     started = time.monotonic()
     watchdog: Failure | None = None
     peak = 0
@@ -99,7 +100,8 @@ def run_trial(
     log_tail = tail(log_path)
     report = _read_report(result_path)
     result = TrialResult(status="failed", plan=plan, wall_seconds=wall, log_path=str(log_path),
-                         log_tail=log_tail, peak_host_memory_bytes=peak or None)
+                         log_tail=log_tail, peak_host_memory_bytes=peak or None,
+                         started_at=started_at, ended_at=time.time())
     if report is not None:
         result.measurement = report.measurement
         result.compile = report.compile

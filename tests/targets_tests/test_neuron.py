@@ -401,7 +401,7 @@ def test_trn2_space_is_the_native_path(target: NeuronTarget) -> None:
 @pytest.mark.parametrize("name", SPACES)
 def test_every_space_choice_passes_check(target: NeuronTarget, name: str) -> None:
     space = builtin_space(name)
-    for param in space.parameters.values():
+    for param in space.free_parameters:
         for choice in param.choices or ():
             config = {**space.fixed, param.name: choice}
             if param.name == "auto_cast_type":

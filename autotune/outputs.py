@@ -1,0 +1,117 @@
+"""The files a study leaves for the next step of a pipeline: best.json, best.env, trials.csv."""
+
+from __future__ import annotations
+
+import csv
+import io
+import json
+import os
+import shlex
+from pathlib import Path
+from typing import Any
+
+from pydantic import BaseModel, Field
+
+from autotune.errors import AutotuneError
+
+
+class TrialSummary(BaseModel):
+    number: int
+    state: str  # COMPLETE, FAIL, RUNNING, WAITING, PRUNED
+    params: dict[str, Any]
+    value: float | None = None
+    throughput: float | None = None
+    ci95_low: float | None = None
+    ci95_high: float | None = None
+    category: str | None = None
+    reason: str | None = None
+    log_tail: str | None = None
+    wall_seconds: float | None = None
+    compile_seconds: float | None = None
+    duplicate_of: int | None = None
+    env: dict[str, str] = Field(default_factory=dict)
+    started_at: float | None = None
+    ended_at: float | None = None
+
+
+class BestConfig(BaseModel):
+    """The tuned configuration, in the form a training job uses directly."""
+
+    study: str
+    trial: int
+    target: str
+    params: dict[str, Any]
+    env: dict[str, str]
+    flags_env: str | None = None
+    compiler_flags: str | None = None
+    knobs: dict[str, Any] = Field(default_factory=dict)
+    metric: str = "throughput"
+    value: float
+    throughput: float | None = None
+    ci95_low: float | None = None
+    ci95_high: float | None = None
+    baseline_value: float | None = None
+    speedup: float | None = None
+    provenance: dict[str, Any] = Field(default_factory=dict)
+
+    def env_lines(self) -> list[str]:
+        """``export`` lines: the env vars, the parameters as JSON for ``autotune.params()``, and
+        one ``AUTOTUNE_<KNOB>`` per runtime knob for scripts that read their own settings."""
+        lines = [f"export {k}={shlex.quote(str(v))}" for k, v in self.env.items()]
+        lines.append(f"export AUTOTUNE_PARAMS={shlex.quote(json.dumps(self.params, sort_keys=True))}")
+        for name, value in self.params.items():
+            lines.append(f"export AUTOTUNE_{name.upper()}={shlex.quote(_shell_value(value))}")
+        return lines
+
+    def env_file(self) -> str:
+        head = (f"# autotune: best configuration of study {self.study} (trial {self.trial}, target {self.target})"
+                + (f", {self.speedup:.2f}x the baseline" if self.speedup else ""))
+        return "\n".join([head, *self.env_lines()]) + "\n"
+
+
+def _shell_value(v: Any) -> str:
+    if isinstance(v, bool):
+        return "1" if v else "0"
+    return str(v)
+
+
+CSV_FIELDS = ["number", "state", "value", "throughput", "ci95_low", "ci95_high", "speedup", "category",
+              "reason", "wall_seconds", "compile_seconds", "duplicate_of", "params"]
+
+
+def trials_csv(trials: list[TrialSummary], baseline: float | None) -> str:
+    buf = io.StringIO()
+    w = csv.DictWriter(buf, fieldnames=CSV_FIELDS)
+    w.writeheader()
+    for t in trials:
+        row = t.model_dump(include=set(CSV_FIELDS))
+        row["speedup"] = f"{t.value / baseline:.4f}" if (t.value and baseline) else ""
+        row["params"] = json.dumps(t.params, sort_keys=True)
+        w.writerow(row)
+    return buf.getvalue()
+
+
+def write_atomic(path: Path, text: str) -> None:
+    tmp = path.with_name(f".{path.name}.tmp.{os.getpid()}")
+    tmp.write_text(text)
+    os.replace(tmp, path)
+
+
+def check_writable(directory: Path) -> Path:
+    """Create ``directory`` if needed; a clear error if it cannot be written."""
+    try:
+        directory.mkdir(parents=True, exist_ok=True)
+        probe = directory / f".write-test.{os.getpid()}"
+        probe.write_text("")
+        probe.unlink()
+    except OSError as exc:
+        raise AutotuneError(f"cannot write to {directory}: {exc.strerror}; choose another --out") from None
+    return directory
+
+
+def write_outputs(out: Path, best: BestConfig | None, trials: list[TrialSummary], baseline: float | None) -> None:
+    out.mkdir(parents=True, exist_ok=True)
+    write_atomic(out / "trials.csv", trials_csv(trials, baseline))
+    if best is not None:
+        write_atomic(out / "best.json", best.model_dump_json(indent=2) + "\n")
+        write_atomic(out / "best.env", best.env_file())

@@ -1,0 +1,163 @@
+"""Placement of trials on Ray workers, kept apart from choosing them (that is the study's job).
+
+A pool of actors, one trial per actor at a time. For Neuron targets each actor holds
+``cores_per_trial`` NeuronCores (Ray's ``neuron_cores`` resource), so trials never share a core.
+A worker that dies mid-trial is replaced, and its trial is run once more on another worker
+before it is recorded as failed.
+"""
+
+from __future__ import annotations
+
+import os
+import time
+from dataclasses import dataclass, field
+from typing import Any
+
+from autotune.errors import AutotuneError
+
+
+@dataclass
+class Placement:
+    workers: int
+    neuron_cores_per_worker: int = 0
+    cpus_per_worker: float = 1.0
+    threads_per_trial: int | None = None
+    notes: list[str] = field(default_factory=list)
+
+
+def connect(address: str | None) -> bool:
+    """Join the Ray cluster at ``address``, or start a local Ray sized to this machine.
+
+    Returns whether this call started Ray (and so should stop it). A Ray already initialised in
+    this process is used as it is.
+    """
+    import ray
+
+    if ray.is_initialized():
+        return False
+    kwargs: dict[str, Any] = {"include_dashboard": False, "log_to_driver": False, "logging_level": "ERROR"}
+    if address:
+        try:
+            ray.init(address=address, **kwargs)
+        except Exception as exc:  # Ray raises ConnectionError, RuntimeError or its own types
+            raise AutotuneError(f"cannot reach the Ray cluster at {address}: {str(exc).splitlines()[0][:200]}; "
+                                "check --ray-address (host:port of the head node, or 'auto')") from None
+    else:
+        ray.init(num_cpus=os.cpu_count(), **kwargs)
+    return True
+
+
+def plan_placement(target: str, *, workers: int | None, cores_per_trial: int) -> Placement:
+    """How many workers, and what each holds, from the cluster's resources."""
+    import ray
+
+    resources = ray.cluster_resources()
+    cpus = int(resources.get("CPU", os.cpu_count() or 1))
+    notes: list[str] = []
+    if target == "neuron":
+        cores = int(resources.get("neuron_cores", 0))
+        if cores == 0:
+            notes.append("the Ray cluster declares no neuron_cores: trials run without NeuronCores")
+            return Placement(workers=workers or 1, cpus_per_worker=0, notes=notes)
+        if cores_per_trial > cores:
+            raise AutotuneError(f"--cores-per-trial {cores_per_trial} is more than the cluster's {cores} NeuronCores")
+        most = cores // cores_per_trial
+        if workers and workers > most:
+            notes.append(f"{workers} workers asked for, but {cores} NeuronCores hold only {most} "
+                         f"trials of {cores_per_trial} cores: using {most}")
+        # The NeuronCores are the scarce resource; compiling uses host CPUs that Ray does not ration.
+        return Placement(workers=min(workers or most, most), neuron_cores_per_worker=cores_per_trial,
+                         cpus_per_worker=0, notes=notes)
+    # CPU targets: parallel trials on a small machine distort each other's measurements.
+    default = 1 if cpus <= 8 else cpus // 8
+    n = workers or default
+    if n > default:
+        notes.append(f"{n} trials at once on {cpus} CPUs: their timings will disturb each other "
+                     f"(default {default}); threads are split between them")
+    n = max(1, min(n, cpus))
+    return Placement(workers=n, cpus_per_worker=cpus / n, threads_per_trial=max(1, cpus // n), notes=notes)
+
+
+@dataclass
+class _Running:
+    request: dict[str, Any]
+    worker: Any
+    ref: Any
+    attempts: int
+    tag: Any
+
+
+class WorkerPool:
+    """Ray actors that run trial requests; :meth:`wait` yields finished ones."""
+
+    def __init__(self, placement: Placement) -> None:
+        from workers.ray_worker import worker_class
+
+        self.placement = placement
+        self._cls = worker_class(neuron_cores=placement.neuron_cores_per_worker,
+                                 num_cpus=placement.cpus_per_worker)
+        self._next_id = 0
+        self.idle: list[Any] = [self._spawn() for _ in range(placement.workers)]
+        self.running: dict[Any, _Running] = {}
+
+    def _spawn(self) -> Any:
+        self._next_id += 1
+        return self._cls.remote(self._next_id)
+
+    @property
+    def free(self) -> int:
+        return len(self.idle)
+
+    def submit(self, request: dict[str, Any], tag: Any, attempts: int = 1) -> None:
+        worker = self.idle.pop()
+        ref = worker.run.remote(request)
+        self.running[ref] = _Running(request, worker, ref, attempts, tag)
+
+    def wait(self, timeout: float) -> list[tuple[Any, str | None, str | None]]:
+        """Finished trials as ``(tag, result_json, error)``; a dead worker's trial is resubmitted once."""
+        import ray
+
+        if not self.running:
+            time.sleep(min(timeout, 0.2))
+            return []
+        ready, _ = ray.wait(list(self.running), num_returns=len(self.running), timeout=timeout)
+        done: list[tuple[Any, str | None, str | None]] = []
+        for ref in ready:
+            job = self.running.pop(ref)
+            try:
+                done.append((job.tag, ray.get(ref), None))
+                self.idle.append(job.worker)
+            except ray.exceptions.RayActorError as exc:
+                self._replace(job.worker)
+                if job.attempts < 2:
+                    self.submit(job.request, job.tag, attempts=job.attempts + 1)
+                else:
+                    done.append((job.tag, None, f"the worker running this trial died twice: {_first_line(exc)}"))
+            except ray.exceptions.RayError as exc:
+                self.idle.append(job.worker)
+                done.append((job.tag, None, f"the worker failed: {_first_line(exc)}"))
+        return done
+
+    def _replace(self, dead: Any) -> None:
+        import ray
+
+        try:
+            ray.kill(dead)
+        except Exception:
+            pass
+        self.idle.append(self._spawn())
+
+    def shutdown(self) -> None:
+        import ray
+
+        for worker in [*self.idle, *(j.worker for j in self.running.values())]:
+            try:
+                ray.kill(worker)
+            except Exception:
+                pass
+        self.idle, self.running = [], {}
+
+
+def _first_line(exc: BaseException) -> str:
+    text = str(exc).strip().splitlines()
+    return text[0][:300] if text else type(exc).__name__

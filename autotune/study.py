@@ -1,0 +1,571 @@
+"""The study: Optuna proposes configurations, a pool of Ray workers measures them.
+
+The driver alone talks to the Optuna storage (ask/tell). Trial 0 is the baseline (every parameter
+at its default, usually the script's own behaviour), then the space's known-good configurations,
+then the sampler's proposals. A configuration already measured in the study (compared in canonical
+form) is not run again: Optuna is told the earlier result.
+
+``--trials N`` is the number of measured trials the study should hold: running the same study
+again continues it up to N, and a study that already has N runs nothing. Trials left running by a
+driver that was killed stop sending heartbeats; once stale they are marked failed and their
+configurations are queued again (Optuna's ``RetryFailedTrialCallback``).
+"""
+
+from __future__ import annotations
+
+import json
+import math
+import os
+import time
+import warnings
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any, Callable
+
+from pydantic import BaseModel, Field
+
+from autotune.errors import AutotuneError, InvalidConfigError
+from autotune.outputs import BestConfig, TrialSummary, check_writable, write_outputs
+from autotune.records import MeasurementProtocol, TrialResult
+from autotune.space import Parameter, SearchSpace
+from autotune.trial import check_script, load_trial_space, parse_size
+from autotune.targets import Target, resolve_target
+
+DEFAULT_DIR = Path(".autotune")
+HEARTBEAT_S = 5
+GRACE_S = 20
+#: Attributes kept on each Optuna trial.
+A_KEY, A_RESULT, A_CATEGORY, A_DUP, A_COUNTED = "config_key", "result", "category", "duplicate_of", "counted"
+
+EXIT_OK, EXIT_BAD_INPUT, EXIT_ALL_FAILED = 0, 2, 3
+
+
+def default_storage(cwd: Path | None = None) -> str:
+    return f"sqlite:///{(cwd or Path.cwd()) / DEFAULT_DIR / 'autotune.db'}"
+
+
+def default_study_name(script: Path, target: str) -> str:
+    return f"{script.stem}-{target}"
+
+
+class StudyResult(BaseModel):
+    """What :func:`tune` returns and ``autotune run --json`` prints."""
+
+    study: str
+    storage: str
+    target: str
+    out_dir: str
+    best: BestConfig | None = None
+    baseline_value: float | None = None
+    trials: list[TrialSummary] = Field(default_factory=list)
+    failures_by_category: dict[str, int] = Field(default_factory=dict)
+    ran: int = 0  # trials measured by this invocation
+    reused: int = 0  # configurations answered from earlier results
+    notes: list[str] = Field(default_factory=list)
+    exit_code: int = EXIT_OK
+
+
+@dataclass
+class StudyOptions:
+    script: str | Path
+    args: list[str] = field(default_factory=list)
+    trials: int = 20
+    target: str = "auto"
+    space: str | None = None
+    platform: str | None = None
+    sets: dict[str, Any] = field(default_factory=dict)
+    workers: int | None = None
+    cores_per_trial: int = 1
+    ray_address: str | None = None
+    storage: str | None = None
+    study: str | None = None
+    trial_timeout: float = 1800.0
+    timeout: float | None = None
+    out: str | Path | None = None
+    sampler: str = "tpe"
+    seed: int | None = None
+    metric: str = "throughput"
+    direction: str = "maximize"
+    memory_limit: str | None = None
+    protocol: MeasurementProtocol = field(default_factory=MeasurementProtocol)
+    #: Called after each finished trial (progress displays).
+    on_update: Callable[[StudyProgress], None] | None = None
+
+
+@dataclass
+class StudyProgress:
+    study: str
+    target: str
+    wanted: int
+    done: int = 0
+    running: int = 0
+    failed: int = 0
+    reused: int = 0
+    best_value: float | None = None
+    best_params: dict[str, Any] | None = None
+    baseline_value: float | None = None
+    metric: str = "throughput"
+    last: str = ""
+
+    @property
+    def speedup(self) -> float | None:
+        if self.best_value and self.baseline_value:
+            return self.best_value / self.baseline_value
+        return None
+
+
+def tune(script: str | Path, *args: str, **options: Any) -> StudyResult:
+    """Tune ``script`` from Python; the keyword arguments are those of :class:`StudyOptions`.
+
+    >>> result = autotune.tune("train.py", trials=20, target="xla")   # doctest: +SKIP
+    >>> result.best.env["NEURON_CC_FLAGS"]                              # doctest: +SKIP
+    """
+    return Study(StudyOptions(script=script, args=list(args), **options)).run()
+
+
+def config_key(params: dict[str, Any]) -> str:
+    return json.dumps(params, sort_keys=True, separators=(",", ":"))
+
+
+class Study:
+    def __init__(self, options: StudyOptions) -> None:
+        import optuna
+
+        self.o = options
+        if options.trials < 1:
+            raise InvalidConfigError(f"--trials must be at least 1 (got {options.trials})")
+        if options.direction not in ("maximize", "minimize"):
+            raise InvalidConfigError("--direction must be maximize or minimize")
+        if options.trial_timeout <= 0 or (options.timeout is not None and options.timeout <= 0):
+            raise InvalidConfigError("timeouts must be positive")
+        self.script = check_script(options.script)
+        self.target: Target = resolve_target(options.target, self.script)
+        base_space = load_trial_space(self.target, options.space, options.platform)
+        self.space: SearchSpace = base_space.restrict(options.sets)
+        self.memory_limit = parse_size(options.memory_limit) if options.memory_limit else None
+        self.name = options.study or default_study_name(self.script, self.target.name)
+        self.out = Path(options.out) if options.out else DEFAULT_DIR / self.name
+        check_writable(self.out)
+        self.storage_url = options.storage or default_storage()
+        if self.storage_url.startswith("sqlite:///"):
+            check_writable(Path(self.storage_url[len("sqlite:///"):]).parent)
+        self.notes: list[str] = []
+        optuna.logging.set_verbosity(optuna.logging.WARNING)
+        warnings.filterwarnings("ignore", category=optuna.exceptions.ExperimentalWarning)
+        # The driver beats for its in-flight trials itself (ask/tell has no optimize loop).
+        warnings.filterwarnings("ignore", message="Heartbeat of storage is supposed to be used with Study.optimize")
+        self.storage = _open_storage(self.storage_url)
+        self.study = self._open_study()
+        self.baseline_params = self.space.defaults()
+        self.progress = StudyProgress(self.name, self.target.name, options.trials, metric=options.metric)
+
+    # -- set-up --------------------------------------------------------------------------------
+    def _open_study(self) -> Any:
+        import optuna
+
+        try:
+            study = optuna.create_study(storage=self.storage, study_name=self.name, direction=self.o.direction,
+                                        sampler=self._sampler(), load_if_exists=True)
+        except ValueError as exc:
+            raise AutotuneError(f"study {self.name!r}: {exc}") from None
+        attrs = study.user_attrs
+        if attrs.get("target") not in (None, self.target.name):
+            raise AutotuneError(f"study {self.name!r} tunes target {attrs['target']!r}, not {self.target.name!r}; "
+                                "choose another --study name")
+        if study.direction.name.lower() != self.o.direction:
+            raise AutotuneError(f"study {self.name!r} was created to {study.direction.name.lower()}; "
+                                "choose another --study name to change the direction")
+        if not attrs:
+            study.set_user_attr("target", self.target.name)
+            study.set_user_attr("metric", self.o.metric)
+            study.set_user_attr("script", str(self.script))
+            study.set_user_attr("args", list(self.o.args))
+            study.set_user_attr("space", self.space.source)
+        return study
+
+    def _sampler(self) -> Any:
+        import optuna
+
+        seed = self.o.seed
+        if self.o.sampler == "tpe":
+            return optuna.samplers.TPESampler(multivariate=True, group=True, constant_liar=True, seed=seed,
+                                              n_startup_trials=5)
+        if self.o.sampler == "random":
+            return optuna.samplers.RandomSampler(seed=seed)
+        if self.o.sampler == "qmc":
+            return optuna.samplers.QMCSampler(seed=seed)
+        raise InvalidConfigError(f"unknown sampler {self.o.sampler!r}; choose tpe, random or qmc")
+
+    # -- the loop --------------------------------------------------------------------------------
+    def run(self) -> StudyResult:
+        from autotune.provenance import provenance
+        from autotune.scheduler import WorkerPool, connect, plan_placement
+
+        self.provenance = provenance(self.target, self.script, self.o.args)
+        if self.target.name == "neuron" and not self.target.available():
+            self.notes.append("no Neuron device or torch_neuronx here: trials run without the Neuron compiler")
+        self._fail_stale()
+        self._enqueue_starting_points()
+        started_ray = connect(self.o.ray_address)
+        pool = None
+        try:
+            placement = plan_placement(self.target.name, workers=self.o.workers,
+                                       cores_per_trial=self.o.cores_per_trial)
+            self.notes.extend(placement.notes)
+            self.threads = placement.threads_per_trial
+            pool = WorkerPool(placement)
+            self._loop(pool)
+        finally:
+            if pool is not None:
+                pool.shutdown()
+            if started_ray:
+                import ray
+
+                ray.shutdown()
+        return self.result()
+
+    def _loop(self, pool: Any) -> None:
+        deadline = time.monotonic() + self.o.timeout if self.o.timeout else math.inf
+        in_flight: dict[int, Any] = {}  # trial number -> optuna trial
+        consecutive_dups = 0
+        self.ran = self.reused = 0
+        last_beat = 0.0
+        while True:
+            counted, running_elsewhere = self._counts(exclude=set(in_flight))
+            want_more = counted + len(in_flight) + running_elsewhere < self.o.trials
+            while want_more and pool.free and time.monotonic() < deadline and consecutive_dups < 50:
+                trial = self.study.ask()
+                outcome = self._dispatch(trial, pool)
+                if outcome == "submitted":
+                    in_flight[trial.number] = trial
+                    consecutive_dups = 0
+                else:
+                    consecutive_dups += 1
+                counted, running_elsewhere = self._counts(exclude=set(in_flight))
+                want_more = counted + len(in_flight) + running_elsewhere < self.o.trials
+            if consecutive_dups >= 50 and not in_flight:
+                self.notes.append("every configuration the sampler proposes was measured already: "
+                                  "the space is exhausted")
+                break
+            if not in_flight:
+                if running_elsewhere and time.monotonic() < deadline:
+                    self._fail_stale()  # another driver's trials, or a killed one's once stale
+                    time.sleep(1.0)
+                    continue
+                break
+            self._update_progress(len(in_flight))
+            for number, result_json, error in pool.wait(timeout=1.0):
+                trial = in_flight.pop(number)
+                self._tell(trial, result_json, error)
+            if time.monotonic() - last_beat > HEARTBEAT_S:
+                for trial in in_flight.values():
+                    self.storage.record_heartbeat(trial._trial_id)
+                self._fail_stale()
+                last_beat = time.monotonic()
+        self._update_progress(0)
+        self.write_outputs()
+
+    def _counts(self, exclude: set[int]) -> tuple[int, int]:
+        """Trials measured so far (in any run of this study), and trials running in other drivers."""
+        import optuna
+
+        counted = running = 0
+        for t in self.study.get_trials(deepcopy=False):
+            if t.user_attrs.get(A_COUNTED) and t.state.is_finished():
+                counted += 1
+            elif t.state == optuna.trial.TrialState.RUNNING and t.number not in exclude:
+                running += 1
+        return counted, running
+
+    def _dispatch(self, trial: Any, pool: Any) -> str:
+        """Suggest a configuration; run it, or answer it from an earlier result."""
+        import optuna
+
+        try:
+            params = self._suggest(trial)
+            self.target.check(params)
+        except InvalidConfigError as exc:
+            trial.set_user_attr(A_CATEGORY, "invalid_config")
+            trial.set_user_attr("reason", str(exc))
+            self.study.tell(trial, state=optuna.trial.TrialState.FAIL)
+            return "invalid"
+        key = config_key(params)
+        trial.set_user_attr(A_KEY, key)
+        earlier = self._earlier_result(key, trial.number)
+        if earlier is not None:
+            trial.set_user_attr(A_DUP, earlier.number)
+            for name in (A_CATEGORY, "reason"):
+                if name in earlier.user_attrs:
+                    trial.set_user_attr(name, earlier.user_attrs[name])
+            if earlier.state == optuna.trial.TrialState.COMPLETE:
+                self.study.tell(trial, earlier.value)
+            else:
+                self.study.tell(trial, state=optuna.trial.TrialState.FAIL)
+            self.reused += 1
+            self.progress.reused += 1
+            return "reused"
+        plan = self.target.plan(params)
+        if self.threads:
+            plan.knobs.threads = self.threads
+        trial.set_user_attr("env", plan.env)
+        request = {
+            "plan": plan.model_dump(mode="json"),
+            "script": str(self.script),
+            "args": list(self.o.args),
+            "cwd": os.getcwd(),
+            "trial_dir": str((self.out / "trials" / f"{trial.number:04d}").resolve()),
+            "limits": {"timeout_s": self.o.trial_timeout, "memory_bytes": self.memory_limit},
+            "protocol": self.o.protocol.model_dump(mode="json"),
+            "seed": self.o.seed or 0,
+        }
+        pool.submit(request, tag=trial.number)
+        # Optuna only counts a trial as stale once it has a heartbeat: record one now, so that a
+        # driver killed before its first periodic beat still has its trials failed and re-queued.
+        self.storage.record_heartbeat(trial._trial_id)
+        return "submitted"
+
+    def _suggest(self, trial: Any) -> dict[str, Any]:
+        """Ask Optuna for each free parameter that is active given those chosen before it."""
+        chosen: dict[str, Any] = dict(self.space.fixed)
+        for p in _in_dependency_order(self.space):
+            if p.name in self.space.fixed or not p.is_active(chosen):
+                continue
+            chosen[p.name] = _suggest_one(trial, p)
+        active = {k: v for k, v in chosen.items() if self.space.parameters[k].is_active(chosen)}
+        return self.space.validate(active)
+
+    def _earlier_result(self, key: str, number: int) -> Any:
+        for t in self.study.get_trials(deepcopy=False):
+            if t.number != number and t.user_attrs.get(A_KEY) == key and t.user_attrs.get(A_COUNTED) \
+                    and t.state.is_finished():
+                return t
+        return None
+
+    def _tell(self, trial: Any, result_json: str | None, error: str | None) -> None:
+        import optuna
+
+        trial.set_user_attr(A_COUNTED, True)
+        self.ran += 1
+        if result_json is None:
+            trial.set_user_attr(A_CATEGORY, "crash")
+            trial.set_user_attr("reason", error or "the worker failed")
+            self.study.tell(trial, state=optuna.trial.TrialState.FAIL)
+            self.progress.failed += 1
+            self.progress.last = f"trial {trial.number}: failed (crash)"
+            return
+        result = TrialResult.model_validate_json(result_json)
+        trial.set_user_attr(A_RESULT, result_json)
+        env = {**result.plan.env, **{k: v for k, v in result.placement.items() if k.startswith("NEURON_")}}
+        trial.set_user_attr("env", env)
+        value = self._objective(result)
+        if result.ok and value is not None:
+            self.study.tell(trial, value)
+            self.progress.last = f"trial {trial.number}: {value:,.1f} {self.o.metric}"
+        else:
+            failure = result.failure
+            category = failure.category.value if failure else "script_error"
+            reason = failure.reason if failure else f"the script reported no {self.o.metric!r}"
+            trial.set_user_attr(A_CATEGORY, category)
+            trial.set_user_attr("reason", reason)
+            self.study.tell(trial, state=optuna.trial.TrialState.FAIL)
+            self.progress.failed += 1
+            self.progress.last = f"trial {trial.number}: failed ({category})"
+        self.write_outputs()  # after every trial: a killed driver loses nothing measured
+
+    def _objective(self, result: TrialResult) -> float | None:
+        if self.o.metric == "throughput":
+            return result.measurement.throughput if result.measurement else None
+        return result.metrics.get(self.o.metric)
+
+    def _enqueue_starting_points(self) -> None:
+        """Baseline first, then the known-good configurations, each once per study."""
+        if "baseline_key" not in self.study.user_attrs:
+            self.study.set_user_attr("baseline_key", config_key(self.baseline_params))
+        queued = {t.user_attrs.get("enqueued_key") for t in self.study.get_trials(deepcopy=False)}
+        for params in [self.baseline_params, *self.space.known_good]:
+            try:
+                config = self.space.validate({**self.baseline_params, **params, **self.space.fixed})
+            except InvalidConfigError:
+                continue  # a known-good point that the user's --set excludes
+            key = config_key(config)
+            if key in queued:
+                continue
+            queued.add(key)
+            full = {p.name: config.get(p.name) for p in self.space.free_parameters if p.is_active(config)}
+            self.study.enqueue_trial(full, user_attrs={"enqueued_key": key}, skip_if_exists=False)
+
+    def _fail_stale(self) -> None:
+        import optuna
+
+        optuna.storages.fail_stale_trials(self.study)
+
+    # -- results -----------------------------------------------------------------------------
+    def summaries(self) -> list[TrialSummary]:
+        return study_summaries(self.study)
+
+    def result(self) -> StudyResult:
+        trials = self.summaries()
+        best = best_config(self.study, self.name, self.provenance)
+        by_cat: dict[str, int] = {}
+        for t in trials:
+            if t.state == "FAIL" and t.category and t.duplicate_of is None:
+                by_cat[t.category] = by_cat.get(t.category, 0) + 1
+        code = EXIT_OK if best is not None else EXIT_ALL_FAILED
+        return StudyResult(study=self.name, storage=self.storage_url, target=self.target.name,
+                           out_dir=str(self.out), best=best, baseline_value=baseline_value(self.study),
+                           trials=trials, failures_by_category=by_cat, ran=self.ran, reused=self.reused,
+                           notes=self.notes, exit_code=code)
+
+    def write_outputs(self) -> None:
+        trials = self.summaries()
+        best = best_config(self.study, self.name, getattr(self, "provenance", {}))
+        write_outputs(self.out, best, trials, baseline_value(self.study))
+
+    def _update_progress(self, running: int) -> None:
+        p = self.progress
+        p.running = running
+        p.done, _ = self._counts(exclude=set())
+        p.baseline_value = baseline_value(self.study)
+        best = _best_trial(self.study)
+        if best is not None:
+            p.best_value, p.best_params = best.value, best.params
+        if self.o.on_update:
+            self.o.on_update(p)
+
+
+# -- reading a stored study ----------------------------------------------------------------------
+
+def _open_storage(url: str) -> Any:
+    import optuna
+    from optuna.storages import RetryHeartbeatStaleTrialCallback
+
+    if "://" not in url:
+        raise InvalidConfigError(f"storage {url!r} is not a database URL; e.g. sqlite:///autotune.db or "
+                                 "postgresql://user@host/db")
+    try:
+        return optuna.storages.RDBStorage(
+            url, heartbeat_interval=HEARTBEAT_S, grace_period=GRACE_S,
+            heartbeat_stale_trial_callback=RetryHeartbeatStaleTrialCallback(max_retry=2),
+        )
+    except ModuleNotFoundError as exc:
+        raise AutotuneError(f"storage {url.split('://')[0]}: the database driver is not installed "
+                            f"({exc.name}); install it, e.g. pip install psycopg2-binary") from None
+    except Exception as exc:  # SQLAlchemy raises many types for a bad URL or a corrupt file
+        first = str(exc).strip().splitlines()[0][:200] if str(exc).strip() else type(exc).__name__
+        raise AutotuneError(f"cannot open storage {url}: {first}") from None
+
+
+def load_study(name: str, storage: str | None = None) -> Any:
+    import optuna
+
+    optuna.logging.set_verbosity(optuna.logging.WARNING)
+    url = storage or default_storage()
+    if url.startswith("sqlite:///") and not Path(url[len("sqlite:///"):]).exists():
+        raise AutotuneError(f"no study database at {url[len('sqlite:///'):]}; run autotune run first or pass --storage")
+    st = _open_storage(url)
+    try:
+        return optuna.load_study(study_name=name, storage=st)
+    except KeyError:
+        names = ", ".join(s.study_name for s in optuna.get_all_study_summaries(st)) or "none"
+        raise AutotuneError(f"no study named {name!r} in {url}; studies there: {names}") from None
+
+
+def _best_trial(study: Any) -> Any:
+    import optuna
+
+    done = [t for t in study.get_trials(deepcopy=False, states=[optuna.trial.TrialState.COMPLETE])
+            if t.user_attrs.get(A_DUP) is None and t.value is not None]
+    if not done:
+        return None
+    pick = max if study.direction == optuna.study.StudyDirection.MAXIMIZE else min
+    return pick(done, key=lambda t: t.value)
+
+
+def baseline_value(study: Any) -> float | None:
+    """The measured value of the baseline configuration, if it completed."""
+    import optuna
+
+    key = study.user_attrs.get("baseline_key")
+    for t in study.get_trials(deepcopy=False, states=[optuna.trial.TrialState.COMPLETE]):
+        if t.user_attrs.get(A_KEY) == key and t.user_attrs.get(A_DUP) is None:
+            return t.value
+    return None
+
+
+def best_config(study: Any, name: str, prov: dict[str, Any] | None = None) -> BestConfig | None:
+    import optuna
+
+    t = _best_trial(study)
+    if t is None:
+        return None
+    result = TrialResult.model_validate_json(t.user_attrs[A_RESULT]) if A_RESULT in t.user_attrs else None
+    base = baseline_value(study)
+    maximize = study.direction == optuna.study.StudyDirection.MAXIMIZE
+    speedup = None
+    if base and t.value:
+        speedup = t.value / base if maximize else base / t.value
+    plan = result.plan if result else None
+    m = result.measurement if result else None
+    return BestConfig(
+        study=name, trial=t.number, target=study.user_attrs.get("target", ""),
+        params=dict(plan.params) if plan else dict(t.params),
+        env=dict(t.user_attrs.get("env") or (plan.env if plan else {})),
+        flags_env=plan.flags_env if plan else None,
+        compiler_flags=plan.compiler_flags if plan else None,
+        knobs={k: v for k, v in (plan.knobs.model_dump() if plan else {}).items() if v not in (None, False)},
+        metric=study.user_attrs.get("metric", "throughput"), value=t.value,
+        throughput=m.throughput if m else None, ci95_low=m.ci95_low if m else None,
+        ci95_high=m.ci95_high if m else None, baseline_value=base, speedup=speedup,
+        provenance=prov or study.user_attrs.get("provenance") or {},
+    )
+
+
+def study_summaries(study: Any) -> list[TrialSummary]:
+    out = []
+    for t in study.get_trials(deepcopy=False):
+        result = TrialResult.model_validate_json(t.user_attrs[A_RESULT]) if A_RESULT in t.user_attrs else None
+        m = result.measurement if result else None
+        out.append(TrialSummary(
+            number=t.number, state=t.state.name,
+            params=dict(result.plan.params) if result else {k: v for k, v in t.params.items() if v is not None},
+            value=t.value if t.state.name == "COMPLETE" else None,
+            throughput=m.throughput if m else None,
+            ci95_low=m.ci95_low if m else None, ci95_high=m.ci95_high if m else None,
+            category=t.user_attrs.get(A_CATEGORY), reason=t.user_attrs.get("reason"),
+            log_tail=result.log_tail if result and not result.ok else None,
+            wall_seconds=result.wall_seconds if result else None,
+            compile_seconds=result.compile.compile_seconds if result else None,
+            duplicate_of=t.user_attrs.get(A_DUP), env=t.user_attrs.get("env") or {},
+            started_at=result.started_at if result else None, ended_at=result.ended_at if result else None,
+        ))
+    return out
+
+
+def _in_dependency_order(space: SearchSpace) -> list[Parameter]:
+    """Parameters so that each comes after those its ``when`` names."""
+    placed: list[Parameter] = []
+    names: set[str] = set()
+    pending = list(space.parameters.values())
+    while pending:
+        progress = False
+        for p in list(pending):
+            if all(dep in names for dep in p.when):
+                placed.append(p)
+                names.add(p.name)
+                pending.remove(p)
+                progress = True
+        if not progress:
+            raise AutotuneError(f"{space.source}: the 'when' conditions of "
+                                f"{', '.join(p.name for p in pending)} depend on each other in a cycle")
+    return placed
+
+
+def _suggest_one(trial: Any, p: Parameter) -> Any:
+    if p.choices is not None:
+        choices = list(p.choices)
+        if p.default is None:
+            choices = [None, *choices]  # None: leave the script's own value
+        return trial.suggest_categorical(p.name, choices)
+    if p.type == "int":
+        return trial.suggest_int(p.name, int(p.low), int(p.high), step=int(p.step or 1), log=p.log)
+    return trial.suggest_float(p.name, float(p.low), float(p.high), step=p.step, log=p.log)
