@@ -69,7 +69,10 @@ class StepClock:
         self.rt = runtime
         self.protocol = runtime.spec.protocol
         self.lazy = runtime.spec.plan.knobs.lazy_device
-        self.source: str | None = None  # "explicit", "loader" or "optimizer"
+        self._reset(source=None)
+
+    def _reset(self, source: str | None) -> None:
+        self.source = source  # "explicit", "loader" or "optimizer": the first kind seen delimits steps
         self.steps = 0
         self.warming = True
         self.quiet = 0
@@ -97,10 +100,10 @@ class StepClock:
     def boundary(self, source: str, samples: float | None) -> None:
         if self.done or threading.current_thread() is not threading.main_thread():
             return
-        if self.source is None or (source == "explicit" and self.source != "explicit"):
-            if self.source is not None:
-                self.__init__(self.rt)  # explicit steps take over: start again
+        if self.source is None:
             self.source = source
+        elif source == "explicit" and self.source != "explicit":
+            self._reset(source)  # the script marks its own steps: start measuring again on those
         elif source != self.source:
             return
         self.steps += 1
@@ -249,7 +252,12 @@ class TrialRuntime:
     # -- device ------------------------------------------------------------------------------
     def wait_device(self) -> None:
         if self._xla is not None:
-            self._xla.wait_device_ops()
+            import torch_xla
+
+            # Only a runtime the script started: waiting would otherwise start one (and pick a
+            # device) for a script that never touched XLA.
+            if torch_xla._XLAC._xla_runtime_is_initialized():
+                self._xla.wait_device_ops()
         elif "torch" in sys.modules:
             import torch
 

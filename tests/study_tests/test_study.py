@@ -1,0 +1,145 @@
+"""End-to-end studies on this machine: a real local Ray, SQLite, and real trial processes."""
+
+from __future__ import annotations
+
+import csv
+import json
+import os
+import signal
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import optuna
+import pytest
+
+from autotune.outputs import BestConfig
+from autotune.study import StudyResult, tune
+
+ROOT = Path(__file__).resolve().parents[2]
+EXAMPLES = ROOT / "examples"
+SCRIPTS = ROOT / "tests" / "scripts"
+
+pytestmark = pytest.mark.slow
+
+TWO_POINT_SPACE = """
+target: inductor
+parameters:
+  batch_size:
+    type: int
+    choices: [16, 64]
+  mode:
+    type: categorical
+    choices: [eager]
+    default: eager
+"""
+
+
+def _check_outputs(result: StudyResult) -> BestConfig:
+    out = Path(result.out_dir)
+    best = BestConfig.model_validate_json((out / "best.json").read_text())
+    assert best.value == result.best.value
+    env = (out / "best.env").read_text()
+    assert "export AUTOTUNE_PARAMS=" in env
+    rows = list(csv.DictReader((out / "trials.csv").open()))
+    assert len(rows) == len(result.trials)
+    assert best.provenance["script_sha256"] and best.provenance["versions"]["torch"]
+    return best
+
+
+def test_xla_study_of_the_vit_example(ray_cluster, tmp_path, monkeypatch) -> None:
+    monkeypatch.chdir(tmp_path)
+    result = tune(EXAMPLES / "vit_xla_train.py", trials=4, target="xla", seed=0,
+                  sets={"num_workers": 0, "openxla": False})
+    assert result.exit_code == 0, result.trials
+    assert result.ran == 4
+    assert result.trials[0].params == {"batches_per_execution": 1, "num_workers": 0, "openxla": False,
+                                       "precision": "fp32"}, "trial 0 is the baseline"
+    assert result.trials[1].params["precision"] == "bf16_model", "the known-good points come next"
+    assert result.baseline_value and result.best.value >= result.baseline_value
+    best = _check_outputs(result)
+    assert best.speedup >= 1.0
+    assert Path(".autotune/autotune.db").exists(), "default storage is SQLite under .autotune/"
+
+
+def test_inductor_study_of_the_vit_example(ray_cluster, tmp_path, monkeypatch) -> None:
+    monkeypatch.chdir(tmp_path)
+    # Baseline (the script's own eager loop) and the space's first known-good point (compiled).
+    result = tune(EXAMPLES / "vit_train.py", trials=2, target="inductor", seed=0)
+    assert result.exit_code == 0, result.trials
+    compiled = [t for t in result.trials if t.params.get("mode") == "default"]
+    assert compiled and compiled[0].state == "COMPLETE"
+    assert compiled[0].compile_seconds and compiled[0].compile_seconds > 0
+    assert result.best.value >= result.baseline_value
+    _check_outputs(result)
+
+
+def test_measured_configurations_are_not_run_again(ray_cluster, tmp_path, monkeypatch) -> None:
+    monkeypatch.chdir(tmp_path)
+    space = tmp_path / "two.yaml"
+    space.write_text(TWO_POINT_SPACE)
+    # Three configurations exist (the script's own batch size, 16, 64); asking for five ends
+    # once the sampler proposes only measured ones.
+    result = tune(SCRIPTS / "tiny_train.py", trials=5, target="inductor", space=str(space), seed=0)
+    assert result.ran == 3
+    assert result.reused >= 1
+    study = optuna.load_study(study_name=result.study, storage=result.storage)
+    keys = [t.user_attrs["config_key"] for t in study.trials if t.user_attrs.get("counted")]
+    assert len(keys) == len(set(keys)) == 3
+    dups = [t for t in study.trials if t.user_attrs.get("duplicate_of") is not None]
+    for t in dups:
+        original = study.trials[t.user_attrs["duplicate_of"]]
+        assert t.user_attrs["config_key"] == original.user_attrs["config_key"]
+        assert t.value == original.value, "Optuna is told the earlier result"
+
+    again = tune(SCRIPTS / "tiny_train.py", trials=3, target="inductor", space=str(space), seed=0)
+    assert again.ran == 0, "a study that already holds its trials runs nothing"
+    assert again.best.value == result.best.value
+
+
+def test_neuron_trials_hold_disjoint_core_ranges(ray_cluster, tmp_path, monkeypatch) -> None:
+    monkeypatch.chdir(tmp_path)
+    result = tune(SCRIPTS / "sleepy_train.py", trials=4, target="neuron", platform="trn1",
+                  cores_per_trial=2, seed=0, sets={"batches_per_execution": 1, "precision": "fp32"})
+    ran = [t for t in result.trials if t.duplicate_of is None and t.state in ("COMPLETE", "FAIL")]
+    assert len(ran) == 4
+    ranges = [t.env.get("NEURON_RT_VISIBLE_CORES") for t in ran]
+    assert sorted(ranges) == ["0-1", "2-3", "4-5", "6-7"], ranges
+    assert all("NEURON_CC_FLAGS" in t.env and "--target=trn1" in t.env["NEURON_CC_FLAGS"] for t in ran)
+    assert max(t.started_at for t in ran) < min(t.ended_at for t in ran), "the four trials ran at once"
+
+
+def test_a_killed_driver_resumes_keeping_completed_trials(tmp_path) -> None:
+    space = tmp_path / "space.yaml"
+    space.write_text(TWO_POINT_SPACE.replace("[16, 64]", "[8, 16, 32, 64, 128]"))
+    cmd = [sys.executable, "-m", "autotune.cli", "run", str(SCRIPTS / "tiny_train.py"), "--trials", "5",
+           "--target", "inductor", "--space", str(space), "--seed", "0", "--study", "resume"]
+    storage = f"sqlite:///{tmp_path / '.autotune' / 'autotune.db'}"
+    driver = subprocess.Popen(cmd, cwd=tmp_path, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+    completed_before: dict[int, float] = {}
+    deadline = time.monotonic() + 240
+    while time.monotonic() < deadline and driver.poll() is None:
+        time.sleep(1)
+        try:
+            study = optuna.load_study(study_name="resume", storage=storage)
+        except Exception:
+            continue
+        done = {t.number: t.value for t in study.trials if t.state.name == "COMPLETE"}
+        if len(done) >= 2:
+            completed_before = done
+            break
+    assert driver.poll() is None, "the driver finished before it could be killed"
+    driver.send_signal(signal.SIGKILL)
+    driver.wait()
+    assert len(completed_before) >= 2
+
+    rerun = subprocess.run([*cmd, "--json"], cwd=tmp_path, capture_output=True, text=True, timeout=300)
+    assert rerun.returncode == 0, rerun.stderr[-2000:]
+    result = StudyResult.model_validate_json(rerun.stdout)
+    by_number = {t.number: t for t in result.trials}
+    for number, value in completed_before.items():
+        assert by_number[number].state == "COMPLETE" and by_number[number].value == value
+    counted = [t for t in result.trials if t.state in ("COMPLETE", "FAIL") and t.duplicate_of is None
+               and (t.value is not None or t.category)]
+    assert len([t for t in counted if t.state == "COMPLETE"]) >= 5
