@@ -95,6 +95,8 @@ def trial(
     max_steps: int = typer.Option(1000, help="Cap on the steps measured after warm-up."),
     trial_dir: Optional[Path] = typer.Option(None, help="Where the trial's spec, report and log go "
                                                         "(default: .autotune/trials/<time>)."),
+    cache: Optional[Path] = typer.Option(None, help="Cache root whose compiled artifacts the trial uses "
+                                                    "(default: ~/.cache/autotune)."),
 ) -> None:
     """Run the script once under one configuration and measure it.
 
@@ -108,7 +110,12 @@ def trial(
 
     if timeout <= 0:
         raise InvalidConfigError("--timeout must be positive")
+    from autotune.cache import open_cache
+
     prepared = prepare_trial(script, target=target, sets=parse_sets(set_), space=space, platform=platform)
+    cache_env, cache_notes = prepared.target.cache_env(str(open_cache(cache).path), prepared.params)
+    prepared.plan.env.update(cache_env)
+    prepared.plan.notes.extend(cache_notes)
     limits = TrialLimits(timeout_s=timeout, memory_bytes=parse_size(memory_limit) if memory_limit else None)
     protocol = MeasurementProtocol(run_to_end=full_run, max_measure_seconds=max_seconds, max_measure_steps=max_steps)
     directory = trial_dir or default_trial_dir()
@@ -154,6 +161,12 @@ def run(
                                                   "reports with autotune.report()."),
     direction: str = typer.Option("maximize", help="maximize or minimize the metric."),
     memory_limit: Optional[str] = typer.Option(None, help="Host-memory limit per trial, e.g. 8GiB."),
+    cache: Optional[Path] = typer.Option(None, help="Cache root for compiled artifacts and measured results "
+                                                    "(default: ~/.cache/autotune; share it across a fleet)."),
+    fresh: bool = typer.Option(False, "--fresh", help="Measure again: ignore remembered results and start the "
+                                                      "study anew (the old one is kept under another name)."),
+    retry_failed: bool = typer.Option(False, "--retry-failed", help="Compile again configurations whose "
+                                                                    "compile failed before here."),
     json_out: bool = typer.Option(False, "--json", help="Print the study's result as one JSON object."),
 ) -> None:
     """Tune SCRIPT: Optuna proposes configurations, Ray workers measure them.
@@ -168,7 +181,8 @@ def run(
         script=script, args=script_args or [], trials=trials, target=target, space=space, platform=platform,
         sets=parse_sets(set_), workers=workers, cores_per_trial=cores_per_trial, ray_address=ray_address,
         storage=storage, study=study, trial_timeout=trial_timeout, timeout=timeout, out=out, sampler=sampler,
-        seed=seed, metric=metric, direction=direction, memory_limit=memory_limit, on_update=progress.update,
+        seed=seed, metric=metric, direction=direction, memory_limit=memory_limit, cache=cache, fresh=fresh,
+        retry_failed=retry_failed, on_update=progress.update,
     )
     runner = Study(options)
     with progress:
@@ -251,6 +265,66 @@ def show(
     from autotune.report import render_trials
 
     render_trials(study, trials, baseline_value(st), best_config(st, study), Console(), all_trials=True)
+
+
+cache_app = typer.Typer(help="Inspect and manage the cache of compiled artifacts and results.",
+                        no_args_is_help=True)
+app.add_typer(cache_app, name="cache")
+
+
+@cache_app.command("stats")
+def cache_stats_cmd(
+    cache: Optional[Path] = typer.Option(None, help="Cache root (default: ~/.cache/autotune)."),
+    json_out: bool = typer.Option(False, "--json", help="Print the figures as JSON."),
+) -> None:
+    """Entries by target, compile-cache hits and misses, sizes; done/failed/locked Neuron entries."""
+    from autotune.cache import cache_stats, open_cache
+    from autotune.report import fmt_bytes
+
+    stats = cache_stats(open_cache(cache))
+    if json_out:
+        typer.echo(json.dumps(stats.to_json()))
+        return
+    out = Console()
+    out.print(f"[bold]cache[/bold] {stats.root}")
+    for name, figures in stats.sections.items():
+        parts = [f"{k}={fmt_bytes(v) if k == 'bytes' else v}" for k, v in figures.items()]
+        out.print(f"  {name:22s} " + ", ".join(parts))
+
+
+@cache_app.command("prune")
+def cache_prune_cmd(
+    cache: Optional[Path] = typer.Option(None, help="Cache root (default: ~/.cache/autotune)."),
+    max_size: Optional[str] = typer.Option(None, help="Remove the oldest entries until under this size, e.g. 20GiB."),
+    older_than: Optional[str] = typer.Option(None, help="Remove entries older than this, e.g. 30d or 12h."),
+) -> None:
+    """Remove old entries; entries locked by a running compile are kept."""
+    from autotune.cache import open_cache, parse_age, prune
+    from autotune.report import fmt_bytes
+    from autotune.trial import parse_size
+
+    if max_size is None and older_than is None:
+        raise InvalidConfigError("give --max-size, --older-than or both")
+    removed, freed = prune(open_cache(cache), max_size=parse_size(max_size) if max_size else None,
+                           older_than=parse_age(older_than) if older_than else None)
+    typer.echo(f"removed {removed} entries, freed {fmt_bytes(freed)}")
+
+
+@cache_app.command("clear")
+def cache_clear_cmd(
+    cache: Optional[Path] = typer.Option(None, help="Cache root (default: ~/.cache/autotune)."),
+    yes: bool = typer.Option(False, "--yes", "-y", help="Do not ask for confirmation."),
+) -> None:
+    """Remove every compiled artifact and remembered result under the cache root."""
+    from autotune.cache import clear, open_cache
+    from autotune.report import fmt_bytes
+
+    root = open_cache(cache)
+    if not yes:
+        if not sys.stdin.isatty():
+            raise InvalidConfigError("autotune cache clear removes everything under the cache; pass --yes")
+        typer.confirm(f"remove everything under {root.path}?", abort=True)
+    typer.echo(f"cleared {root.path}, freed {fmt_bytes(clear(root))}")
 
 
 def main() -> None:

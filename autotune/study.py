@@ -88,6 +88,13 @@ class StudyOptions:
     direction: str = "maximize"
     memory_limit: str | None = None
     protocol: MeasurementProtocol = field(default_factory=MeasurementProtocol)
+    #: Cache root for compiled artifacts and measured results (default: the user's cache dir).
+    cache: str | Path | None = None
+    #: Measure again: start the study anew (the old one is kept under another name) and ignore
+    #: remembered results. Compiled artifacts are still loaded from the cache.
+    fresh: bool = False
+    #: Compile again configurations whose compile failed before in this environment.
+    retry_failed: bool = False
     #: Called after each finished trial (progress displays).
     on_update: Callable[[StudyProgress], None] | None = None
 
@@ -150,6 +157,9 @@ class Study:
         if self.storage_url.startswith("sqlite:///"):
             check_writable(Path(self.storage_url[len("sqlite:///"):]).parent)
         self.notes: list[str] = []
+        from autotune.cache import open_cache
+
+        self.cache = open_cache(options.cache)
         optuna.logging.set_verbosity(optuna.logging.WARNING)
         warnings.filterwarnings("ignore", category=optuna.exceptions.ExperimentalWarning)
         # The driver beats for its in-flight trials itself (ask/tell has no optimize loop).
@@ -163,6 +173,8 @@ class Study:
     def _open_study(self) -> Any:
         import optuna
 
+        if self.o.fresh:
+            self._archive_existing()
         try:
             study = optuna.create_study(storage=self.storage, study_name=self.name, direction=self.o.direction,
                                         sampler=self._sampler(), load_if_exists=True)
@@ -183,6 +195,19 @@ class Study:
             study.set_user_attr("space", self.space.source)
         return study
 
+    def _archive_existing(self) -> None:
+        """``--fresh``: keep the old study's trials under ``<name>@<time>`` and start anew."""
+        import optuna
+
+        names = {s.study_name for s in optuna.get_all_study_summaries(self.storage, include_best_trial=False)}
+        if self.name not in names:
+            return
+        archived = f"{self.name}@{time.strftime('%Y%m%d-%H%M%S')}"
+        optuna.copy_study(from_study_name=self.name, from_storage=self.storage, to_storage=self.storage,
+                          to_study_name=archived)
+        optuna.delete_study(study_name=self.name, storage=self.storage)
+        self.notes.append(f"--fresh: the earlier trials of {self.name} are kept as study {archived}")
+
     def _sampler(self) -> Any:
         import optuna
 
@@ -201,7 +226,11 @@ class Study:
         from autotune.provenance import provenance
         from autotune.scheduler import WorkerPool, connect, plan_placement
 
+        from autotune.cache import environment_of, model_of
+
         self.provenance = provenance(self.target, self.script, self.o.args)
+        self.study.set_user_attr("provenance", self.provenance)
+        self._model_key, self._env_key = model_of(self.provenance), environment_of(self.provenance)
         if self.target.name == "neuron" and not self.target.available():
             self.notes.append("no Neuron device or torch_neuronx here: trials run without the Neuron compiler")
         self._fail_stale()
@@ -304,7 +333,27 @@ class Study:
             self.reused += 1
             self.progress.reused += 1
             return "reused"
+        from autotune.cache import result_key
+
+        rkey = result_key(model=self._model_key, environment=self._env_key, target=self.target.name,
+                          params=params, protocol_version=self.o.protocol.version)
+        trial.set_user_attr("result_key", rkey)
+        remembered = None if self.o.fresh else self.cache.get_result(rkey)
+        if remembered is not None and (remembered.ok or not self.o.retry_failed):
+            self._tell(trial, remembered.model_dump_json(), None, from_cache=True)
+            return "reused"
         plan = self.target.plan(params)
+        cache_env, cache_notes = self.target.cache_env(str(self.cache.path), params)
+        plan.env.update(cache_env)
+        plan.notes.extend(cache_notes)
+        if plan.flags_env == "NEURON_CC_FLAGS" and self.target.name == "neuron":
+            failed = None if self.o.retry_failed else self.cache.neuron_failed_compile(plan.compiler_flags)
+            if failed is not None:
+                self._tell_known_failure(trial, plan, f"the Neuron compile cache holds a failed compile of these "
+                                                      f"flags ({failed.path.name}); --retry-failed compiles it again")
+                return "reused"
+            if self.o.retry_failed:
+                plan.env["NEURON_CC_FLAGS"] = f"{plan.env['NEURON_CC_FLAGS']} --retry_failed_compilation".strip()
         if self.threads:
             plan.knobs.threads = self.threads
         trial.set_user_attr("env", plan.env)
@@ -341,11 +390,23 @@ class Study:
                 return t
         return None
 
-    def _tell(self, trial: Any, result_json: str | None, error: str | None) -> None:
+    def _tell_known_failure(self, trial: Any, plan: Any, reason: str) -> None:
+        from autotune.records import Failure, FailureCategory
+
+        result = TrialResult(status="failed", plan=plan,
+                             failure=Failure(category=FailureCategory.compile_error, reason=reason))
+        self._tell(trial, result.model_dump_json(), None, from_cache=True)
+
+    def _tell(self, trial: Any, result_json: str | None, error: str | None, from_cache: bool = False) -> None:
         import optuna
 
         trial.set_user_attr(A_COUNTED, True)
-        self.ran += 1
+        if from_cache:
+            trial.set_user_attr("cached", True)
+            self.reused += 1
+            self.progress.reused += 1
+        else:
+            self.ran += 1
         if result_json is None:
             trial.set_user_attr(A_CATEGORY, "crash")
             trial.set_user_attr("reason", error or "the worker failed")
@@ -355,6 +416,8 @@ class Study:
             return
         result = TrialResult.model_validate_json(result_json)
         trial.set_user_attr(A_RESULT, result_json)
+        if not from_cache and "result_key" in trial.user_attrs:
+            self.cache.put_result(trial.user_attrs["result_key"], result)
         env = {**result.plan.env, **{k: v for k, v in result.placement.items() if k.startswith("NEURON_")}}
         trial.set_user_attr("env", env)
         value = self._objective(result)

@@ -492,8 +492,16 @@ class TrialRuntime:
             target.forward = autocast_forward
         spec = knobs.compile
         if spec is not None and spec.backend != "eager" and not self.user_compiled:
-            # Module.compile() compiles in place: the script keeps calling the object it holds.
-            target.compile(**self._compile_kwargs(spec))
+            # Compiled in place, as Module.compile() does, so that the script keeps calling the
+            # object it holds. Module.compile() itself compiles Module._call_impl, a frame in
+            # torch/nn that dynamo skips: a built-in container (nn.Sequential) would then never
+            # be compiled. Starting from a frame of ours makes dynamo inline the module instead.
+            call_impl = target._call_impl
+
+            def run_model(*args: Any, **kwargs: Any) -> Any:
+                return call_impl(*args, **kwargs)
+
+            target._compiled_call_impl = self._orig_torch_compile(run_model, **self._compile_kwargs(spec))
             self.user_compiled = True
 
     # -- result ------------------------------------------------------------------------------

@@ -42,6 +42,10 @@ class Target(abc.ABC):
         a variable the user already set (``XLA_FLAGS``, ``NEURON_CC_FLAGS``) reads it from there.
         """
 
+    def cache_env(self, root: str, params: Mapping[str, Any]) -> tuple[dict[str, str], list[str]]:
+        """Env vars that put this target's compiled artifacts under the cache ``root``, and notes."""
+        return {}, []
+
     def available(self) -> bool:
         """Whether this target can run trials on this machine."""
         return True

@@ -572,6 +572,12 @@ class NeuronTarget(Target):
                          "neuron_cc_wrapper; on the native path they reach neuronx-cc itself")
         return notes
 
+    def cache_env(self, root: str, params: Mapping[str, Any]) -> tuple[dict[str, str], list[str]]:
+        from autotune.targets.base import package_version
+
+        path = params.get("path", "xla")
+        return compile_cache_env(root, package_version("neuronx-cc"), path), []
+
     def available(self) -> bool:
         return neuron_present()
 

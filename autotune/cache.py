@@ -1,0 +1,325 @@
+"""The cache root: compiled artifacts of every target, and the results already measured.
+
+Layout under the root (``--cache DIR``, default ``$XDG_CACHE_HOME/autotune``)::
+
+    inductor/               TORCHINDUCTOR_CACHE_DIR, shared by every trial
+    neuron-compile-cache/   NEURON_COMPILE_CACHE_URL (Neuron XLA path; an s3:// root passes through)
+    neff-<compiler>/        TORCH_NEURONX_NEFF_CACHE_DIR (Neuron native path; one per compiler)
+    xla-<device>/           torch-xla's persistent cache where the device can read it back
+    results/<kk>/<key>.json measured results, keyed by model, environment, configuration, protocol
+
+Every write is a rename of a complete temporary file, so a killed trial never leaves a
+half-written entry that a later one trusts.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import os
+import re
+import shutil
+import time
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any, Iterator
+
+from autotune.errors import AutotuneError
+from autotune.records import FailureCategory, PROTOCOL_VERSION, TrialResult
+
+#: Failures that the same configuration in the same environment would meet again. Timeouts,
+#: crashes, host OOM and busy cores may be the machine's fault and are measured again.
+REMEMBERED_FAILURES = {FailureCategory.compile_error, FailureCategory.device_oom,
+                       FailureCategory.numerics, FailureCategory.invalid_config}
+STALE_LOCK_SECONDS = 3600
+
+
+def default_cache_root() -> Path:
+    base = os.environ.get("XDG_CACHE_HOME") or str(Path.home() / ".cache")
+    return Path(base) / "autotune"
+
+
+def open_cache(root: str | Path | None) -> CacheRoot:
+    """The cache root, created if needed; a clear error if it cannot be written."""
+    path = Path(root) if root else default_cache_root()
+    if str(path).startswith("s3:"):
+        raise AutotuneError("--cache is a directory (local or shared); an s3:// compile cache for the "
+                            "Neuron XLA path is passed with NEURON_COMPILE_CACHE_URL")
+    try:
+        (path / "results").mkdir(parents=True, exist_ok=True)
+        probe = path / f".write-test.{os.getpid()}"
+        probe.write_text("")
+        probe.unlink()
+    except OSError as exc:
+        raise AutotuneError(f"cannot write to the cache {path}: {exc.strerror}; choose another --cache") from None
+    return CacheRoot(path.resolve())
+
+
+def write_atomic(path: Path, text: str) -> None:
+    path.parent.mkdir(parents=True, exist_ok=True)
+    tmp = path.with_name(f".{path.name}.{os.getpid()}.tmp")
+    with open(tmp, "w") as fh:
+        fh.write(text)
+        fh.flush()
+        os.fsync(fh.fileno())
+    os.replace(tmp, path)
+
+
+def result_key(*, model: dict[str, Any], environment: dict[str, Any], target: str,
+               params: dict[str, Any], protocol_version: int = PROTOCOL_VERSION) -> str:
+    """The key of a measured result. Any change of script, arguments, package or compiler version,
+    device, instance type, configuration or measurement protocol gives another key."""
+    doc = {"model": model, "environment": environment, "target": target, "params": params,
+           "protocol": protocol_version}
+    return hashlib.sha256(json.dumps(doc, sort_keys=True, default=str).encode()).hexdigest()
+
+
+def environment_of(provenance: dict[str, Any]) -> dict[str, Any]:
+    """The part of a study's provenance that decides whether a result still holds."""
+    return {k: provenance.get(k) for k in ("versions", "device", "instance_type", "cpu_count")}
+
+
+def model_of(provenance: dict[str, Any]) -> dict[str, Any]:
+    return {"script_sha256": provenance.get("script_sha256"), "args": provenance.get("script_args")}
+
+
+@dataclass
+class CacheRoot:
+    path: Path
+
+    @property
+    def results_dir(self) -> Path:
+        return self.path / "results"
+
+    # -- results -----------------------------------------------------------------------------
+    def _result_path(self, key: str) -> Path:
+        return self.results_dir / key[:2] / f"{key}.json"
+
+    def get_result(self, key: str) -> TrialResult | None:
+        try:
+            return TrialResult.model_validate_json(self._result_path(key).read_text())
+        except (OSError, ValueError):
+            return None
+
+    def put_result(self, key: str, result: TrialResult) -> bool:
+        """Remember ``result`` if it would hold next time (a success, or a deterministic failure)."""
+        if not result.ok and (result.failure is None or result.failure.category not in REMEMBERED_FAILURES):
+            return False
+        write_atomic(self._result_path(key), result.model_dump_json())
+        return True
+
+    def iter_results(self) -> Iterator[tuple[Path, TrialResult | None]]:
+        for p in sorted(self.results_dir.glob("*/*.json")):
+            try:
+                yield p, TrialResult.model_validate_json(p.read_text())
+            except (OSError, ValueError):
+                yield p, None
+
+    # -- the Neuron XLA-path compile cache ---------------------------------------------------
+    @property
+    def neuron_xla_dir(self) -> Path:
+        return self.path / "neuron-compile-cache"
+
+    def neuron_failed_compile(self, flags: str | None) -> NeuronCacheEntry | None:
+        """A failed entry compiled with exactly ``flags``, if the Neuron cache holds one."""
+        if flags is None:
+            return None
+        wanted = _flag_list(flags)
+        for entry in neuron_cache_entries(self.neuron_xla_dir):
+            if entry.state == "failed" and entry.flags is not None and _compiler_flags(entry.flags) == \
+                    _compiler_flags(wanted):
+                return entry
+        return None
+
+
+# -- reading the Neuron persistent cache layout ----------------------------------------------------
+
+@dataclass
+class NeuronCacheEntry:
+    """``neuronxcc-<version>/MODULE_<graph hash>+<flag hash>/`` of the Neuron persistent cache."""
+
+    path: Path
+    compiler_version: str
+    graph_hash: str
+    flag_hash: str
+    state: str  # done, failed, locked, stale_lock, incomplete
+    flags: list[str] | None = None
+    size: int = 0
+    mtime: float = 0.0
+
+
+_MODULE = re.compile(r"MODULE_([^+]+)\+(.+)")
+
+
+def neuron_cache_entries(root: Path) -> list[NeuronCacheEntry]:
+    """Entries of a Neuron persistent cache directory, each with its state.
+
+    A compiled entry has ``model.neff`` and ``model.done``; a failed one has ``model.log`` and no
+    NEFF; one being compiled holds a ``*.lock`` (stale when older than an hour).
+    """
+    out: list[NeuronCacheEntry] = []
+    if not root.is_dir():
+        return out
+    now = time.time()
+    for version_dir in sorted(root.glob("neuronxcc-*")):
+        for module in sorted(version_dir.glob("MODULE_*")):
+            m = _MODULE.fullmatch(module.name)
+            if not m or not module.is_dir():
+                continue
+            files = {p.name: p for p in module.iterdir()}
+            locks = [p for n, p in files.items() if n.endswith(".lock")]
+            if "model.neff" in files and "model.done" in files:
+                state = "done"
+            elif locks:
+                oldest = min(p.stat().st_mtime for p in locks)
+                state = "stale_lock" if now - oldest > STALE_LOCK_SECONDS else "locked"
+            elif "model.log" in files and "model.neff" not in files:
+                state = "failed"
+            else:
+                state = "incomplete"
+            flags = None
+            if "compile_flags.json" in files:
+                try:
+                    raw = json.loads(files["compile_flags.json"].read_text())
+                    flags = [str(f) for f in raw] if isinstance(raw, list) else _flag_list(str(raw))
+                except (OSError, ValueError):
+                    flags = None
+            size = sum(p.stat().st_size for p in files.values() if p.is_file())
+            mtime = max((p.stat().st_mtime for p in files.values()), default=module.stat().st_mtime)
+            out.append(NeuronCacheEntry(module, version_dir.name[len("neuronxcc-"):], m.group(1), m.group(2),
+                                        state, flags, size, mtime))
+    return out
+
+
+_WRAPPER_FLAGS = ("--cache_dir", "--no_cache", "--retry_failed_compilation", "--log_level")
+
+
+def _flag_list(flags: str) -> list[str]:
+    return flags.split()
+
+
+def _compiler_flags(flags: list[str]) -> list[str]:
+    """Flags as the compiler sees them: the wrapper's own flags are not part of a compile."""
+    return [f for f in flags if not f.split("=", 1)[0] in _WRAPPER_FLAGS]
+
+
+# -- stats, prune, clear --------------------------------------------------------------------------
+
+@dataclass
+class CacheStats:
+    root: str
+    sections: dict[str, dict[str, Any]] = field(default_factory=dict)
+
+    def to_json(self) -> dict[str, Any]:
+        return {"root": self.root, "sections": self.sections}
+
+
+def _dir_usage(path: Path) -> tuple[int, int]:
+    files = size = 0
+    if path.is_dir():
+        for p in path.rglob("*"):
+            if p.is_file():
+                files += 1
+                size += p.stat().st_size
+    return files, size
+
+
+def cache_stats(cache: CacheRoot) -> CacheStats:
+    stats = CacheStats(str(cache.path))
+    results = list(cache.iter_results())
+    hits = misses = 0
+    by_status: dict[str, int] = {}
+    by_target: dict[str, int] = {}
+    for _, r in results:
+        if r is None:
+            by_status["unreadable"] = by_status.get("unreadable", 0) + 1
+            continue
+        status = "ok" if r.ok else (r.failure.category.value if r.failure else "failed")
+        by_status[status] = by_status.get(status, 0) + 1
+        by_target[r.plan.target] = by_target.get(r.plan.target, 0) + 1
+        hits += r.compile.cache_hits or 0
+        misses += r.compile.cache_misses or 0
+    _, rsize = _dir_usage(cache.results_dir)
+    stats.sections["results"] = {"entries": len(results), "by_target": by_target, "by_status": by_status,
+                                 "compile_cache_hits": hits, "compile_cache_misses": misses, "bytes": rsize}
+    files, size = _dir_usage(cache.path / "inductor")
+    stats.sections["inductor"] = {"files": files, "bytes": size}
+    entries = neuron_cache_entries(cache.neuron_xla_dir)
+    states: dict[str, int] = {}
+    for e in entries:
+        states[e.state] = states.get(e.state, 0) + 1
+    stats.sections["neuron-xla"] = {"entries": len(entries), **{s: states.get(s, 0) for s in
+                                    ("done", "failed", "locked", "stale_lock", "incomplete")},
+                                    "bytes": sum(e.size for e in entries)}
+    for d in sorted(cache.path.glob("neff-*")) + sorted(cache.path.glob("xla-*")):
+        files, size = _dir_usage(d)
+        stats.sections[d.name] = {"files": files, "bytes": size}
+    return stats
+
+
+def _prunable(cache: CacheRoot) -> list[tuple[float, int, Path]]:
+    """(mtime, size, path) of each unit that can be removed on its own."""
+    units: list[tuple[float, int, Path]] = []
+    for p, _ in cache.iter_results():
+        st = p.stat()
+        units.append((st.st_mtime, st.st_size, p))
+    for e in neuron_cache_entries(cache.neuron_xla_dir):
+        if e.state not in ("locked",):  # never pull an entry from under a running compile
+            units.append((e.mtime, e.size, e.path))
+    for d in [cache.path / "inductor", *cache.path.glob("neff-*"), *cache.path.glob("xla-*")]:
+        if d.is_dir():
+            for p in d.rglob("*"):
+                if p.is_file():
+                    st = p.stat()
+                    units.append((st.st_mtime, st.st_size, p))
+    return units
+
+
+def prune(cache: CacheRoot, *, max_size: int | None = None, older_than: float | None = None) -> tuple[int, int]:
+    """Remove entries older than ``older_than`` seconds, then the oldest until under ``max_size``.
+
+    Returns (entries removed, bytes freed).
+    """
+    units = sorted(_prunable(cache))
+    now = time.time()
+    removed = freed = 0
+    keep: list[tuple[float, int, Path]] = []
+    for mtime, size, path in units:
+        if older_than is not None and now - mtime > older_than:
+            _remove(path)
+            removed, freed = removed + 1, freed + size
+        else:
+            keep.append((mtime, size, path))
+    if max_size is not None:
+        total = sum(size for _, size, _ in keep)
+        for mtime, size, path in keep:
+            if total <= max_size:
+                break
+            _remove(path)
+            total -= size
+            removed, freed = removed + 1, freed + size
+    return removed, freed
+
+
+def clear(cache: CacheRoot) -> int:
+    """Remove everything under the cache root; returns the bytes freed."""
+    _, size = _dir_usage(cache.path)
+    for child in cache.path.iterdir():
+        _remove(child)
+    (cache.results_dir).mkdir(parents=True, exist_ok=True)
+    return size
+
+
+def _remove(path: Path) -> None:
+    if path.is_dir() and not path.is_symlink():
+        shutil.rmtree(path, ignore_errors=True)
+    else:
+        path.unlink(missing_ok=True)
+
+
+def parse_age(text: str) -> float:
+    """``"7d"``, ``"12h"``, ``"30m"``, ``"90s"`` as seconds."""
+    m = re.fullmatch(r"\s*(\d+(?:\.\d+)?)\s*([smhdw]?)\s*", text)
+    if not m:
+        raise AutotuneError(f"age {text!r}: use a number with s, m, h, d or w, e.g. 7d")
+    return float(m.group(1)) * {"": 1, "s": 1, "m": 60, "h": 3600, "d": 86400, "w": 604800}[m.group(2)]
