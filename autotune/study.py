@@ -95,6 +95,10 @@ class StudyOptions:
     fresh: bool = False
     #: Compile again configurations whose compile failed before in this environment.
     retry_failed: bool = False
+    #: Builds the pool that runs trials instead of Ray actors; it gets the :class:`Study` and must
+    #: offer ``free``, ``submit(request, tag)``, ``wait(timeout)`` and ``shutdown()`` as
+    #: :class:`autotune.scheduler.WorkerPool` does (a replay of a recorded landscape, say).
+    pool_factory: Callable[[Study], Any] | None = None
     #: Called after each finished trial (progress displays).
     on_update: Callable[[StudyProgress], None] | None = None
 
@@ -235,6 +239,14 @@ class Study:
             self.notes.append("no Neuron device or torch_neuronx here: trials run without the Neuron compiler")
         self._fail_stale()
         self._enqueue_starting_points()
+        if self.o.pool_factory is not None:
+            self.threads = None
+            pool = self.o.pool_factory(self)
+            try:
+                self._loop(pool)
+            finally:
+                pool.shutdown()
+            return self.result()
         started_ray = connect(self.o.ray_address)
         pool = None
         try:
