@@ -167,6 +167,10 @@ def run(
                                                       "study anew (the old one is kept under another name)."),
     retry_failed: bool = typer.Option(False, "--retry-failed", help="Compile again configurations whose "
                                                                     "compile failed before here."),
+    loss_tolerance: float = typer.Option(0.2, help="Numerics guard: how far (relative) the mean of a trial's "
+                                                   "first losses may leave the baseline's."),
+    numerics_guard: bool = typer.Option(True, "--numerics-guard/--no-numerics-guard",
+                                        help="Never report a configuration whose losses diverge as best."),
     json_out: bool = typer.Option(False, "--json", help="Print the study's result as one JSON object."),
 ) -> None:
     """Tune SCRIPT: Optuna proposes configurations, Ray workers measure them.
@@ -182,7 +186,8 @@ def run(
         sets=parse_sets(set_), workers=workers, cores_per_trial=cores_per_trial, ray_address=ray_address,
         storage=storage, study=study, trial_timeout=trial_timeout, timeout=timeout, out=out, sampler=sampler,
         seed=seed, metric=metric, direction=direction, memory_limit=memory_limit, cache=cache, fresh=fresh,
-        retry_failed=retry_failed, on_update=progress.update,
+        retry_failed=retry_failed, loss_tolerance=loss_tolerance, numerics_guard=numerics_guard,
+        on_update=progress.update,
     )
     runner = Study(options)
     with progress:
@@ -325,6 +330,9 @@ def cache_clear_cmd(
             raise InvalidConfigError("autotune cache clear removes everything under the cache; pass --yes")
         typer.confirm(f"remove everything under {root.path}?", abort=True)
     typer.echo(f"cleared {root.path}, freed {fmt_bytes(clear(root))}")
+
+
+import autotune.landscape_cli  # noqa: E402,F401  registers `autotune landscape`
 
 
 def main() -> None:

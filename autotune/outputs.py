@@ -32,6 +32,9 @@ class TrialSummary(BaseModel):
     env: dict[str, str] = Field(default_factory=dict)
     started_at: float | None = None
     ended_at: float | None = None
+    #: The first losses left the baseline's: measured, but never the best.
+    numerics_violated: bool = False
+    losses: list[float] = Field(default_factory=list)
 
 
 class BestConfig(BaseModel):
@@ -76,7 +79,7 @@ def _shell_value(v: Any) -> str:
 
 
 CSV_FIELDS = ["number", "state", "value", "throughput", "ci95_low", "ci95_high", "speedup", "category",
-              "reason", "wall_seconds", "compile_seconds", "duplicate_of", "params"]
+              "reason", "numerics_violated", "wall_seconds", "compile_seconds", "duplicate_of", "params"]
 
 
 def trials_csv(trials: list[TrialSummary], baseline: float | None) -> str:
@@ -98,14 +101,16 @@ def write_atomic(path: Path, text: str) -> None:
 
 
 def check_writable(directory: Path) -> Path:
-    """Create ``directory`` if needed; a clear error if it cannot be written."""
-    try:
-        directory.mkdir(parents=True, exist_ok=True)
-        probe = directory / f".write-test.{os.getpid()}"
-        probe.write_text("")
-        probe.unlink()
-    except OSError as exc:
-        raise AutotuneError(f"cannot write to {directory}: {exc.strerror}; choose another --out") from None
+    """A clear error now if ``directory`` could not be created or written later; creates nothing."""
+    probe = directory.resolve()
+    while not probe.exists():
+        if probe.parent == probe:
+            break
+        probe = probe.parent
+    if probe.exists() and not probe.is_dir():
+        raise AutotuneError(f"cannot write to {directory}: {probe} is a file; choose another directory")
+    if not os.access(probe, os.W_OK | os.X_OK):
+        raise AutotuneError(f"cannot write to {directory}: permission denied on {probe}; choose another directory")
     return directory
 
 

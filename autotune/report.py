@@ -78,7 +78,7 @@ def render_trial(result: TrialResult, console: Console) -> None:
 
 def render_trials(study: str, trials: list, baseline: float | None, best, console: Console, *,
                   top: int = 10, all_trials: bool = False) -> None:
-    ok = [t for t in trials if t.state == "COMPLETE" and t.duplicate_of is None]
+    ok = [t for t in trials if t.state == "COMPLETE" and t.duplicate_of is None and not t.numerics_violated]
     ok.sort(key=lambda t: -(t.value or 0))
     table = Table(title=f"{study}: {'all trials' if all_trials else f'top {min(top, len(ok))} configurations'}")
     for col in ("trial", "value", "95% CI", "speedup", "parameters"):
@@ -86,7 +86,10 @@ def render_trials(study: str, trials: list, baseline: float | None, best, consol
     rows = sorted(trials, key=lambda t: t.number) if all_trials else ok[:top]
     for t in rows:
         ci = f"{t.ci95_low:,.1f} .. {t.ci95_high:,.1f}" if t.ci95_low is not None else ""
-        if t.state == "COMPLETE":
+        if t.state == "COMPLETE" and t.numerics_violated:
+            value = Text(f"{t.value:,.1f} diverged", style="yellow")
+            speed = ""
+        elif t.state == "COMPLETE":
             value = f"{t.value:,.1f}" if t.value is not None else "-"
             speed = f"{t.value / baseline:.2f}x" if (t.value and baseline) else ""
         else:

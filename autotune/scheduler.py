@@ -37,6 +37,7 @@ def connect(address: str | None) -> bool:
         return False
     kwargs: dict[str, Any] = {"include_dashboard": False, "log_to_driver": False, "logging_level": "ERROR"}
     if address:
+        _check_reachable(address)
         try:
             ray.init(address=address, **kwargs)
         except Exception as exc:  # Ray raises ConnectionError, RuntimeError or its own types
@@ -45,6 +46,24 @@ def connect(address: str | None) -> bool:
     else:
         ray.init(num_cpus=os.cpu_count(), **kwargs)
     return True
+
+
+def _check_reachable(address: str) -> None:
+    """Fail in seconds, not minutes: ray.init retries an unreachable GCS for a long time."""
+    import socket
+
+    if address == "auto":
+        return
+    hostport = address.split("://", 1)[-1]
+    host, _, port = hostport.rpartition(":")
+    if not host or not port.isdigit():
+        raise AutotuneError(f"--ray-address {address!r}: expected HOST:PORT, ray://HOST:PORT or auto")
+    try:
+        with socket.create_connection((host, int(port)), timeout=3):
+            pass
+    except OSError as exc:
+        raise AutotuneError(f"cannot reach the Ray cluster at {address}: {exc.strerror or exc}; "
+                            "check --ray-address (the head node's GCS address, e.g. 10.0.0.5:6379)") from None
 
 
 def plan_placement(target: str, *, workers: int | None, cores_per_trial: int) -> Placement:

@@ -25,6 +25,7 @@ from typing import Any, Callable
 from pydantic import BaseModel, Field
 
 from autotune.errors import AutotuneError, InvalidConfigError
+from autotune.numerics import DEFAULT_LOSS_TOLERANCE, constraint_value, loss_deviation
 from autotune.outputs import BestConfig, TrialSummary, check_writable, write_outputs
 from autotune.records import MeasurementProtocol, TrialResult
 from autotune.space import Parameter, SearchSpace
@@ -95,6 +96,10 @@ class StudyOptions:
     fresh: bool = False
     #: Compile again configurations whose compile failed before in this environment.
     retry_failed: bool = False
+    #: Numerics guard: relative distance of a trial's first losses from the baseline's beyond
+    #: which it violates a constraint (never the best); ``numerics_guard=False`` turns it off.
+    loss_tolerance: float = DEFAULT_LOSS_TOLERANCE
+    numerics_guard: bool = True
     #: Builds the pool that runs trials instead of Ray actors; it gets the :class:`Study` and must
     #: offer ``free``, ``submit(request, tag)``, ``wait(timeout)`` and ``shutdown()`` as
     #: :class:`autotune.scheduler.WorkerPool` does (a replay of a recorded landscape, say).
@@ -147,6 +152,8 @@ class Study:
             raise InvalidConfigError(f"--trials must be at least 1 (got {options.trials})")
         if options.direction not in ("maximize", "minimize"):
             raise InvalidConfigError("--direction must be maximize or minimize")
+        if options.loss_tolerance <= 0:
+            raise InvalidConfigError("--loss-tolerance must be positive")
         if options.trial_timeout <= 0 or (options.timeout is not None and options.timeout <= 0):
             raise InvalidConfigError("timeouts must be positive")
         self.script = check_script(options.script)
@@ -168,8 +175,7 @@ class Study:
         warnings.filterwarnings("ignore", category=optuna.exceptions.ExperimentalWarning)
         # The driver beats for its in-flight trials itself (ask/tell has no optimize loop).
         warnings.filterwarnings("ignore", message="Heartbeat of storage is supposed to be used with Study.optimize")
-        self.storage = _open_storage(self.storage_url)
-        self.study = self._open_study()
+        self._sampler()  # an unknown sampler is bad input: say so before anything starts
         self.baseline_params = self.space.defaults()
         self.progress = StudyProgress(self.name, self.target.name, options.trials, metric=options.metric)
 
@@ -179,11 +185,16 @@ class Study:
 
         if self.o.fresh:
             self._archive_existing()
-        try:
-            study = optuna.create_study(storage=self.storage, study_name=self.name, direction=self.o.direction,
-                                        sampler=self._sampler(), load_if_exists=True)
-        except ValueError as exc:
-            raise AutotuneError(f"study {self.name!r}: {exc}") from None
+        for attempt in range(3):
+            try:
+                study = optuna.create_study(storage=self.storage, study_name=self.name,
+                                            direction=self.o.direction, sampler=self._sampler(),
+                                            load_if_exists=True)
+                break
+            except optuna.exceptions.DuplicatedStudyError:
+                continue  # another driver created it between our look and our insert: load it
+            except ValueError as exc:
+                raise AutotuneError(f"study {self.name!r}: {exc}") from None
         attrs = study.user_attrs
         if attrs.get("target") not in (None, self.target.name):
             raise AutotuneError(f"study {self.name!r} tunes target {attrs['target']!r}, not {self.target.name!r}; "
@@ -191,7 +202,9 @@ class Study:
         if study.direction.name.lower() != self.o.direction:
             raise AutotuneError(f"study {self.name!r} was created to {study.direction.name.lower()}; "
                                 "choose another --study name to change the direction")
-        if not attrs:
+        study.set_user_attr("loss_tolerance", self.o.loss_tolerance)
+        study.set_user_attr("numerics_guard", self.o.numerics_guard)
+        if "target" not in attrs:
             study.set_user_attr("target", self.target.name)
             study.set_user_attr("metric", self.o.metric)
             study.set_user_attr("script", str(self.script))
@@ -232,6 +245,19 @@ class Study:
 
         from autotune.cache import environment_of, model_of
 
+        started_ray = False
+        if self.o.pool_factory is None:
+            # Before the storage is touched: an unreachable cluster must leave nothing written.
+            started_ray = connect(self.o.ray_address)
+        try:
+            self.storage = _open_storage(self.storage_url)
+            self.study = self._open_study()
+        except BaseException:
+            if started_ray:
+                import ray
+
+                ray.shutdown()
+            raise
         self.provenance = provenance(self.target, self.script, self.o.args)
         self.study.set_user_attr("provenance", self.provenance)
         self._model_key, self._env_key = model_of(self.provenance), environment_of(self.provenance)
@@ -247,7 +273,6 @@ class Study:
             finally:
                 pool.shutdown()
             return self.result()
-        started_ray = connect(self.o.ray_address)
         pool = None
         try:
             placement = plan_placement(self.target.name, workers=self.o.workers,
@@ -434,6 +459,7 @@ class Study:
         trial.set_user_attr("env", env)
         value = self._objective(result)
         if result.ok and value is not None:
+            self._guard_numerics(trial, result)
             self.study.tell(trial, value)
             self.progress.last = f"trial {trial.number}: {value:,.1f} {self.o.metric}"
         else:
@@ -446,6 +472,21 @@ class Study:
             self.progress.failed += 1
             self.progress.last = f"trial {trial.number}: failed ({category})"
         self.write_outputs()  # after every trial: a killed driver loses nothing measured
+
+    def _guard_numerics(self, trial: Any, result: TrialResult) -> None:
+        """Record how far this trial's first losses are from the baseline's (a constraint)."""
+        if not self.o.numerics_guard or not result.losses:
+            return
+        if trial.user_attrs.get(A_KEY) == self.study.user_attrs.get("baseline_key"):
+            deviation: float | None = 0.0
+        else:
+            base = _baseline_losses(self.study)
+            deviation = loss_deviation(result.losses, base) if base else None
+        if deviation is not None:
+            trial.set_user_attr("loss_deviation", deviation if math.isfinite(deviation) else "inf")
+            value = constraint_value(deviation, self.o.loss_tolerance)
+            trial.set_user_attr("numerics_constraint", value)
+            trial.set_constraint("numerics", value)  # constrained sampling steers away from it
 
     def _objective(self, result: TrialResult) -> float | None:
         if self.o.metric == "throughput":
@@ -517,9 +558,13 @@ def _open_storage(url: str) -> Any:
     if "://" not in url:
         raise InvalidConfigError(f"storage {url!r} is not a database URL; e.g. sqlite:///autotune.db or "
                                  "postgresql://user@host/db")
+    if url.startswith("sqlite:///") and url != "sqlite:///:memory:":
+        Path(url[len("sqlite:///"):]).parent.mkdir(parents=True, exist_ok=True)
     try:
+        # Two drivers on one SQLite file wait for each other's writes rather than fail at once.
+        engine = {"connect_args": {"timeout": 60}} if url.startswith("sqlite") else None
         return optuna.storages.RDBStorage(
-            url, heartbeat_interval=HEARTBEAT_S, grace_period=GRACE_S,
+            url, engine_kwargs=engine, heartbeat_interval=HEARTBEAT_S, grace_period=GRACE_S,
             heartbeat_stale_trial_callback=RetryHeartbeatStaleTrialCallback(max_retry=2),
         )
     except ModuleNotFoundError as exc:
@@ -545,11 +590,37 @@ def load_study(name: str, storage: str | None = None) -> Any:
         raise AutotuneError(f"no study named {name!r} in {url}; studies there: {names}") from None
 
 
+def _baseline_losses(study: Any) -> list[float]:
+    key = study.user_attrs.get("baseline_key")
+    for t in study.get_trials(deepcopy=False):
+        if t.user_attrs.get(A_KEY) == key and A_RESULT in t.user_attrs and t.state.name == "COMPLETE":
+            return TrialResult.model_validate_json(t.user_attrs[A_RESULT]).losses
+    return []
+
+
+def numerics_violated(study: Any, trial: Any, base: list[float] | None = None) -> bool:
+    """Whether ``trial``'s first losses left the baseline's by more than the study's tolerance.
+
+    Decided from the stored losses, so that a trial told before its baseline finished is judged
+    all the same.
+    """
+    if not study.user_attrs.get("numerics_guard", True) or A_RESULT not in trial.user_attrs:
+        return False
+    if trial.user_attrs.get(A_KEY) == study.user_attrs.get("baseline_key"):
+        return False
+    base = _baseline_losses(study) if base is None else base
+    losses = TrialResult.model_validate_json(trial.user_attrs[A_RESULT]).losses
+    deviation = loss_deviation(losses, base) if base else None
+    tolerance = float(study.user_attrs.get("loss_tolerance", DEFAULT_LOSS_TOLERANCE))
+    return deviation is not None and deviation > tolerance
+
+
 def _best_trial(study: Any) -> Any:
     import optuna
 
+    base = _baseline_losses(study)
     done = [t for t in study.get_trials(deepcopy=False, states=[optuna.trial.TrialState.COMPLETE])
-            if t.user_attrs.get(A_DUP) is None and t.value is not None]
+            if t.user_attrs.get(A_DUP) is None and t.value is not None and not numerics_violated(study, t, base)]
     if not done:
         return None
     pick = max if study.direction == optuna.study.StudyDirection.MAXIMIZE else min
@@ -597,6 +668,7 @@ def best_config(study: Any, name: str, prov: dict[str, Any] | None = None) -> Be
 
 def study_summaries(study: Any) -> list[TrialSummary]:
     out = []
+    base = _baseline_losses(study)
     for t in study.get_trials(deepcopy=False):
         result = TrialResult.model_validate_json(t.user_attrs[A_RESULT]) if A_RESULT in t.user_attrs else None
         m = result.measurement if result else None
@@ -612,6 +684,8 @@ def study_summaries(study: Any) -> list[TrialSummary]:
             compile_seconds=result.compile.compile_seconds if result else None,
             duplicate_of=t.user_attrs.get(A_DUP), env=t.user_attrs.get("env") or {},
             started_at=result.started_at if result else None, ended_at=result.ended_at if result else None,
+            numerics_violated=t.state.name == "COMPLETE" and numerics_violated(study, t, base),
+            losses=result.losses[:5] if result else [],
         ))
     return out
 

@@ -1,0 +1,411 @@
+"""Runs the queued jobs: one ``autotune run`` process per job, started, watched, stopped.
+
+Each job is its own process group (``python -m autotune.daemon.job_process ... run ...``), built
+as an argv list; its stdout (the study's JSON result) and stderr go to files in the job's
+directory, and it writes its exit code to a file when it ends. So a job does not depend on the
+daemon that started it: a daemon that is killed and started again *adopts* the job processes that
+are still alive (same pid, same start time, same command line), finalises those that ended while it
+was down, and queues again those whose process is gone; rerunning ``autotune run`` on the same
+study resumes it with its measured trials kept (stale trials are failed and re-queued by Optuna's
+heartbeats).
+
+Fair share: the cluster offers ``slots`` trials at once (:func:`trial_slots`). A job that starts
+while ``n`` jobs share the daemon (running ones, plus queued ones that may start now, at most
+``--max-concurrent-jobs``) gets ``--workers max(1, slots // n)``, capped by the ``--workers`` its
+submitter asked for. A job's share is fixed when it starts.
+"""
+
+from __future__ import annotations
+
+import os
+import signal
+import subprocess
+import sys
+import threading
+import time
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Callable
+
+import psutil
+
+from autotune.daemon.jobs import JobRecord, JobStore
+from autotune.daemon.records import EXIT_CANCELLED, JobState
+
+#: Attempts of a job whose process dies (killed, out of memory, machine lost) before it is failed.
+MAX_ATTEMPTS = 3
+#: How long a cancelled job gets to stop its trials and Ray itself before everything is killed.
+CANCEL_GRACE_S = 10.0
+TICK_S = 0.5
+
+
+# -- slots and shares ----------------------------------------------------------------------------
+
+def trial_slots(resources: dict[str, float], cores_per_trial: int = 1) -> int:
+    """Trials the cluster runs at once: NeuronCores // cores per trial where it declares
+    NeuronCores; otherwise the CPU rule of a study (one trial per 8 CPUs, at least one, since
+    parallel CPU trials disturb each other's timings)."""
+    cores = int(resources.get("neuron_cores", 0))
+    if cores:
+        return max(1, cores // max(1, cores_per_trial))
+    cpus = int(resources.get("CPU", 1))
+    return 1 if cpus <= 8 else cpus // 8
+
+
+def fair_share(slots: int, sharing: int, wanted: int | None = None) -> int:
+    """Workers for one of ``sharing`` jobs on ``slots`` slots; at least one, at most ``wanted``."""
+    share = max(1, slots // max(1, sharing))
+    return min(share, wanted) if wanted else share
+
+
+class Slots:
+    """The cluster's resources: fixed by ``--slots``, read from the Ray cluster at ``ray_address``
+    (refreshed every minute: nodes come and go), or this machine's CPUs for jobs that each start
+    a local Ray."""
+
+    REFRESH_S = 60.0
+
+    def __init__(self, fixed: int | None, ray_address: str | None) -> None:
+        self.fixed = fixed
+        self.ray_address = ray_address
+        self._resources: dict[str, float] = {"CPU": float(os.cpu_count() or 1)}
+        self._read_at = -1e9
+        if fixed is None and ray_address:
+            from autotune.scheduler import connect
+
+            connect(ray_address)  # an AutotuneError with the fix when the cluster is unreachable
+            self._refresh()
+
+    def _refresh(self) -> None:
+        import ray
+
+        try:
+            self._resources = dict(ray.cluster_resources())
+        except Exception:  # a cluster that is briefly unreachable keeps its last known size
+            pass
+        self._read_at = time.monotonic()
+
+    def for_job(self, cores_per_trial: int = 1) -> int:
+        if self.fixed is not None:
+            return self.fixed
+        if self.ray_address and time.monotonic() - self._read_at > self.REFRESH_S:
+            self._refresh()
+        return trial_slots(self._resources, cores_per_trial)
+
+
+# -- a job's files and command line ---------------------------------------------------------------
+
+@dataclass(frozen=True)
+class JobFiles:
+    """The layout of one job's directory."""
+
+    root: Path
+
+    @property
+    def src(self) -> Path:  # the uploaded snapshot; the job's working directory
+        return self.root / "src"
+
+    @property
+    def out(self) -> Path:  # autotune run --out: best.json, best.env, trials.csv, trials/NNNN/
+        return self.root / "out"
+
+    @property
+    def space(self) -> Path:
+        return self.root / "space.yaml"
+
+    @property
+    def log(self) -> Path:  # the job's stderr, and the daemon's lines about it
+        return self.root / "job.log"
+
+    @property
+    def result(self) -> Path:  # the job's stdout: the study's result as JSON
+        return self.root / "result.json"
+
+    @property
+    def exit_code(self) -> Path:
+        return self.root / "exit_code"
+
+    def trial_log(self, number: int) -> Path:
+        return self.out / "trials" / f"{number:04d}" / "trial.log"
+
+    def read_exit_code(self) -> int | None:
+        try:
+            return int(self.exit_code.read_text().strip())
+        except (OSError, ValueError):
+            return None
+
+
+@dataclass(frozen=True)
+class DaemonSettings:
+    """What every job of a daemon shares."""
+
+    storage: str
+    cache: Path
+    jobs_dir: Path
+    ray_address: str | None = None
+
+
+def job_workdir(job: JobRecord, files: JobFiles) -> tuple[Path, Path]:
+    """(script, working directory) of a job: inside its snapshot, or on shared storage."""
+    if job.spec.upload:
+        return files.src / job.spec.script, files.src
+    script = Path(job.spec.script)
+    return script, script.parent
+
+
+def job_argv(job: JobRecord, settings: DaemonSettings, workers: int) -> list[str]:
+    """The job's command line, one argv element per value (``--key=value`` so that no value can
+    be read as an option of its own); never a shell string."""
+    files = JobFiles(Path(job.directory))
+    r = job.spec.run
+    script, _ = job_workdir(job, files)
+    argv = [sys.executable, "-m", "autotune.daemon.job_process", str(files.exit_code),
+            "run", str(script),
+            f"--trials={r.trials}", f"--target={r.target}", f"--study={job.study}",
+            f"--storage={settings.storage}", f"--cache={settings.cache}", f"--out={files.out}",
+            f"--workers={workers}", f"--cores-per-trial={r.cores_per_trial}",
+            f"--trial-timeout={r.trial_timeout:g}", f"--sampler={r.sampler}", f"--metric={r.metric}",
+            f"--direction={r.direction}", "--json"]
+    if settings.ray_address:
+        argv.append(f"--ray-address={settings.ray_address}")
+    if r.space_yaml is not None:
+        argv.append(f"--space={files.space}")
+    elif r.space:
+        argv.append(f"--space={r.space}")
+    if r.platform:
+        argv.append(f"--platform={r.platform}")
+    argv += [f"--set={k}={v}" for k, v in r.sets.items()]
+    if r.timeout:
+        argv.append(f"--timeout={r.timeout:g}")
+    if r.seed is not None:
+        argv.append(f"--seed={r.seed}")
+    if r.memory_limit:
+        argv.append(f"--memory-limit={r.memory_limit}")
+    if r.fresh and job.attempts <= 1:  # a resumed job continues the study its first attempt began
+        argv.append("--fresh")
+    if r.retry_failed:
+        argv.append("--retry-failed")
+    return [*argv, "--", *job.spec.args]
+
+
+# -- the processes ----------------------------------------------------------------------------
+
+@dataclass
+class _JobProcess:
+    """A job's process: one this daemon started, or one it adopted after a restart."""
+
+    pid: int
+    popen: subprocess.Popen[bytes] | None = None
+    stopping: bool = False
+
+    def alive(self) -> bool:
+        if self.popen is not None:
+            return self.popen.poll() is None
+        try:
+            return psutil.Process(self.pid).status() != psutil.STATUS_ZOMBIE
+        except psutil.NoSuchProcess:
+            return False
+
+    def signal_number(self) -> int | None:
+        """The signal that ended a process this daemon started (None if it exited, or unknown)."""
+        rc = self.popen.returncode if self.popen is not None else None
+        return -rc if rc is not None and rc < 0 else None
+
+
+def process_of(job: JobRecord, files: JobFiles) -> _JobProcess | None:
+    """The live process of ``job`` as recorded, if it is still that process (pids are reused:
+    the start time and the command line must match too)."""
+    if job.pid is None or job.pid_started is None:
+        return None
+    try:
+        p = psutil.Process(job.pid)
+        same = abs(p.create_time() - job.pid_started) < 1.0 and str(files.exit_code) in p.cmdline()
+        if same and p.status() != psutil.STATUS_ZOMBIE:
+            return _JobProcess(job.pid)
+    except (psutil.NoSuchProcess, psutil.AccessDenied):
+        pass
+    return None
+
+
+def stop_process_tree(pid: int, grace_s: float = CANCEL_GRACE_S) -> None:
+    """SIGINT to the job (``autotune run`` then stops its pool and Ray), then SIGKILL to whatever
+    is left of its process tree and group: the local Ray, its workers, trial processes in their
+    own groups."""
+    try:
+        root = psutil.Process(pid)
+        tree = [root, *root.children(recursive=True)]
+        root.send_signal(signal.SIGINT)
+    except psutil.NoSuchProcess:
+        return
+    deadline = time.monotonic() + grace_s
+    while time.monotonic() < deadline:
+        try:
+            if root.status() == psutil.STATUS_ZOMBIE:
+                break
+            tree.extend(root.children(recursive=True))
+        except psutil.NoSuchProcess:
+            break
+        time.sleep(0.2)
+    try:
+        os.killpg(pid, signal.SIGKILL)  # the job's own group (it leads a session of its own)
+    except (ProcessLookupError, PermissionError):
+        pass
+    for p in tree:
+        try:
+            p.kill()
+        except psutil.NoSuchProcess:
+            pass
+
+
+# -- the runner ------------------------------------------------------------------------------
+
+class JobRunner:
+    """Starts queued jobs while there is room, watches running ones, stops cancelled ones."""
+
+    def __init__(self, store: JobStore, settings: DaemonSettings, slots: Slots, max_concurrent_jobs: int,
+                 log: Callable[[str], None] = lambda line: None) -> None:
+        self.store = store
+        self.settings = settings
+        self.slots = slots
+        self.max_concurrent_jobs = max(1, max_concurrent_jobs)
+        self.log = log
+        self._procs: dict[str, _JobProcess] = {}
+        self._stop = threading.Event()
+        self._thread: threading.Thread | None = None
+
+    # -- lifecycle ---------------------------------------------------------------------------
+    def recover(self) -> None:
+        """After a (re)start: adopt live job processes, settle the rest."""
+        for job in self.store.find([JobState.running]):
+            files = JobFiles(Path(job.directory))
+            proc = process_of(job, files)
+            if proc is not None:
+                self._procs[job.id] = proc
+                self.log(f"job {job.id}: still running (pid {job.pid}), adopted")
+            elif files.read_exit_code() is not None:
+                self._settle(job, _JobProcess(job.pid or 0))
+            else:
+                self.store.requeue(job.id, "its process was gone when the daemon started again: resumed")
+                self.log(f"job {job.id}: its process is gone; queued again to resume its study")
+
+    def start(self) -> None:
+        self._thread = threading.Thread(target=self._loop, name="autotune-job-runner", daemon=True)
+        self._thread.start()
+
+    def stop(self) -> None:
+        """Stop watching; the jobs go on running, and the next daemon adopts them."""
+        self._stop.set()
+        if self._thread is not None:
+            self._thread.join(timeout=5)
+
+    def _loop(self) -> None:
+        while not self._stop.is_set():
+            try:
+                self.tick()
+            except Exception as exc:  # a database hiccup must not end the runner
+                self.log(f"job runner: {type(exc).__name__}: {str(exc).splitlines()[0][:300] if str(exc) else ''}")
+            self._stop.wait(TICK_S)
+
+    # -- one round ---------------------------------------------------------------------------
+    def tick(self) -> None:
+        running = {job.id: job for job in self.store.find([JobState.running])}
+        for job_id, proc in list(self._procs.items()):
+            job = running.get(job_id)
+            if proc.alive():
+                if job is not None and job.cancel_requested and not proc.stopping:
+                    proc.stopping = True
+                    self.log(f"job {job_id}: cancelling")
+                    threading.Thread(target=stop_process_tree, args=(proc.pid,), daemon=True).start()
+                continue
+            del self._procs[job_id]
+            if job is not None:
+                self._settle(job, proc)
+        self._start_queued()
+
+    def _start_queued(self) -> None:
+        free = self.max_concurrent_jobs - len(self._procs)
+        if free <= 0:
+            return
+        queued = self.store.find([JobState.queued])
+        if not queued:
+            return
+        sharing = min(self.max_concurrent_jobs, len(self._procs) + len(queued))
+        for job in queued[:free]:
+            workers = fair_share(self.slots.for_job(job.spec.run.cores_per_trial), sharing, job.spec.run.workers)
+            self._start(job, workers)
+
+    def _start(self, job: JobRecord, workers: int) -> None:
+        if not self.store.claim(job.id, workers):
+            return  # cancelled meanwhile
+        job = self.store.get(job.id) or job
+        files = JobFiles(Path(job.directory))
+        files.exit_code.unlink(missing_ok=True)
+        script, workdir = job_workdir(job, files)
+        argv = job_argv(job, self.settings, workers)
+        env = {**os.environ, "AUTOTUNE_JOB_ID": job.id, "PYTHONUNBUFFERED": "1"}
+        try:
+            with open(files.log, "ab") as log, open(files.result, "wb") as result:
+                log.write(f"[{_now()}] autotune serve: attempt {job.attempts}, {workers} worker(s): "
+                          f"autotune {' '.join(argv[5:])}\n".encode())
+                log.flush()
+                popen = subprocess.Popen(argv, cwd=workdir, env=env, stdin=subprocess.DEVNULL, stdout=result,
+                                         stderr=log, start_new_session=True, close_fds=True)
+        except OSError as exc:
+            self.store.finish(job.id, JobState.failed, 1, f"the job could not start: {exc.strerror or exc}")
+            self.log(f"job {job.id}: could not start: {exc}")
+            return
+        try:
+            started = psutil.Process(popen.pid).create_time()
+        except psutil.NoSuchProcess:
+            started = time.time()
+        self.store.set_process(job.id, popen.pid, started)
+        self._procs[job.id] = _JobProcess(popen.pid, popen)
+        self.log(f"job {job.id}: started (study {job.study}, {workers} worker(s), attempt {job.attempts})")
+
+    def _settle(self, job: JobRecord, proc: _JobProcess) -> None:
+        """A job's process ended: record how, or queue the job again if it died."""
+        files = JobFiles(Path(job.directory))
+        code = files.read_exit_code()
+        sig = proc.signal_number()
+        if job.cancel_requested:
+            state, code, message = JobState.cancelled, EXIT_CANCELLED, "cancelled"
+        elif code is None:
+            why = f"killed by signal {sig}" if sig else "ended without an exit code"
+            if job.attempts < MAX_ATTEMPTS:
+                self.store.requeue(job.id, f"its process was {why}: resumed (attempt {job.attempts + 1})")
+                self._append_log(files, f"the job process was {why}; it is queued again to resume its study")
+                self.log(f"job {job.id}: process {why}; queued again")
+                return
+            state, code, message = JobState.failed, 1, f"its process was {why}, {job.attempts} times"
+        elif code == 0:
+            state, message = JobState.succeeded, None
+        else:
+            state, message = JobState.failed, _last_error(files.log) or f"autotune run exited with {code}"
+        if self.store.finish(job.id, state, code, message):
+            self._append_log(files, f"the job ended: {state.value} (exit code {code})")
+            self.log(f"job {job.id}: {state.value} (exit code {code})")
+
+    @staticmethod
+    def _append_log(files: JobFiles, line: str) -> None:
+        try:
+            with open(files.log, "a") as fh:
+                fh.write(f"[{_now()}] autotune serve: {line}\n")
+        except OSError:
+            pass
+
+
+def _now() -> str:
+    return time.strftime("%Y-%m-%d %H:%M:%S")
+
+
+def _last_error(log: Path) -> str | None:
+    """The job's own error line (``error: ...`` as the CLI prints it), or its last line."""
+    try:
+        lines = [line.strip() for line in log.read_text(errors="replace").splitlines()[-200:] if line.strip()]
+    except OSError:
+        return None
+    lines = [line for line in lines if "autotune serve:" not in line]
+    for line in reversed(lines):
+        if line.startswith("error:"):
+            return line[:500]
+    return lines[-1][:500] if lines else None

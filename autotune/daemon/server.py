@@ -1,0 +1,412 @@
+"""``autotune serve``: the HTTP API (FastAPI, served by uvicorn) over the persistent job queue.
+
+Endpoints (the OpenAPI schema is at ``/openapi.json``, browsable at ``/docs``)::
+
+    GET  /health                   version, storage, slots, limits, jobs by state
+    POST /uploads                  a tar.gz snapshot as the request body -> its upload id
+    POST /jobs                     a JobSpec -> the queued job
+    GET  /jobs                     jobs, newest first (?state=running&limit=50)
+    GET  /jobs/{id}                one job, with its study's progress
+    POST /jobs/{id}/cancel         cancel a queued job, or stop a running one
+    GET  /jobs/{id}/best           the best configuration so far (BestConfig)
+    GET  /jobs/{id}/logs           the job's log, or ?trial=N for a trial's (?tail=LINES)
+    POST /ensure                   a JobSpec -> the stored best configuration, or the job tuning it
+
+With a token every request, these pages included, must carry ``Authorization: Bearer <token>``.
+"""
+
+from __future__ import annotations
+
+import errno
+import hmac
+import ipaddress
+import secrets
+import shutil
+import socket
+import sys
+import threading
+import time
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+from autotune.daemon.archive import ArchiveError, extract_snapshot
+from autotune.daemon.jobs import JobRecord, JobStore
+from autotune.daemon.records import (
+    NAME_PATTERN,
+    DaemonHealth,
+    EnsureReply,
+    JobInfo,
+    JobSpec,
+    JobState,
+    UploadInfo,
+)
+from autotune.daemon.runner import DaemonSettings, JobFiles, JobRunner, Slots
+from autotune.errors import AutotuneError
+
+#: Uploads that no job claimed within this time are removed.
+UPLOAD_TTL_S = 3600.0
+LOG_LIMIT_BYTES = 2 * 1024 ** 2
+
+
+@dataclass
+class DaemonConfig:
+    host: str = "127.0.0.1"
+    port: int = 8765
+    storage: str | None = None
+    ray_address: str | None = None
+    cache: Path | None = None
+    jobs_dir: Path | None = None
+    token: str | None = None
+    max_concurrent_jobs: int | None = None
+    slots: int | None = None
+    max_upload_bytes: int = 64 * 1024 ** 2
+
+
+def is_loopback(host: str) -> bool:
+    if host == "localhost":
+        return True
+    try:
+        return ipaddress.ip_address(host).is_loopback
+    except ValueError:
+        return False  # a host name may resolve to anything
+
+
+def check_exposure(host: str, token: str | None) -> None:
+    """Refuse to listen beyond this machine without a token: a job runs the code it is given."""
+    if not is_loopback(host) and not token:
+        raise AutotuneError(f"refusing to listen on {host} without a token: anyone who reaches the port could run "
+                            "code here; pass --token-file FILE (or listen on 127.0.0.1)")
+
+
+def bind(host: str, port: int) -> socket.socket:
+    """The listening socket, bound before anything else starts, so that a taken port is a clear
+    error and not a traceback from inside uvicorn."""
+    family = socket.AF_INET6 if ":" in host else socket.AF_INET
+    sock = socket.socket(family, socket.SOCK_STREAM)
+    sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+    try:
+        sock.bind((host, port))
+    except OSError as exc:
+        sock.close()
+        if exc.errno == errno.EADDRINUSE:
+            raise AutotuneError(f"port {port} on {host} is already in use (another autotune serve?); "
+                                "choose another --port") from None
+        raise AutotuneError(f"cannot listen on {host}:{port}: {exc.strerror}; check --host and --port") from None
+    return sock
+
+
+class Daemon:
+    """The daemon's state: its settings, the job queue, the runner, a reader of the studies."""
+
+    def __init__(self, config: DaemonConfig) -> None:
+        import optuna
+
+        from autotune.cache import open_cache
+        from autotune.study import default_storage
+
+        self.config = config
+        jobs_dir = (config.jobs_dir or Path(".autotune") / "jobs").resolve()
+        try:
+            (jobs_dir / ".uploads").mkdir(parents=True, exist_ok=True)
+        except OSError as exc:
+            raise AutotuneError(f"cannot write to {jobs_dir}: {exc.strerror}; choose another --jobs-dir") from None
+        storage = config.storage or default_storage()
+        if storage.startswith("sqlite:///"):
+            Path(storage[len("sqlite:///"):]).parent.mkdir(parents=True, exist_ok=True)
+        self.store = JobStore(storage)
+        optuna.logging.set_verbosity(optuna.logging.WARNING)
+        try:
+            self.studies = optuna.storages.RDBStorage(storage)
+        except Exception as exc:  # SQLAlchemy raises many types for a bad URL
+            raise AutotuneError(f"cannot open storage {self.store.redacted_url}: {str(exc).splitlines()[0][:200]}") from None
+        self.settings = DaemonSettings(storage=storage, cache=open_cache(config.cache).path, jobs_dir=jobs_dir,
+                                       ray_address=config.ray_address)
+        self.slots = Slots(config.slots, config.ray_address)
+        max_jobs = config.max_concurrent_jobs or min(4, self.slots.for_job(1))
+        self.runner = JobRunner(self.store, self.settings, self.slots, max_jobs, log=log)
+        self._ensure_lock = threading.Lock()
+        self._prune_uploads()
+
+    @property
+    def uploads_dir(self) -> Path:
+        return self.settings.jobs_dir / ".uploads"
+
+    # -- uploads -------------------------------------------------------------------------------
+    def upload_dir(self, upload_id: str) -> Path:
+        return self.uploads_dir / upload_id
+
+    def _prune_uploads(self) -> None:
+        now = time.time()
+        for p in self.uploads_dir.iterdir():
+            if now - p.stat().st_mtime > UPLOAD_TTL_S:
+                shutil.rmtree(p, ignore_errors=True) if p.is_dir() else p.unlink(missing_ok=True)
+
+    def script_of(self, spec: JobSpec) -> Path:
+        """The script a spec names, checked: inside its upload, or an existing absolute path."""
+        if spec.upload:
+            root = self.upload_dir(spec.upload) / "src"
+            if not root.is_dir():
+                raise AutotuneError(f"no upload {spec.upload} (uploads not used within {UPLOAD_TTL_S / 3600:g} h "
+                                    "are removed); submit again")
+            rel = Path(spec.script)
+            if rel.is_absolute() or ".." in rel.parts:
+                raise AutotuneError(f"script {spec.script!r}: give a path inside the snapshot")
+            script = root / rel
+            if not script.resolve().is_relative_to(root.resolve()):
+                raise AutotuneError(f"script {spec.script!r} is outside the snapshot")
+        else:
+            script = Path(spec.script)
+            if not script.is_absolute():
+                raise AutotuneError(f"script {spec.script!r}: without an upload, give its absolute path on "
+                                    "storage that the daemon and the Ray nodes share")
+        if not script.is_file():
+            raise AutotuneError(f"script {spec.script!r} not found on the daemon's side")
+        return script
+
+    # -- jobs ----------------------------------------------------------------------------------
+    def create_job(self, spec: JobSpec, study: str | None = None, ensure_key: str | None = None) -> JobRecord:
+        self.script_of(spec)
+        job_id = f"job-{secrets.token_hex(4)}"
+        files = JobFiles(self.settings.jobs_dir / job_id)
+        files.root.mkdir(parents=True)
+        if spec.upload:
+            (self.upload_dir(spec.upload) / "src").rename(files.src)
+            shutil.rmtree(self.upload_dir(spec.upload), ignore_errors=True)
+        if spec.run.space_yaml is not None:
+            files.space.write_text(spec.run.space_yaml)
+        job = JobRecord(id=job_id, state=JobState.queued, study=study or spec.run.study or job_id, spec=spec,
+                        directory=str(files.root), created_at=time.time(), ensure_key=ensure_key)
+        self.store.add(job)
+        log(f"job {job_id}: queued (study {job.study}, {spec.run.trials} trials of {spec.script})")
+        return job
+
+    def info(self, job: JobRecord) -> JobInfo:
+        info = JobInfo(id=job.id, state=job.state, study=job.study, script=job.spec.script,
+                       trials=job.spec.run.trials, created_at=job.created_at, started_at=job.started_at,
+                       ended_at=job.ended_at, exit_code=job.exit_code, message=job.message, workers=job.workers,
+                       attempts=job.attempts, cancel_requested=job.cancel_requested)
+        self._add_progress(info)
+        if job.state.final:
+            try:
+                result = _json_object(JobFiles(Path(job.directory)).result.read_text())
+                info.ran = result.get("ran")
+            except OSError:
+                pass
+        return info
+
+    def _add_progress(self, info: JobInfo) -> None:
+        import optuna
+
+        from autotune.study import A_COUNTED, A_DUP, best_config
+
+        try:
+            study = optuna.load_study(study_name=info.study, storage=self.studies)
+        except KeyError:
+            return
+        for t in study.get_trials(deepcopy=False):
+            if t.state == optuna.trial.TrialState.RUNNING:
+                info.running += 1
+            elif t.user_attrs.get(A_COUNTED) and t.state.is_finished():
+                info.done += 1
+                if t.state == optuna.trial.TrialState.FAIL and t.user_attrs.get(A_DUP) is None:
+                    info.failed += 1
+        info.metric = study.user_attrs.get("metric", info.metric)
+        best = best_config(study, info.study)
+        if best is not None:
+            info.best_value, info.baseline_value, info.speedup = best.value, best.baseline_value, best.speedup
+
+    def job(self, job_id: str) -> JobRecord:
+        job = self.store.get(job_id)
+        if job is None:
+            raise LookupError(f"no job {job_id!r} on this daemon; autotune status lists them")
+        return job
+
+    def ensure(self, spec: JobSpec) -> EnsureReply:
+        from autotune.daemon.ensure import ensure_key, ensure_study_name, space_identity, stored_best
+        from autotune.targets import resolve_target
+
+        script = self.script_of(spec)
+        target = resolve_target(spec.run.target, script)
+        key = ensure_key(script, spec.args, target, spec.run, space_identity(spec.run.space, spec.run.space_yaml))
+        name = ensure_study_name(script, target.name, key)
+        with self._ensure_lock:  # two pipelines asking at once share one job
+            best = stored_best(self.studies, name, spec.run.trials)
+            active = None if best is not None else self.store.active_for_study(name)
+            if best is not None or active is not None:
+                if spec.upload:
+                    shutil.rmtree(self.upload_dir(spec.upload), ignore_errors=True)
+                if best is not None:
+                    return EnsureReply(source="stored", study=name, best=best)
+                return EnsureReply(source="job", study=name, job=self.info(active))
+            run = spec.run.model_copy(update={"target": target.name, "study": name, "fresh": False})
+            job = self.create_job(spec.model_copy(update={"run": run}), study=name, ensure_key=key)
+        return EnsureReply(source="job", study=name, job=self.info(job))
+
+
+def _json_object(text: str) -> dict[str, Any]:
+    import json
+
+    try:
+        value = json.loads(text) if text.strip() else {}
+    except ValueError:
+        return {}
+    return value if isinstance(value, dict) else {}
+
+
+def log(line: str) -> None:
+    print(f"[{time.strftime('%H:%M:%S')}] {line}", file=sys.stderr, flush=True)
+
+
+# -- the app ---------------------------------------------------------------------------------
+
+def create_app(daemon: Daemon) -> Any:
+    from fastapi import Body, FastAPI, HTTPException, Path as PathParam, Query, Request
+    from fastapi.concurrency import run_in_threadpool
+    from fastapi.responses import JSONResponse, PlainTextResponse
+
+    import autotune
+    from autotune.outputs import BestConfig
+
+    app = FastAPI(title="autotune", version=autotune.__version__,
+                  description="Tuning jobs for the compiler flags and runtime knobs of PyTorch scripts. "
+                              "A job runs the code it is given, with the daemon's rights.")
+    token = daemon.config.token
+    JobId = PathParam(..., pattern=NAME_PATTERN)
+
+    @app.middleware("http")
+    async def require_token(request: Request, call_next: Any) -> Any:
+        if token is not None:
+            scheme, _, given = request.headers.get("authorization", "").partition(" ")
+            if scheme.lower() != "bearer" or not hmac.compare_digest(given.strip().encode(), token.encode()):
+                return JSONResponse({"detail": "missing or wrong token"}, status_code=401,
+                                    headers={"WWW-Authenticate": "Bearer"})
+        return await call_next(request)
+
+    @app.exception_handler(AutotuneError)
+    async def _bad_input(_: Request, exc: AutotuneError) -> JSONResponse:
+        return JSONResponse({"detail": str(exc)}, status_code=400)
+
+    @app.exception_handler(LookupError)
+    async def _not_found(_: Request, exc: LookupError) -> JSONResponse:
+        return JSONResponse({"detail": str(exc.args[0] if exc.args else exc)}, status_code=404)
+
+    @app.get("/health", response_model=DaemonHealth)
+    def health() -> DaemonHealth:
+        return DaemonHealth(version=autotune.__version__, storage=daemon.store.redacted_url,
+                            slots=daemon.slots.for_job(1), max_concurrent_jobs=daemon.runner.max_concurrent_jobs,
+                            max_upload_bytes=daemon.config.max_upload_bytes, jobs=daemon.store.counts())
+
+    @app.post("/uploads", response_model=UploadInfo, status_code=201,
+              openapi_extra={"requestBody": {"required": True, "content": {"application/gzip": {
+                  "schema": {"type": "string", "format": "binary"}}}}})
+    async def upload(request: Request) -> UploadInfo:
+        """A snapshot of the job's directory, as a gzipped tar of relative paths."""
+        limit = daemon.config.max_upload_bytes
+        declared = request.headers.get("content-length")
+        if declared and declared.isdigit() and int(declared) > limit:
+            raise HTTPException(413, f"the snapshot is over the daemon's limit of {limit / 1024 ** 2:g} MiB")
+        upload_id = secrets.token_hex(16)
+        archive = daemon.uploads_dir / f"{upload_id}.tar.gz"
+        size = 0
+        try:
+            with open(archive, "wb") as fh:
+                async for chunk in request.stream():
+                    size += len(chunk)
+                    if size > limit:
+                        raise HTTPException(413, f"the snapshot is over the daemon's limit of "
+                                                 f"{limit / 1024 ** 2:g} MiB")
+                    fh.write(chunk)
+            dest = daemon.upload_dir(upload_id) / "src"
+            try:
+                files = await run_in_threadpool(extract_snapshot, archive, dest, limit)
+            except ArchiveError:
+                shutil.rmtree(daemon.upload_dir(upload_id), ignore_errors=True)
+                raise
+        finally:
+            archive.unlink(missing_ok=True)
+        return UploadInfo(upload=upload_id, bytes=size, files=files)
+
+    @app.post("/jobs", response_model=JobInfo, status_code=201)
+    def submit(spec: JobSpec = Body(...)) -> JobInfo:
+        return daemon.info(daemon.create_job(spec))
+
+    @app.get("/jobs", response_model=list[JobInfo])
+    def jobs(state: list[JobState] | None = Query(None), limit: int = Query(50, ge=1, le=1000)) -> list[JobInfo]:
+        return [daemon.info(j) for j in daemon.store.find(state, limit=limit, newest_first=True)]
+
+    @app.get("/jobs/{job_id}", response_model=JobInfo)
+    def job(job_id: str = JobId) -> JobInfo:
+        return daemon.info(daemon.job(job_id))
+
+    @app.post("/jobs/{job_id}/cancel", response_model=JobInfo)
+    def cancel(job_id: str = JobId) -> JobInfo:
+        job = daemon.job(job_id)
+        if not job.state.final:
+            job = daemon.store.request_cancel(job_id) or job
+            log(f"job {job_id}: cancel requested")
+        return daemon.info(job)
+
+    @app.get("/jobs/{job_id}/best", response_model=BestConfig)
+    def best(job_id: str = JobId) -> BestConfig:
+        import optuna
+
+        from autotune.study import best_config
+
+        job = daemon.job(job_id)
+        try:
+            cfg = best_config(optuna.load_study(study_name=job.study, storage=daemon.studies), job.study)
+        except KeyError:
+            cfg = None
+        if cfg is None:
+            raise LookupError(f"job {job_id} has no successful trial yet ({job.state.value})")
+        return cfg
+
+    @app.get("/jobs/{job_id}/logs", response_class=PlainTextResponse)
+    def logs(job_id: str = JobId, trial: int | None = Query(None, ge=0),
+             tail: int | None = Query(None, ge=1)) -> PlainTextResponse:
+        files = JobFiles(Path(daemon.job(job_id).directory))
+        path = files.log if trial is None else files.trial_log(trial)
+        if not path.is_file():
+            what = "the job" if trial is None else f"trial {trial} of job {job_id}"
+            raise LookupError(f"no log of {what} yet")
+        with open(path, "rb") as fh:
+            fh.seek(0, 2)
+            fh.seek(max(0, fh.tell() - LOG_LIMIT_BYTES))
+            text = fh.read().decode(errors="replace")
+        if tail:
+            text = "\n".join(text.splitlines()[-tail:]) + "\n"
+        return PlainTextResponse(text)
+
+    @app.post("/ensure", response_model=EnsureReply)
+    def ensure(spec: JobSpec = Body(...)) -> EnsureReply:
+        """The stored best configuration of this model in this environment, or the job tuning it."""
+        return daemon.ensure(spec)
+
+    return app
+
+
+def serve(config: DaemonConfig) -> None:
+    """Listen, recover the queue, run jobs until interrupted (running jobs are left running: the
+    next daemon adopts them)."""
+    import uvicorn
+
+    check_exposure(config.host, config.token)
+    sock = bind(config.host, config.port)
+    daemon = Daemon(config)
+    daemon.runner.recover()
+    app = create_app(daemon)
+    daemon.runner.start()
+    url_host = f"[{config.host}]" if ":" in config.host else config.host
+    log(f"autotune serve: listening on http://{url_host}:{sock.getsockname()[1]} "
+        f"(storage {daemon.store.redacted_url}, {daemon.slots.for_job(1)} slot(s), "
+        f"at most {daemon.runner.max_concurrent_jobs} job(s) at once{', token required' if config.token else ''})")
+    server = uvicorn.Server(uvicorn.Config(app, host=config.host, port=config.port, log_level="warning",
+                                           access_log=False, lifespan="off"))
+    try:
+        server.run(sockets=[sock])
+    finally:
+        daemon.runner.stop()
+
+
+__all__ = ["Daemon", "DaemonConfig", "create_app", "serve"]

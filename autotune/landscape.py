@@ -1,0 +1,378 @@
+"""Recorded landscapes: every configuration of a small space, measured once and kept as data.
+
+A landscape file is JSON lines. The first line is the header (``"kind": "header"``): the script,
+its arguments, the target, the search space (its YAML text, so the file stands on its own), the
+measurement protocol, the provenance and whether the target's compile cache is read back across
+processes on the recording machine. Every other line is one configuration (``"kind": "config"``),
+in the order the grid enumerates them (the file order of the space's parameters and choices):
+
+    {"kind": "config", "index": 0, "key": "{...}", "params": {...}, "status": "ok",
+     "category": null, "throughput": 1234.5, "ci95_low": ..., "ci95_high": ...,
+     "compile_seconds": 4.1, "warmup_seconds": 5.0, "measure_seconds": 5.2, "wall_seconds": 17.3,
+     "graphs_compiled": 3, "cache_hits": 0, "cache_misses": 3, ...}
+
+Recording is resumable: configurations already in the file are skipped, so a killed recording
+continues where it stopped. Replaying a landscape is :mod:`autotune.replay`'s job.
+"""
+
+from __future__ import annotations
+
+import json
+import math
+import os
+import time
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any, Callable, Iterator
+
+from autotune.errors import AutotuneError, InvalidConfigError, SpaceError
+from autotune.records import MeasurementProtocol, TrialResult
+from autotune.space import Parameter, SearchSpace, load_space, parse_space
+
+FORMAT_VERSION = 1
+
+#: Targets whose compiled artifacts a later process on the same machine loads instead of compiling.
+#: XLA on CPU writes its persistent cache but cannot read it back (measured, see PRODUCT.md).
+_CACHE_PERSISTS = {"inductor": True, "neuron": True, "xla": False}
+
+
+def config_key(params: dict[str, Any]) -> str:
+    """The canonical key of a configuration: sorted JSON of its set parameters (``None`` dropped).
+
+    Equal to :func:`autotune.study.config_key` of the canonical (validated) parameters.
+    """
+    return json.dumps({k: params[k] for k in sorted(params) if params[k] is not None},
+                      sort_keys=True, separators=(",", ":"))
+
+
+def enumerate_space(space: SearchSpace) -> list[dict[str, Any]]:
+    """Every canonical configuration of an all-categorical ``space``, in file order.
+
+    A parameter whose default is ``null`` also takes the value "unset" (the script's own), first,
+    as the study's sampler offers it. Parameters whose ``when`` does not hold are left out.
+    Configurations the space or its target rejects are left out too (the study never runs them).
+    """
+    order = _dependency_order(space)
+    for p in order:
+        if p.choices is None and p.name not in space.fixed:
+            raise SpaceError(f"{space.source}: parameter {p.name!r} is a range; a landscape needs every "
+                             "parameter to have 'choices'")
+    from autotune.targets import get_target
+
+    target = get_target(space.target)
+    configs: list[dict[str, Any]] = []
+    seen: set[str] = set()
+
+    def walk(i: int, chosen: dict[str, Any]) -> None:
+        if i == len(order):
+            active = {k: v for k, v in chosen.items() if space.parameters[k].is_active(chosen)}
+            try:
+                config = space.validate(active)
+                target.check(config)
+            except InvalidConfigError:
+                return
+            key = config_key(config)
+            if key not in seen:
+                seen.add(key)
+                configs.append(config)
+            return
+        p = order[i]
+        if p.name in space.fixed:
+            walk(i + 1, {**chosen, p.name: space.fixed[p.name]})
+            return
+        if not p.is_active(chosen):
+            walk(i + 1, chosen)
+            return
+        for value in _values(p):
+            walk(i + 1, {**chosen, p.name: value} if value is not None else chosen)
+
+    walk(0, {})
+    return configs
+
+
+def _values(p: Parameter) -> list[Any]:
+    values = list(p.choices or ())
+    return [None, *values] if p.default is None else values
+
+
+def _dependency_order(space: SearchSpace) -> list[Parameter]:
+    """File order, except that a parameter comes after those its ``when`` names."""
+    placed: list[Parameter] = []
+    names: set[str] = set()
+    pending = list(space.parameters.values())
+    while pending:
+        ready = next((p for p in pending if all(dep in names for dep in p.when)), None)
+        if ready is None:
+            raise SpaceError(f"{space.source}: the 'when' conditions of "
+                             f"{', '.join(p.name for p in pending)} depend on each other in a cycle")
+        placed.append(ready)
+        names.add(ready.name)
+        pending.remove(ready)
+    return placed
+
+
+# -- the file -------------------------------------------------------------------------------------
+
+@dataclass
+class ConfigRecord:
+    """One recorded configuration."""
+
+    index: int
+    params: dict[str, Any]
+    status: str
+    category: str | None = None
+    reason: str | None = None
+    throughput: float | None = None
+    ci95_low: float | None = None
+    ci95_high: float | None = None
+    step_time_median: float | None = None
+    samples_per_step: float | None = None
+    steps_measured: int | None = None
+    windows: int | None = None
+    converged: bool | None = None
+    warmup_steps: int | None = None
+    compile_seconds: float = 0.0
+    warmup_seconds: float = 0.0
+    measure_seconds: float = 0.0
+    wall_seconds: float = 0.0
+    graphs_compiled: int = 0
+    graphs_after_warmup: int = 0
+    cache_hits: int | None = None
+    cache_misses: int | None = None
+    peak_host_memory_bytes: int | None = None
+
+    @property
+    def key(self) -> str:
+        return config_key(self.params)
+
+    @property
+    def ok(self) -> bool:
+        return self.status == "ok" and self.throughput is not None
+
+    @property
+    def compile_cached(self) -> bool:
+        """The recording loaded this configuration's graphs from the compile cache."""
+        return bool(self.cache_hits) and not self.cache_misses
+
+    def to_json(self) -> dict[str, Any]:
+        doc = {"kind": "config", "key": self.key}
+        doc.update({f: getattr(self, f) for f in self.__dataclass_fields__})
+        return doc
+
+    @classmethod
+    def from_json(cls, doc: dict[str, Any]) -> ConfigRecord:
+        return cls(**{f: doc[f] for f in cls.__dataclass_fields__ if f in doc})
+
+    @classmethod
+    def from_result(cls, index: int, params: dict[str, Any], result: TrialResult) -> ConfigRecord:
+        m, c = result.measurement, result.compile
+        rec = cls(index=index, params=params, status="ok" if result.ok and m is not None else "failed",
+                  wall_seconds=round(result.wall_seconds, 3), graphs_compiled=c.graphs_compiled,
+                  graphs_after_warmup=c.graphs_after_warmup,
+                  compile_seconds=round(c.compile_seconds or 0.0, 3), cache_hits=c.cache_hits,
+                  cache_misses=c.cache_misses, peak_host_memory_bytes=result.peak_host_memory_bytes)
+        if m is not None:
+            rec.warmup_seconds = round(m.warmup_seconds, 3)
+            rec.steps_measured, rec.samples_per_step = m.steps_measured, m.samples_per_step
+            rec.windows, rec.converged, rec.warmup_steps = m.windows, m.converged, m.warmup_steps
+            rec.measure_seconds = round(m.steps_measured * m.samples_per_step / m.throughput, 3) \
+                if m.throughput > 0 else 0.0
+        if rec.status == "ok":
+            rec.throughput, rec.ci95_low, rec.ci95_high = m.throughput, m.ci95_low, m.ci95_high
+            rec.step_time_median = m.step_time_median
+        else:
+            failure = result.failure
+            rec.category = failure.category.value if failure else "script_error"
+            rec.reason = failure.reason if failure else "the trial measured nothing"
+        return rec
+
+
+@dataclass
+class Landscape:
+    """A recorded landscape: its header and its configurations, in file (grid) order."""
+
+    header: dict[str, Any]
+    records: list[ConfigRecord] = field(default_factory=list)
+    path: str = "<memory>"
+
+    def __post_init__(self) -> None:
+        self.by_key = {r.key: r for r in self.records}
+
+    @property
+    def name(self) -> str:
+        return Path(self.path).stem
+
+    @property
+    def target(self) -> str:
+        return self.header["target"]
+
+    @property
+    def space(self) -> SearchSpace:
+        return parse_space(self.header["space_yaml"], self.header.get("space_source", self.path))
+
+    @property
+    def compile_cache_persists(self) -> bool:
+        return bool(self.header.get("compile_cache_persists", False))
+
+    def best(self) -> ConfigRecord:
+        ok = [r for r in self.records if r.ok]
+        if not ok:
+            raise AutotuneError(f"landscape {self.path} has no successful configuration")
+        return max(ok, key=lambda r: r.throughput)
+
+    def get(self, params: dict[str, Any]) -> ConfigRecord:
+        key = config_key(params)
+        try:
+            return self.by_key[key]
+        except KeyError:
+            raise AutotuneError(f"configuration {key} is not in the landscape {self.path}; "
+                                "record it or restrict the space to the recorded one") from None
+
+
+def load_landscape(path: str | Path) -> Landscape:
+    path = Path(path)
+    try:
+        lines = path.read_text().splitlines()
+    except OSError as exc:
+        raise AutotuneError(f"cannot read landscape {path}: {exc.strerror}") from None
+    header: dict[str, Any] | None = None
+    records: list[ConfigRecord] = []
+    for n, line in enumerate(lines, 1):
+        if not line.strip():
+            continue
+        try:
+            doc = json.loads(line)
+        except json.JSONDecodeError as exc:
+            # A recording killed mid-write leaves at most a torn last line.
+            if n == len(lines):
+                break
+            raise AutotuneError(f"{path}: line {n}: not JSON ({exc.msg})") from None
+        if doc.get("kind") == "header":
+            header = doc
+        elif doc.get("kind") == "config":
+            records.append(ConfigRecord.from_json(doc))
+    if header is None:
+        raise AutotuneError(f"{path}: no header line; is this a landscape recorded by autotune landscape record?")
+    return Landscape(header, records, str(path))
+
+
+# -- recording ------------------------------------------------------------------------------------
+
+@dataclass
+class RecordOptions:
+    script: str | Path
+    target: str
+    space: str | Path
+    out: str | Path
+    args: list[str] = field(default_factory=list)
+    trial_timeout: float = 300.0
+    protocol: MeasurementProtocol = field(default_factory=lambda: MeasurementProtocol(
+        max_measure_seconds=5.0, min_windows=4))
+    #: Cache root of the recording's compiled artifacts and trial logs (default:
+    #: ``.autotune/landscapes/<name>/``, kept out of the repository).
+    cache: str | Path | None = None
+    trials_dir: str | Path | None = None
+    limit: int | None = None  # record at most this many new configurations (a smoke test)
+
+
+def record(o: RecordOptions, on_config: Callable[[ConfigRecord, int], None] | None = None) -> Landscape:
+    """Run every configuration of ``o.space`` not yet in ``o.out``, one after the other."""
+    from autotune.provenance import provenance
+    from autotune.trial import PreparedTrial, check_script
+    from autotune.targets import resolve_target
+    from workers.launcher import TrialLimits, run_trial
+
+    script = check_script(o.script)
+    space = load_space(o.space)
+    target = resolve_target(o.target, script)
+    if space.target != target.name:
+        raise AutotuneError(f"search space {o.space} is for target {space.target!r}, not {target.name!r}")
+    configs = enumerate_space(space)
+    out = Path(o.out)
+    out.parent.mkdir(parents=True, exist_ok=True)
+    cache_root = Path(o.cache) if o.cache else Path(".autotune") / "landscapes" / out.stem
+    trials_dir = Path(o.trials_dir) if o.trials_dir else cache_root / "trials"
+    done: set[str] = set()
+    if out.exists() and out.stat().st_size:
+        existing = load_landscape(out)
+        _check_same_recording(existing.header, script, o, target.name)
+        done = set(existing.by_key)
+        _drop_torn_line(out)
+    else:
+        header = {
+            "kind": "header", "format": FORMAT_VERSION, "target": target.name,
+            "script": os.path.relpath(script, Path.cwd()) if script.is_relative_to(Path.cwd()) else str(script),
+            "args": list(o.args), "space_source": str(o.space), "space_yaml": Path(o.space).read_text(),
+            "protocol": o.protocol.model_dump(mode="json"), "trial_timeout_s": o.trial_timeout,
+            "compile_cache_persists": _cache_persists(target.name),
+            "configurations": len(configs), "started_at": time.time(),
+            "provenance": provenance(target, script, o.args),
+        }
+        with open(out, "w") as fh:
+            fh.write(json.dumps(header, sort_keys=True) + "\n")
+    recorded = 0
+    for index, params in enumerate(configs):
+        key = config_key(params)
+        if key in done:
+            continue
+        if o.limit is not None and recorded >= o.limit:
+            break
+        plan = target.plan(params)
+        cache_env, cache_notes = target.cache_env(str(cache_root.resolve()), params)
+        plan.env.update(cache_env)
+        plan.notes.extend(cache_notes)
+        prepared = PreparedTrial(target, space, params, plan, script)
+        result = run_trial(prepared.plan, prepared.script, o.args, trial_dir=trials_dir / f"{index:04d}",
+                           limits=TrialLimits(timeout_s=o.trial_timeout), protocol=o.protocol)
+        rec = ConfigRecord.from_result(index, params, result)
+        with open(out, "a") as fh:  # one line per configuration, written whole: a kill loses one trial
+            fh.write(json.dumps(rec.to_json(), sort_keys=True) + "\n")
+            fh.flush()
+            os.fsync(fh.fileno())
+        recorded += 1
+        if on_config:
+            on_config(rec, len(configs))
+    return load_landscape(out)
+
+
+def _cache_persists(target: str) -> bool:
+    if target == "xla":
+        return os.environ.get("PJRT_DEVICE", "CPU").upper() != "CPU"
+    return _CACHE_PERSISTS.get(target, False)
+
+
+def _check_same_recording(header: dict[str, Any], script: Path, o: RecordOptions, target: str) -> None:
+    if header.get("target") != target or header.get("args") != list(o.args) \
+            or header.get("space_yaml") != Path(o.space).read_text():
+        raise AutotuneError(f"{o.out} holds a recording of another target, space or script arguments; "
+                            "choose another --out to record this one")
+
+
+def _drop_torn_line(path: Path) -> None:
+    """Cut a last line that a killed recording left half-written."""
+    text = path.read_text()
+    if text and not text.endswith("\n"):
+        path.write_text(text[: text.rfind("\n") + 1])
+
+
+def iter_records(path: str | Path) -> Iterator[ConfigRecord]:
+    yield from load_landscape(path).records
+
+
+def summary(landscape: Landscape) -> dict[str, Any]:
+    """Counts, failures by category and the best configuration, for a report."""
+    ok = [r for r in landscape.records if r.ok]
+    failures: dict[str, int] = {}
+    for r in landscape.records:
+        if not r.ok:
+            failures[r.category or "unknown"] = failures.get(r.category or "unknown", 0) + 1
+    best = landscape.best() if ok else None
+    near = [r for r in ok if best and r.throughput >= 0.98 * best.throughput]
+    return {
+        "configurations": len(landscape.records), "expected": landscape.header.get("configurations"),
+        "ok": len(ok), "failures": failures,
+        "best": {"params": best.params, "throughput": best.throughput} if best else None,
+        "within_2pct": len(near),
+        "worst_throughput": min((r.throughput for r in ok), default=math.nan),
+        "wall_seconds": round(sum(r.wall_seconds for r in landscape.records), 1),
+    }

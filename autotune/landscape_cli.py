@@ -1,0 +1,82 @@
+"""``autotune landscape``: record a landscape, summarise one, replay a study on one."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+from typing import Optional
+
+import typer
+from rich.console import Console
+
+from autotune.cli import app
+from autotune.errors import InvalidConfigError
+
+landscape_app = typer.Typer(help="Record every configuration of a small space (a landscape) and replay "
+                                 "studies on it.", no_args_is_help=True)
+app.add_typer(landscape_app, name="landscape")
+
+
+@landscape_app.command("record", context_settings={"help_option_names": ["-h", "--help"]})
+def record_cmd(
+    script: Path = typer.Argument(..., help="The training or inference script, unmodified."),
+    script_args: Optional[list[str]] = typer.Argument(None, help="Arguments for the script, after --."),
+    target: str = typer.Option(..., "--target", "-t", help="xla, inductor or neuron."),
+    space: Path = typer.Option(..., help="Search space YAML whose parameters all have choices."),
+    out: Path = typer.Option(..., help="The landscape file (JSON lines); an existing one is continued."),
+    trial_timeout: float = typer.Option(300.0, help="Hard timeout of each trial in seconds."),
+    max_seconds: float = typer.Option(5.0, help="Cap on the time spent measuring after warm-up."),
+    min_windows: int = typer.Option(4, help="Timing windows measured at least."),
+    quiet_steps: int = typer.Option(4, help="Warm-up ends after this many steps in a row compile nothing."),
+    cache: Optional[Path] = typer.Option(None, help="Cache root of the recording's compiled artifacts "
+                                                    "and trial logs (default: .autotune/landscapes/NAME)."),
+    limit: Optional[int] = typer.Option(None, help="Record at most this many new configurations."),
+) -> None:
+    """Run every configuration of SPACE once, one after the other, and store each as a line of OUT.
+
+    Configurations already in OUT are skipped, so a killed recording continues where it stopped.
+    """
+    from autotune.landscape import RecordOptions, enumerate_space, load_landscape, record, summary
+    from autotune.records import MeasurementProtocol
+    from autotune.space import load_space
+
+    if trial_timeout <= 0 or max_seconds <= 0 or min_windows < 1:
+        raise InvalidConfigError("--trial-timeout and --max-seconds must be positive, --min-windows at least 1")
+    total = len(enumerate_space(load_space(space)))
+    before = len(load_landscape(out).records) if out.exists() and out.stat().st_size else 0
+    console = Console(stderr=True)
+    console.print(f"{total} configurations, {before} recorded already")
+
+    def show(rec, n: int) -> None:
+        what = f"{rec.throughput:,.1f} samples/s" if rec.ok else f"failed ({rec.category})"
+        console.print(f"[{rec.index + 1}/{n}] {rec.key}  {what}  wall {rec.wall_seconds:.1f} s, "
+                      f"compile {rec.compile_seconds:.1f} s", highlight=False)
+
+    options = RecordOptions(script=script, target=target, space=space, out=out, args=list(script_args or []),
+                            trial_timeout=trial_timeout, cache=cache, limit=limit,
+                            protocol=MeasurementProtocol(max_measure_seconds=max_seconds, min_windows=min_windows,
+                                                                  quiet_steps=quiet_steps))
+    landscape = record(options, on_config=show)
+    typer.echo(json.dumps(summary(landscape), indent=2))
+
+
+@landscape_app.command("show", context_settings={"help_option_names": ["-h", "--help"]})
+def show_cmd(
+    path: Path = typer.Argument(..., help="A landscape file."),
+    json_out: bool = typer.Option(False, "--json", help="Print the summary as JSON."),
+) -> None:
+    """Counts, failures by category and the best configuration of a recorded landscape."""
+    from autotune.landscape import load_landscape, summary
+
+    landscape = load_landscape(path)
+    s = summary(landscape)
+    if json_out:
+        typer.echo(json.dumps(s))
+        return
+    out = Console()
+    out.print(f"[bold]{path}[/bold]: {s['configurations']} configurations ({s['ok']} ok), "
+              f"failures {s['failures'] or 'none'}", highlight=False)
+    ranked = sorted((r for r in landscape.records if r.ok), key=lambda r: -r.throughput)
+    for r in ranked[:10]:
+        out.print(f"  {r.throughput:9.1f} samples/s  compile {r.compile_seconds:5.1f} s  wall {r.wall_seconds:5.1f} s"
+                  f"  {r.key}", highlight=False)

@@ -1,0 +1,343 @@
+"""Replay: run a study against a recorded landscape instead of real trials.
+
+Kernel Tuner's simulation runner, for this project: :class:`ReplayPool` has the interface of
+:class:`autotune.scheduler.WorkerPool` (``free``, ``submit``, ``wait``, ``shutdown``), so the real
+driver (:class:`autotune.study.Study`, through its ``pool_factory`` option), its sampler and its
+duplicate handling run unchanged; only the trials are answered from the recording. Each
+configuration gets the :class:`~autotune.records.TrialResult` the recording measured (same
+throughput, same confidence interval, same failure category).
+
+Time is simulated. A trial costs its recorded wall time, except that its compile is charged at
+the warm (cached) price when an earlier trial of this replay compiled the same graphs and the
+target's compile cache is read back across processes on the recording machine (inductor's
+``TORCHINDUCTOR_CACHE_DIR``, the Neuron compile cache; not XLA on CPU, see PRODUCT.md). "The same
+graphs" means the same configuration up to parameters that only the runtime sees
+(:data:`RUNTIME_ONLY_PARAMS`). Conversely a configuration whose recording hit the cache (a
+configuration recorded after its compile twin) is charged its twin's cold compile when it comes
+first in a replay.
+
+:func:`simulate` is the same loop without the Optuna storage and the files a study writes, for
+comparing strategies over many seeds in seconds (``bench/search_bench.py``); it uses the study's
+own suggestion code and the samplers of :mod:`autotune.strategy`.
+"""
+
+from __future__ import annotations
+
+import heapq
+import json
+import math
+import statistics
+import tempfile
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any, Callable
+
+from autotune.errors import AutotuneError
+from autotune.landscape import ConfigRecord, Landscape, config_key, load_landscape
+from autotune.records import (
+    CompileStats,
+    Failure,
+    FailureCategory,
+    Measurement,
+    TrialPlan,
+    TrialResult,
+)
+
+#: Parameters that do not change the compiled graphs: a configuration that differs from a
+#: compiled one only in these finds its graphs in the compile cache.
+RUNTIME_ONLY_PARAMS = frozenset({"num_workers"})
+
+
+def compile_key(params: dict[str, Any]) -> str:
+    return config_key({k: v for k, v in params.items() if k not in RUNTIME_ONLY_PARAMS})
+
+
+@dataclass(frozen=True)
+class Charge:
+    seconds: float
+    compile_seconds: float
+    compile_cached: bool
+
+
+class CompileCacheModel:
+    """What each trial of a replay costs, given the graphs compiled earlier in the same replay."""
+
+    def __init__(self, landscape: Landscape) -> None:
+        self.persists = landscape.compile_cache_persists
+        self.compiled: set[str] = set()
+        cold: dict[str, list[float]] = {}
+        warm: dict[str, list[float]] = {}
+        for r in landscape.records:
+            if r.compile_seconds <= 0:
+                continue
+            (warm if r.compile_cached else cold).setdefault(compile_key(r.params), []).append(r.compile_seconds)
+        self.cold = {k: max(v) for k, v in cold.items()}
+        self.warm = {k: min(v) for k, v in warm.items()}
+        pairs = [self.warm[k] / self.cold[k] for k in self.warm if k in self.cold and self.cold[k] > 0]
+        # Where a graph was only ever recorded cold (or only warm), the other price comes from
+        # the ratio measured on the graphs recorded both ways; with no such pair, a cached
+        # compile costs nothing.
+        self.warm_ratio = min(1.0, statistics.median(pairs)) if pairs else 0.0
+
+    def cold_compile(self, r: ConfigRecord) -> float:
+        ck = compile_key(r.params)
+        if ck in self.cold:
+            return self.cold[ck]
+        if r.compile_cached and self.warm_ratio > 0:
+            return r.compile_seconds / self.warm_ratio
+        return r.compile_seconds
+
+    def warm_compile(self, r: ConfigRecord) -> float:
+        ck = compile_key(r.params)
+        if ck in self.warm:
+            return self.warm[ck]
+        return self.cold_compile(r) * self.warm_ratio
+
+    def would_hit(self, params: dict[str, Any]) -> bool:
+        return self.persists and compile_key(params) in self.compiled
+
+    def charge(self, r: ConfigRecord) -> Charge:
+        """The simulated cost of running ``r`` now; remembers its graphs as compiled."""
+        cached = self.would_hit(r.params)
+        compile_s = self.warm_compile(r) if cached else self.cold_compile(r)
+        rest = max(0.0, r.wall_seconds - r.compile_seconds)  # start-up, warm-up steps, measurement
+        if r.ok:
+            self.compiled.add(compile_key(r.params))
+        return Charge(rest + compile_s, compile_s, cached)
+
+
+def replayed_result(r: ConfigRecord, plan: TrialPlan, charge: Charge) -> TrialResult:
+    """The :class:`TrialResult` the recording measured, with the replay's simulated cost."""
+    result = TrialResult(status="ok" if r.ok else "failed", plan=plan, wall_seconds=charge.seconds,
+                         peak_host_memory_bytes=r.peak_host_memory_bytes)
+    graphs = r.graphs_compiled
+    result.compile = CompileStats(graphs_compiled=graphs, compile_seconds=charge.compile_seconds,
+                                  cache_hits=graphs if charge.compile_cached else r.cache_hits,
+                                  cache_misses=0 if charge.compile_cached else r.cache_misses)
+    if r.ok:
+        result.measurement = Measurement(
+            throughput=r.throughput, ci95_low=r.ci95_low if r.ci95_low is not None else r.throughput,
+            ci95_high=r.ci95_high if r.ci95_high is not None else r.throughput,
+            step_time_median=r.step_time_median or 0.0, step_time_p90=r.step_time_median or 0.0,
+            samples_per_step=r.samples_per_step or 0.0, steps_measured=r.steps_measured or 0,
+            windows=r.windows or 0, converged=bool(r.converged), warmup_steps=r.warmup_steps or 0,
+            warmup_seconds=r.warmup_seconds)
+    else:
+        category = FailureCategory(r.category) if r.category in FailureCategory.__members__ \
+            else FailureCategory.script_error
+        result.failure = Failure(category=category, reason=f"(replayed) {r.reason or category.value}")
+    return result
+
+
+@dataclass
+class ReplayedTrial:
+    tag: Any
+    key: str
+    started: float
+    finished: float
+    charge: Charge
+    record: ConfigRecord
+
+
+class ReplayPool:
+    """A pool that answers trial requests from a landscape, on a simulated clock.
+
+    ``workers`` trials run at once; :meth:`wait` returns the earliest to finish and moves the
+    clock to its end. A configuration missing from the landscape is an error, not a failure:
+    the replay would otherwise measure something that was never recorded.
+    """
+
+    def __init__(self, landscape: Landscape | str | Path, workers: int = 1) -> None:
+        self.landscape = landscape if isinstance(landscape, Landscape) else load_landscape(landscape)
+        self.workers = workers
+        self.cache = CompileCacheModel(self.landscape)
+        self.clock = 0.0
+        self.trials: list[ReplayedTrial] = []
+        self._running: list[tuple[float, int, Any, str]] = []
+        self._seq = 0
+
+    @property
+    def free(self) -> int:
+        return self.workers - len(self._running)
+
+    def submit(self, request: dict[str, Any], tag: Any) -> None:
+        if self.free <= 0:
+            raise AutotuneError("replay pool: no free worker")
+        plan = TrialPlan.model_validate(request["plan"])
+        rec = self.landscape.get(plan.params)
+        charge = self.cache.charge(rec)
+        result = replayed_result(rec, plan, charge)
+        finish = self.clock + charge.seconds
+        self.trials.append(ReplayedTrial(tag, rec.key, self.clock, finish, charge, rec))
+        self._seq += 1
+        heapq.heappush(self._running, (finish, self._seq, tag, result.model_dump_json()))
+
+    def wait(self, timeout: float = 0.0) -> list[tuple[Any, str | None, str | None]]:
+        if not self._running:
+            return []
+        finish, _, tag, result_json = heapq.heappop(self._running)
+        self.clock = max(self.clock, finish)
+        done = [(tag, result_json, None)]
+        while self._running and self._running[0][0] <= self.clock:
+            _, _, tag, result_json = heapq.heappop(self._running)
+            done.append((tag, result_json, None))
+        return done
+
+    def shutdown(self) -> None:
+        self._running = []
+
+
+# -- a study on a landscape -----------------------------------------------------------------------
+
+def replay_study(landscape: Landscape | str | Path, *, trials: int | None = None, workdir: str | Path | None = None,
+                 workers: int = 1, study_class: type | None = None, **options: Any) -> tuple[Any, ReplayPool]:
+    """Run :class:`autotune.study.Study` (the real driver) on ``landscape``; returns its result and the pool.
+
+    The study's storage, outputs and cache go under ``workdir`` (a temporary folder by default),
+    so nothing measured elsewhere is reused. ``trials`` defaults to the landscape's size;
+    ``workers`` trials run at once on the simulated clock. ``study_class`` replaces
+    :class:`~autotune.study.Study` (a subclass with another sampler, say).
+    """
+    from autotune.study import Study, StudyOptions
+
+    land = landscape if isinstance(landscape, Landscape) else load_landscape(landscape)
+    work = Path(workdir) if workdir else Path(tempfile.mkdtemp(prefix="autotune-replay-"))
+    pools: list[ReplayPool] = []
+
+    def factory(study: Any) -> ReplayPool:
+        pools.append(ReplayPool(land, workers=workers))
+        return pools[-1]
+
+    opts = StudyOptions(script=_script_path(land), args=list(land.header.get("args", [])),
+                        target=land.target, space=_space_file(land, work), trials=trials or len(land.records),
+                        storage=f"sqlite:///{work / 'replay.db'}", out=work / "out", cache=work / "cache",
+                        pool_factory=factory, **options)
+    result = (study_class or Study)(opts).run()
+    return result, pools[-1]
+
+
+def _script_path(land: Landscape) -> str:
+    script = Path(land.header["script"])
+    if script.is_absolute() or script.exists():
+        return str(script)
+    beside = Path(__file__).resolve().parent.parent / script  # a landscape of the repository's examples
+    return str(beside if beside.exists() else script)
+
+
+def _space_file(land: Landscape, work: Path) -> str:
+    work.mkdir(parents=True, exist_ok=True)
+    path = work / "space.yaml"
+    path.write_text(land.header["space_yaml"])
+    return str(path)
+
+
+# -- the same loop, in memory, for many seeds -----------------------------------------------------
+
+@dataclass
+class Step:
+    """One measured trial of a simulated study."""
+
+    key: str
+    value: float | None  # the recorded throughput; None for a failed configuration
+    seconds: float  # its simulated cost
+    clock: float  # simulated time when it finished
+
+
+@dataclass
+class Trace:
+    steps: list[Step] = field(default_factory=list)
+    duplicates: int = 0  # proposals answered from an earlier result (no cost, not counted)
+
+    def reach(self, threshold: float) -> tuple[int, float] | None:
+        """Trials and simulated seconds until a configuration at or above ``threshold`` was measured."""
+        for i, s in enumerate(self.steps, 1):
+            if s.value is not None and s.value >= threshold:
+                return i, s.clock
+        return None
+
+
+def simulate(landscape: Landscape, sampler: Any, *, starting_points: list[dict[str, Any]] | None = None,
+             max_trials: int | None = None, max_duplicates: int = 50) -> Trace:
+    """A study on ``landscape`` driven as :class:`autotune.study.Study` drives one, in memory.
+
+    Same suggestion code (parameters asked in dependency order, ``null`` defaults offered as
+    "unset"), same duplicate rule (a configuration measured before is told its earlier result and
+    does not count), the same user attributes for the sampler to read; one trial at a time.
+    ``starting_points`` are enqueued first, as the study enqueues its baseline and known-good
+    configurations (:func:`study_starting_points`).
+    """
+    import optuna
+
+    from autotune.errors import InvalidConfigError
+    from autotune.study import A_DUP, A_KEY, A_RESULT, _in_dependency_order, _suggest_one
+    from autotune.targets import get_target
+
+    optuna.logging.set_verbosity(optuna.logging.WARNING)
+    space = landscape.space
+    target = get_target(space.target)
+    order = _in_dependency_order(space)
+    study = optuna.create_study(direction="maximize", sampler=sampler)
+    for params in starting_points or []:
+        full = {p.name: params.get(p.name) for p in space.free_parameters if p.is_active(params)}
+        study.enqueue_trial(full, skip_if_exists=False)
+    cache = CompileCacheModel(landscape)
+    trace = Trace()
+    measured: dict[str, float | None] = {}
+    limit = max_trials or len(landscape.records)
+    dups = 0
+    while len(trace.steps) < limit and dups < max_duplicates and len(measured) < len(landscape.records):
+        trial = study.ask()
+        chosen: dict[str, Any] = dict(space.fixed)
+        for p in order:
+            if p.name in space.fixed or not p.is_active(chosen):
+                continue
+            chosen[p.name] = _suggest_one(trial, p)
+        try:
+            params = space.validate({k: v for k, v in chosen.items() if space.parameters[k].is_active(chosen)})
+            target.check(params)
+        except InvalidConfigError:
+            study.tell(trial, state=optuna.trial.TrialState.FAIL)
+            dups += 1
+            continue
+        key = config_key(params)
+        trial.set_user_attr(A_KEY, key)
+        if key in measured:
+            trial.set_user_attr(A_DUP, -1)
+            if measured[key] is None:
+                study.tell(trial, state=optuna.trial.TrialState.FAIL)
+            else:
+                study.tell(trial, measured[key])
+            trace.duplicates += 1
+            dups += 1
+            continue
+        dups = 0
+        rec = landscape.get(params)
+        charge = cache.charge(rec)
+        clock = (trace.steps[-1].clock if trace.steps else 0.0) + charge.seconds
+        trace.steps.append(Step(key, rec.throughput if rec.ok else None, charge.seconds, clock))
+        trial.set_user_attr(A_RESULT, json.dumps({
+            "status": rec.status, "wall_seconds": charge.seconds,
+            "compile": {"compile_seconds": charge.compile_seconds}}))
+        measured[key] = rec.throughput if rec.ok else None
+        if rec.ok:
+            study.tell(trial, rec.throughput)
+        else:
+            study.tell(trial, state=optuna.trial.TrialState.FAIL)
+    return trace
+
+
+def study_starting_points(space: Any) -> list[dict[str, Any]]:
+    """The configurations :class:`autotune.study.Study` enqueues first: the baseline, then known-good."""
+    from autotune.errors import InvalidConfigError
+
+    baseline = space.defaults()
+    points, seen = [], set()
+    for params in [baseline, *space.known_good]:
+        try:
+            config = space.validate({**baseline, **params, **space.fixed})
+        except InvalidConfigError:
+            continue
+        if config_key(config) not in seen:
+            seen.add(config_key(config))
+            points.append(config)
+    return points
