@@ -101,16 +101,29 @@ def write_atomic(path: Path, text: str) -> None:
 
 
 def check_writable(directory: Path) -> Path:
-    """A clear error now if ``directory`` could not be created or written later; creates nothing."""
-    probe = directory.resolve()
-    while not probe.exists():
-        if probe.parent == probe:
-            break
-        probe = probe.parent
-    if probe.exists() and not probe.is_dir():
-        raise AutotuneError(f"cannot write to {directory}: {probe} is a file; choose another directory")
-    if not os.access(probe, os.W_OK | os.X_OK):
-        raise AutotuneError(f"cannot write to {directory}: permission denied on {probe}; choose another directory")
+    """A clear error now if ``directory`` cannot be created and written; leaves nothing behind.
+
+    It is created and probed for real (permissions alone do not tell: /proc, read-only mounts),
+    then what this check created is removed again, so that bad input writes nothing.
+    """
+    created: list[Path] = []
+    probe_dir = directory.absolute()
+    try:
+        missing = [p for p in [probe_dir, *probe_dir.parents] if not p.exists()]
+        for p in reversed(missing):
+            p.mkdir()
+            created.append(p)
+        probe = probe_dir / f".write-test.{os.getpid()}"
+        probe.write_text("")
+        probe.unlink()
+    except OSError as exc:
+        raise AutotuneError(f"cannot write to {directory}: {exc.strerror or exc}; choose another directory") from None
+    finally:
+        for p in reversed(created):
+            try:
+                p.rmdir()
+            except OSError:
+                pass
     return directory
 
 

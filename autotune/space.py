@@ -23,6 +23,7 @@ Errors in a file name the file, the line and the problem.
 from __future__ import annotations
 
 import math
+import re
 from dataclasses import dataclass, field
 import importlib.util
 from pathlib import Path
@@ -43,6 +44,7 @@ class _LineLoader(yaml.SafeLoader):
 
 
 def _construct_mapping(loader: _LineLoader, node: yaml.MappingNode) -> dict:
+    loader.flatten_mapping(node)  # YAML merge keys (<<: *anchor)
     mapping = _LinedDict()
     for key_node, value_node in node.value:
         key = loader.construct_object(key_node, deep=True)
@@ -81,7 +83,7 @@ class Parameter:
 
     def coerce(self, value: Any) -> Any:
         """Turn a value (possibly a ``--set`` string) into this parameter's type, or raise."""
-        if value is None or (isinstance(value, str) and value.lower() in ("null", "none", "default")
+        if value is None or (isinstance(value, str) and value.lower() in ("null", "none")
                              and not self._has_choice(value)):
             return None
         try:
@@ -312,7 +314,9 @@ def parse_space(text: str, source: str = "<memory>") -> SearchSpace:
     try:
         space.defaults()
     except InvalidConfigError as exc:
-        raise fail(doc, "parameters", f"the defaults contradict each other: {exc}") from None
+        named = re.search(r"parameter '([^']+)'", str(exc))
+        where, key = (raw_params, named.group(1)) if named and named.group(1) in raw_params else (doc, "parameters")
+        raise fail(where, key, f"the defaults contradict each other: {exc}") from None
     return space
 
 
@@ -362,7 +366,12 @@ def _to_int(value: Any) -> int:
         if not value.is_integer():
             raise ValueError(value)
         return int(value)
-    return int(str(value), 0) if isinstance(value, str) else int(value)
+    if isinstance(value, str):
+        try:
+            return int(value.strip(), 10)  # "08" is eight
+        except ValueError:
+            return int(value.strip(), 0)  # "0x0a", "0b1010"
+    return int(value)
 
 
 def _match_choice(value: Any, choices: tuple[Any, ...]) -> Any:

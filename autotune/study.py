@@ -29,7 +29,7 @@ from autotune.numerics import DEFAULT_LOSS_TOLERANCE, constraint_value, loss_dev
 from autotune.outputs import BestConfig, TrialSummary, check_writable, write_outputs
 from autotune.records import MeasurementProtocol, TrialResult
 from autotune.space import Parameter, SearchSpace
-from autotune.trial import check_script, load_trial_space, parse_size
+from autotune.trial import check_script, load_trial_space, parse_size, validate_for
 from autotune.targets import Target, resolve_target
 
 DEFAULT_DIR = Path(".autotune")
@@ -159,6 +159,7 @@ class Study:
         self.script = check_script(options.script)
         self.target: Target = resolve_target(options.target, self.script)
         base_space = load_trial_space(self.target, options.space, options.platform)
+        validate_for(self.target, base_space, {k: v for k, v in options.sets.items() if k not in base_space.parameters})
         self.space: SearchSpace = base_space.restrict(options.sets)
         self.memory_limit = parse_size(options.memory_limit) if options.memory_limit else None
         self.name = options.study or default_study_name(self.script, self.target.name)
@@ -567,11 +568,13 @@ def _open_storage(url: str) -> Any:
             url, engine_kwargs=engine, heartbeat_interval=HEARTBEAT_S, grace_period=GRACE_S,
             heartbeat_stale_trial_callback=RetryHeartbeatStaleTrialCallback(max_retry=2),
         )
-    except ModuleNotFoundError as exc:
-        raise AutotuneError(f"storage {url.split('://')[0]}: the database driver is not installed "
-                            f"({exc.name}); install it, e.g. pip install psycopg2-binary") from None
     except Exception as exc:  # SQLAlchemy raises many types for a bad URL or a corrupt file
         first = str(exc).strip().splitlines()[0][:200] if str(exc).strip() else type(exc).__name__
+        if isinstance(exc, ImportError) or "Failed to import DB access module" in first:
+            scheme = url.split("://", 1)[0].split("+", 1)[0]
+            hint = {"postgresql": "psycopg2-binary", "mysql": "PyMySQL"}.get(scheme, "the driver for " + scheme)
+            raise AutotuneError(f"storage {url}: its database driver is not installed; "
+                                f"pip install {hint}") from None
         raise AutotuneError(f"cannot open storage {url}: {first}") from None
 
 

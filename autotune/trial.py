@@ -81,6 +81,29 @@ def load_trial_space(target: Target, space: str | None, platform: str | None = N
     return s
 
 
+def validate_for(target: Target, space: SearchSpace, params: dict[str, Any]) -> dict[str, Any]:
+    """``space.validate`` that, for a parameter of another platform's space, names that platform."""
+    try:
+        return space.validate(params)
+    except InvalidConfigError as exc:
+        unknown = [k for k in params if k not in space.parameters]
+        if unknown:
+            # The target may know the parameter and why it cannot apply here (-lnc on trn1).
+            typed = {k: int(v) if isinstance(v, str) and v.isdigit() else v for k, v in params.items()}
+            target.check({**space.fixed, **typed})
+        for name in unknown:
+            for other in target.spaces:
+                try:
+                    if name in builtin_space(other).parameters:
+                        raise InvalidConfigError(
+                            f"{exc}. {name!r} belongs to the {other} space: choose that platform "
+                            f"(--platform {other.split('-', 1)[-1]} or --space {other})") from None
+                except AutotuneError as inner:
+                    if isinstance(inner, InvalidConfigError):
+                        raise
+        raise
+
+
 @dataclass
 class PreparedTrial:
     target: Target
@@ -97,7 +120,7 @@ def prepare_trial(script: str | Path, *, target: str = "auto", sets: dict[str, A
     path = check_script(script)
     tgt = resolve_target(target, path)
     sp = load_trial_space(tgt, space, platform)
-    params = sp.validate(dict(sets or {}))
+    params = validate_for(tgt, sp, dict(sets or {}))
     tgt.check(params)
     return PreparedTrial(tgt, sp, params, tgt.plan(params, base_env), path)
 

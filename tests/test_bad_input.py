@@ -1,0 +1,88 @@
+"""Bad input: a one- or two-line message, exit code 2, no traceback, nothing written or lost."""
+
+from __future__ import annotations
+
+import hashlib
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+SCRIPTS = Path(__file__).resolve().parent / "scripts"
+TINY = str(SCRIPTS / "tiny_train.py")
+
+
+def run_cli(cwd: Path, *args: str, timeout: float = 120) -> subprocess.CompletedProcess:
+    return subprocess.run([sys.executable, "-m", "autotune.cli", *args], cwd=cwd, capture_output=True,
+                          text=True, timeout=timeout)
+
+
+def assert_rejected(proc: subprocess.CompletedProcess, *needles: str) -> None:
+    lines = [ln for ln in proc.stderr.strip().splitlines() if ln.strip()]
+    assert proc.returncode == 2, (proc.returncode, proc.stderr[-2000:])
+    assert "Traceback" not in proc.stderr + proc.stdout
+    assert 1 <= len(lines) <= 2, proc.stderr
+    for needle in needles:
+        assert needle in proc.stderr, proc.stderr
+
+
+def assert_nothing_written(cwd: Path, before: set[str]) -> None:
+    assert {p.name for p in cwd.iterdir()} == before
+
+
+@pytest.fixture
+def work(tmp_path: Path) -> tuple[Path, set[str]]:
+    (tmp_path / "not_python.bin").write_bytes(b"\x7fELF\x00\x00binary")
+    (tmp_path / "broken.py").write_text("def f(:\n    pass\n")
+    (tmp_path / "bad_space.yaml").write_text("target: inductor\nparameters:\n  mode:\n    type: categorical\n"
+                                             "    choices: eager\n")
+    (tmp_path / "contradictory.yaml").write_text(
+        "target: inductor\nparameters:\n  mode: {type: categorical, choices: [eager], default: eager}\n"
+        "  freezing: {type: bool, when: {mode: [default]}}\n")
+    (tmp_path / "corrupt.db").write_bytes(b"this is not a sqlite database" * 100)
+    return tmp_path, {p.name for p in tmp_path.iterdir()}
+
+
+CASES = {
+    "missing script": (["run", "no_such_script.py"], ["script not found"]),
+    "syntax error": (["run", "broken.py"], ["line 1"]),
+    "non-Python file": (["run", "not_python.bin"], ["not a Python script"]),
+    "unknown target": (["run", TINY, "--target", "tpu9000"], ["unknown target"]),
+    "unknown parameter": (["run", TINY, "--target", "inductor", "--set", "warp_speed=9"], ["unknown parameter"]),
+    "out-of-range value": (["run", TINY, "--target", "inductor", "--set", "batch_size=7"], ["not allowed"]),
+    "malformed --set": (["run", TINY, "--target", "inductor", "--set", "batch_size"], ["KEY=VALUE"]),
+    "malformed space": (["run", TINY, "--target", "inductor", "--space", "bad_space.yaml"], ["line 5", "choices"]),
+    "contradictory space": (["run", TINY, "--target", "inductor", "--space", "contradictory.yaml"],
+                            ["line 4", "can never happen"]),
+    "lnc 2 on trn1": (["run", TINY, "--target", "neuron", "--platform", "trn1", "--set", "lnc=2"],
+                      ["NCC_EARG001", "trn2"]),
+    "zero trials": (["run", TINY, "--target", "inductor", "--trials", "0"], ["--trials"]),
+    "negative trials": (["run", TINY, "--target", "inductor", "--trials", "-3"], ["--trials"]),
+    "unreachable ray": (["run", TINY, "--target", "inductor", "--ray-address", "127.0.0.1:9"], ["cannot reach"]),
+    "unwritable out": (["run", TINY, "--target", "inductor", "--out", "/proc/autotune-out"], ["cannot write"]),
+    "unwritable cache": (["run", TINY, "--target", "inductor", "--cache", "/proc/autotune-cache"], ["cannot write"]),
+    "missing storage driver": (["run", TINY, "--target", "inductor", "--storage", "postgresql://u@127.0.0.1/db"],
+                               ["psycopg2"]),
+    "unknown sampler": (["run", TINY, "--target", "inductor", "--sampler", "oracle"], ["sampler"]),
+    "trial with bad combination": (["trial", TINY, "--target", "inductor", "--set", "mode=eager",
+                                    "--set", "freezing=true"], ["only applies"]),
+}
+
+
+@pytest.mark.parametrize("case", list(CASES))
+def test_bad_input_is_refused_cleanly(work, case: str) -> None:
+    cwd, before = work
+    args, needles = CASES[case]
+    assert_rejected(run_cli(cwd, *args), *needles)
+    assert_nothing_written(cwd, before)
+
+
+def test_a_corrupted_database_is_refused_and_left_as_it_was(work) -> None:
+    cwd, before = work
+    db = cwd / "corrupt.db"
+    digest = hashlib.sha256(db.read_bytes()).hexdigest()
+    proc = run_cli(cwd, "run", TINY, "--target", "inductor", "--storage", f"sqlite:///{db}")
+    assert_rejected(proc, "cannot open storage")
+    assert hashlib.sha256(db.read_bytes()).hexdigest() == digest
+    assert_nothing_written(cwd, before)
