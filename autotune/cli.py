@@ -110,6 +110,8 @@ def trial(
 
     if timeout <= 0:
         raise InvalidConfigError("--timeout must be positive")
+    if max_seconds <= 0 or max_steps < 1:
+        raise InvalidConfigError("--max-seconds and --max-steps must be positive")
     from autotune.cache import open_cache
 
     prepared = prepare_trial(script, target=target, sets=parse_sets(set_), space=space, platform=platform)
@@ -127,7 +129,7 @@ def trial(
     if json_out:
         typer.echo(json.dumps(result.model_dump(mode="json")))
     else:
-        from autotune.report import render_trial
+        from autotune.rendering import render_trial
 
         render_trial(result, Console())
     raise typer.Exit(0 if result.ok else EXIT_TRIAL_FAILED)
@@ -195,7 +197,7 @@ def run(
     if json_out:
         typer.echo(result.model_dump_json())
     else:
-        from autotune.report import render_study
+        from autotune.rendering import render_study
 
         render_study(result, Console())
     raise typer.Exit(result.exit_code)
@@ -267,7 +269,7 @@ def show(
     if json_out:
         typer.echo(json.dumps([t.model_dump(mode="json") for t in trials]))
         return
-    from autotune.report import render_trials
+    from autotune.rendering import render_trials
 
     render_trials(study, trials, baseline_value(st), best_config(st, study), Console(), all_trials=True)
 
@@ -284,7 +286,7 @@ def cache_stats_cmd(
 ) -> None:
     """Entries by target, compile-cache hits and misses, sizes; done/failed/locked Neuron entries."""
     from autotune.cache import cache_stats, open_cache
-    from autotune.report import fmt_bytes
+    from autotune.rendering import fmt_bytes
 
     stats = cache_stats(open_cache(cache))
     if json_out:
@@ -305,7 +307,7 @@ def cache_prune_cmd(
 ) -> None:
     """Remove old entries; entries locked by a running compile are kept."""
     from autotune.cache import open_cache, parse_age, prune
-    from autotune.report import fmt_bytes
+    from autotune.rendering import fmt_bytes
     from autotune.trial import parse_size
 
     if max_size is None and older_than is None:
@@ -322,7 +324,7 @@ def cache_clear_cmd(
 ) -> None:
     """Remove every compiled artifact and remembered result under the cache root."""
     from autotune.cache import clear, open_cache
-    from autotune.report import fmt_bytes
+    from autotune.rendering import fmt_bytes
 
     root = open_cache(cache)
     if not yes:
@@ -333,6 +335,9 @@ def cache_clear_cmd(
 
 
 import autotune.landscape_cli  # noqa: E402,F401  registers `autotune landscape`
+
+
+import autotune.daemon.cli  # noqa: E402,F401  (registers serve, submit, status, cancel, logs, ensure)
 
 
 def main() -> None:

@@ -45,6 +45,8 @@ PATTERNS: tuple[FailurePattern, ...] = (
     # XLA.
     _p(r"RESOURCE_EXHAUSTED", C.device_oom, "XLA ran out of device memory"),
     _p(r"Unknown flags? in XLA_FLAGS", C.compile_error, "XLA_FLAGS holds a flag this XLA does not know"),
+    # XLA:CPU's LLVM back end gave up on the graph (seen with --xla_cpu_use_thunk_runtime=false).
+    _p(r"LLVM ERROR:", C.compile_error, "the XLA CPU back end (LLVM) failed to compile the graph"),
     # torch.compile / inductor.
     _p(r"torch\._dynamo\.exc\.(BackendCompilerFailed|InternalTorchDynamoError)|InductorError|CppCompileError",
        C.compile_error, "torch.compile failed to compile the model"),

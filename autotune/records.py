@@ -9,7 +9,7 @@ from __future__ import annotations
 import enum
 from typing import Any
 
-from pydantic import BaseModel, Field
+from pydantic import BaseModel, ConfigDict, Field
 
 #: Version of the measurement protocol (warm-up detection, windows, stopping rule). Results
 #: measured under another version are not comparable and are never reused.
@@ -148,6 +148,9 @@ class Failure(BaseModel):
 class HarnessReport(BaseModel):
     """What the harness inside the trial process writes; the launcher completes it."""
 
+    # A NaN loss is the evidence of a numerics failure: it must survive the trip through JSON.
+    model_config = ConfigDict(ser_json_inf_nan="constants")
+
     finished: bool = False  # the script ran to its end or was stopped after converging
     stopped_early: bool = False
     steps_seen: int = 0
@@ -161,6 +164,8 @@ class HarnessReport(BaseModel):
 
 class TrialResult(BaseModel):
     """The outcome of one trial: a measurement or a categorised failure, never an exception."""
+
+    model_config = ConfigDict(ser_json_inf_nan="constants")
 
     status: str  # "ok" or "failed"
     plan: TrialPlan

@@ -242,12 +242,12 @@ class Study:
     # -- the loop --------------------------------------------------------------------------------
     def run(self) -> StudyResult:
         from autotune.provenance import provenance
-        from autotune.scheduler import WorkerPool, connect, plan_placement
+        from autotune.scheduler import connect
 
         from autotune.cache import environment_of, model_of
 
         started_ray = False
-        if self.o.pool_factory is None:
+        if self.o.pool_factory is None and self.o.ray_address:
             # Before the storage is touched: an unreachable cluster must leave nothing written.
             started_ray = connect(self.o.ray_address)
         try:
@@ -274,21 +274,12 @@ class Study:
             finally:
                 pool.shutdown()
             return self.result()
-        pool = None
+        self.threads = None
+        pool = _LazyPool(self, started_ray)
         try:
-            placement = plan_placement(self.target.name, workers=self.o.workers,
-                                       cores_per_trial=self.o.cores_per_trial)
-            self.notes.extend(placement.notes)
-            self.threads = placement.threads_per_trial
-            pool = WorkerPool(placement)
             self._loop(pool)
         finally:
-            if pool is not None:
-                pool.shutdown()
-            if started_ray:
-                import ray
-
-                ray.shutdown()
+            pool.shutdown()
         return self.result()
 
     def _loop(self, pool: Any) -> None:
@@ -392,8 +383,6 @@ class Study:
                 return "reused"
             if self.o.retry_failed:
                 plan.env["NEURON_CC_FLAGS"] = f"{plan.env['NEURON_CC_FLAGS']} --retry_failed_compilation".strip()
-        if self.threads:
-            plan.knobs.threads = self.threads
         trial.set_user_attr("env", plan.env)
         request = {
             "plan": plan.model_dump(mode="json"),
@@ -550,6 +539,52 @@ class Study:
             self.o.on_update(p)
 
 
+class _LazyPool:
+    """The Ray pool, started when the first trial must run.
+
+    A rerun whose trials are all answered from earlier results then never starts Ray.
+    """
+
+    def __init__(self, study: Study, ray_started: bool) -> None:
+        self.study = study
+        self.ray_started = ray_started
+        self.pool: Any = None
+
+    def _start(self) -> Any:
+        from autotune.scheduler import WorkerPool, connect, plan_placement
+
+        if self.pool is None:
+            o = self.study.o
+            self.ray_started = connect(o.ray_address) or self.ray_started
+            placement = plan_placement(self.study.target.name, workers=o.workers,
+                                       cores_per_trial=o.cores_per_trial)
+            self.study.notes.extend(placement.notes)
+            self.study.threads = placement.threads_per_trial
+            self.pool = WorkerPool(placement)
+        return self.pool
+
+    @property
+    def free(self) -> int:
+        return self.pool.free if self.pool is not None else 1
+
+    def submit(self, request: dict[str, Any], tag: Any) -> None:
+        pool = self._start()
+        if self.study.threads:  # parallel CPU trials share the machine's cores
+            request["plan"]["knobs"]["threads"] = self.study.threads
+        pool.submit(request, tag)
+
+    def wait(self, timeout: float) -> list[tuple[Any, str | None, str | None]]:
+        return self.pool.wait(timeout) if self.pool is not None else []
+
+    def shutdown(self) -> None:
+        if self.pool is not None:
+            self.pool.shutdown()
+        if self.ray_started:
+            import ray
+
+            ray.shutdown()
+
+
 # -- reading a stored study ----------------------------------------------------------------------
 
 def _open_storage(url: str) -> Any:
@@ -686,6 +721,9 @@ def study_summaries(study: Any) -> list[TrialSummary]:
             wall_seconds=result.wall_seconds if result else None,
             compile_seconds=result.compile.compile_seconds if result else None,
             duplicate_of=t.user_attrs.get(A_DUP), env=t.user_attrs.get("env") or {},
+            cached=bool(t.user_attrs.get("cached")),
+            cache_hits=result.compile.cache_hits if result else None,
+            cache_misses=result.compile.cache_misses if result else None,
             started_at=result.started_at if result else None, ended_at=result.ended_at if result else None,
             numerics_violated=t.state.name == "COMPLETE" and numerics_violated(study, t, base),
             losses=result.losses[:5] if result else [],

@@ -6,6 +6,7 @@ Everything that can be rejected is rejected here, before a process starts.
 from __future__ import annotations
 
 import hashlib
+import os
 import re
 import time
 from dataclasses import dataclass
@@ -57,14 +58,16 @@ def parse_sets(items: list[str] | None) -> dict[str, str]:
 
 
 def parse_size(text: str) -> int:
-    """``"8GiB"``, ``"512M"``, ``"1e9"`` as bytes."""
-    m = re.fullmatch(r"\s*([0-9.eE+]+)\s*([KMGT]?)(i?B?)\s*", text, re.IGNORECASE)
+    """``"8GiB"``, ``"512M"``, ``"1e9"`` as bytes; anything else is an error naming the form."""
+    m = re.fullmatch(r"\s*(\d+(?:\.\d+)?(?:[eE][+-]?\d+)?)\s*([KMGT]?)(i?B?)\s*", text, re.IGNORECASE)
     if not m:
         raise InvalidConfigError(f"memory size {text!r}: use a number with an optional unit, e.g. 8GiB or 512M")
     value = float(m.group(1))
     unit = m.group(2).upper()
     if unit:  # K, M, G, T and KiB, MiB, ... are all binary here: memory is counted in pages
         value *= 1024 ** ("KMGT".index(unit) + 1)
+    if value < 1:
+        raise InvalidConfigError(f"memory size {text!r} must be positive")
     return int(value)
 
 
@@ -122,7 +125,8 @@ def prepare_trial(script: str | Path, *, target: str = "auto", sets: dict[str, A
     sp = load_trial_space(tgt, space, platform)
     params = validate_for(tgt, sp, dict(sets or {}))
     tgt.check(params)
-    return PreparedTrial(tgt, sp, params, tgt.plan(params, base_env), path)
+    env = dict(os.environ) if base_env is None else base_env  # the user's PJRT_DEVICE, XLA_FLAGS, ...
+    return PreparedTrial(tgt, sp, params, tgt.plan(params, env), path)
 
 
 def default_trial_dir(root: str | Path = ".autotune") -> Path:

@@ -59,8 +59,8 @@ class NumericsFailure(BaseException):
 class StepClock:
     """Turns step boundaries into timing windows and decides when the estimate is good enough.
 
-    Warm-up lasts until ``quiet_steps`` consecutive steps compile nothing; the step time seen then
-    sizes the windows (at least ``min_window_seconds`` each). On a lazy device a window may only
+    Warm-up lasts until ``quiet_steps`` consecutive steps compile nothing; then windows of at least
+    ``min_window_seconds`` each are timed. On a lazy device a window may only
     end where a graph was cut, and the device is waited for at the start and at the end of the
     measurement, so the figure is what the script's own timing loop would print in steady state.
     """
@@ -80,7 +80,6 @@ class StepClock:
         self.last_compiles = 0
         self.warmup_steps = 0
         self.warmup_seconds = 0.0
-        self.window_steps = 1
         self.window_start: float | None = None
         self.window_first_step = 0
         self.window_samples = 0.0
@@ -139,8 +138,6 @@ class StepClock:
         self.last_boundary = now
         self._last_aligned_step = self.steps
         if self.quiet >= self.protocol.quiet_steps:
-            est = sorted(self.step_times)[len(self.step_times) // 2] if self.step_times else 0.0
-            self.window_steps = max(1, math.ceil(self.protocol.min_window_seconds / est)) if est > 0 else 1
             self.warming = False
             self.warmup_steps = self.steps
             self.warmup_seconds = now - (self.rt.started_at or now)
@@ -155,15 +152,17 @@ class StepClock:
         self.last_boundary = now
         self.window_samples += samples
         self.measure_steps += 1
-        if not aligned or self.steps - self.window_first_step < self.window_steps:
+        p = self.protocol
+        capped = (self.measure_steps >= p.max_measure_steps
+                  or now - (self.measure_started or now) >= p.max_measure_seconds)
+        # A window ends by time (steps may speed up or slow down after warm-up), and on a lazy
+        # device only where a graph was cut.
+        if not aligned or (not capped and now - (self.window_start or now) < p.min_window_seconds):
             return
         self._close_window(now)
         self.rt.check_numerics()
-        p = self.protocol
         est = estimate(self.windows)
         enough = (est is not None and est.windows_used >= p.min_windows and est.rel_half_width <= p.rel_ci)
-        capped = (self.measure_steps >= p.max_measure_steps
-                  or now - (self.measure_started or now) >= p.max_measure_seconds)
         if enough or capped:
             if self.lazy:
                 # The last window ends when the device has finished its work, not when the host

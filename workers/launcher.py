@@ -217,12 +217,17 @@ class _Tree:
         return alive
 
     def rss(self) -> int:
+        """Memory of the whole tree, as PSS: forked DataLoader workers share their parent's pages,
+        and summing RSS would count those once per worker (1.35 GiB summed for 0.5 GiB used)."""
         total = 0
         for p in self._refresh():
             try:
-                total += p.memory_info().rss
-            except (psutil.NoSuchProcess, psutil.AccessDenied):
-                pass
+                total += p.memory_full_info().pss
+            except (psutil.NoSuchProcess, psutil.AccessDenied, AttributeError):
+                try:
+                    total += p.memory_info().rss
+                except (psutil.NoSuchProcess, psutil.AccessDenied):
+                    pass
         return total
 
     def kill(self) -> None:

@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-import re
+import ast
 from importlib.util import find_spec
 from pathlib import Path
 
@@ -18,7 +18,18 @@ TARGETS: dict[str, type[Target]] = {
     "inductor": InductorTarget,
 }
 
-_IMPORTS_XLA = re.compile(r"^\s*(import|from)\s+torch_xla\b", re.MULTILINE)
+def imports_torch_xla(source: str) -> bool:
+    """Whether the script imports torch_xla anywhere (``import os, torch_xla`` included)."""
+    try:
+        tree = ast.parse(source)
+    except SyntaxError:
+        return False
+    for node in ast.walk(tree):
+        if isinstance(node, ast.Import) and any(a.name.split(".")[0] == "torch_xla" for a in node.names):
+            return True
+        if isinstance(node, ast.ImportFrom) and (node.module or "").split(".")[0] == "torch_xla":
+            return True
+    return False
 
 
 def get_target(name: str) -> Target:
@@ -37,7 +48,7 @@ def detect_target(script: str | Path) -> str:
         source = Path(script).read_text(errors="replace")
     except OSError:
         source = ""
-    if _IMPORTS_XLA.search(source) and find_spec("torch_xla") is not None:
+    if imports_torch_xla(source) and find_spec("torch_xla") is not None:
         return "xla"
     return "inductor"
 

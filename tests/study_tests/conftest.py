@@ -18,3 +18,9 @@ def ray_cluster():
         ray.init(num_cpus=os.cpu_count(), resources={"neuron_cores": 8}, include_dashboard=False,
                  log_to_driver=False, logging_level="ERROR")
     yield ray
+
+
+@pytest.fixture(autouse=True)
+def own_cache_root(tmp_path, monkeypatch):
+    """Each test its own cache root: results remembered by one test must not answer another's."""
+    monkeypatch.setenv("XDG_CACHE_HOME", str(tmp_path / "xdg-cache"))

@@ -29,11 +29,19 @@ def fmt_seconds(s: float | None) -> str:
     return f"{s:.1f} s"
 
 
+def _stop_note(result: TrialResult) -> str:
+    if not result.stopped_early:
+        return ""
+    if result.measurement is not None and result.measurement.converged:
+        return " (stopped the script once the estimate converged)"
+    return " (stopped the script at the measurement cap, not converged)"
+
+
 def render_trial(result: TrialResult, console: Console) -> None:
     plan = result.plan
     t = Table.grid(padding=(0, 2))
     t.add_column(style="bold")
-    t.add_column()
+    t.add_column(overflow="fold")  # paths and flag strings are copied from here: never cut them
     t.add_row("target", plan.target)
     t.add_row("parameters", ", ".join(f"{k}={v}" for k, v in plan.params.items()) or "(the script's own)")
     for k, v in plan.env.items():
@@ -68,7 +76,7 @@ def render_trial(result: TrialResult, console: Console) -> None:
     if result.losses:
         t.add_row("first losses", ", ".join(f"{v:.4g}" for v in result.losses[:6]))
     t.add_row("wall time", f"{fmt_seconds(result.wall_seconds)}"
-                           f"{' (stopped the script once converged)' if result.stopped_early else ''}")
+                           f"{_stop_note(result)}")
     t.add_row("log", result.log_path or "-")
     console.print(t)
     if not result.ok and result.log_tail:
