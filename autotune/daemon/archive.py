@@ -12,6 +12,7 @@ from __future__ import annotations
 import io
 import os
 import posixpath
+import shutil
 import tarfile
 import zlib
 from pathlib import Path
@@ -106,15 +107,20 @@ def check_members(tar: tarfile.TarFile, max_bytes: int) -> list[tarfile.TarInfo]
 
 
 def extract_snapshot(archive: Path, dest: Path, max_bytes: int = DEFAULT_MAX_BYTES) -> int:
-    """Unpack ``archive`` into the new directory ``dest``; returns the number of files."""
+    """Unpack ``archive`` into the new directory ``dest``; returns the number of files. A refused
+    archive leaves no ``dest`` behind."""
     dest.mkdir(parents=True, exist_ok=False)
     try:
         with tarfile.open(archive, mode="r:gz") as tar:
             members = check_members(tar, max_bytes)
             tar.extractall(dest, members=members, filter="data")
-    except (tarfile.TarError, EOFError, OSError, ValueError, zlib.error) as exc:
-        # tarfile's FilterError (a link resolved outside by the data filter) is a TarError too.
-        raise ArchiveError(f"refused the upload: not a readable tar.gz snapshot ({exc})") from None
+    except BaseException as exc:
+        shutil.rmtree(dest, ignore_errors=True)
+        if isinstance(exc, tarfile.FilterError):  # a path that leaves the root once earlier links resolve
+            raise ArchiveError(f"refused the upload: {exc}") from None
+        if isinstance(exc, (tarfile.TarError, EOFError, OSError, ValueError, zlib.error)):
+            raise ArchiveError(f"refused the upload: not a readable tar.gz snapshot ({exc})") from None
+        raise
     return sum(1 for m in members if m.isreg())
 
 

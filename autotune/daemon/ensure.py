@@ -39,6 +39,14 @@ class EnsureResult(BaseModel):
     seconds: float = 0.0
 
 
+class EnsureFailed(AutotuneError):
+    """Tuning ran, and left no configuration to hand on."""
+
+    def __init__(self, message: str, exit_code: int) -> None:
+        super().__init__(message)
+        self.exit_code = exit_code
+
+
 def space_identity(name: str | None, text: str | None = None) -> str:
     """A search space as the key sees it: a file by its text, a built-in by its name."""
     if text is not None:
@@ -56,7 +64,8 @@ def ensure_key(script: Path, args: list[str], target: Any, run: RunOptions, spac
     prov = provenance(target, script, args)
     doc = {"model": model_of(prov), "environment": environment_of(prov), "target": target.name,
            "space": space, "platform": run.platform, "sets": dict(sorted(run.sets.items())),
-           "metric": run.metric, "direction": run.direction, "protocol": PROTOCOL_VERSION}
+           "metric": run.metric, "direction": run.direction, "protocol": PROTOCOL_VERSION,
+           "numerics": run.loss_tolerance if run.numerics_guard else None}
     return hashlib.sha256(json.dumps(doc, sort_keys=True, default=str).encode()).hexdigest()
 
 
@@ -87,8 +96,8 @@ def stored_best(storage: Any, study_name: str, trials: int) -> BestConfig | None
 
 def write_best(best: BestConfig, out: Path) -> tuple[Path, Path]:
     """``best.env`` and ``best.json``: ``out`` names the env file (its JSON twin sits beside it),
-    or a directory that receives both."""
-    if out.is_dir() or str(out).endswith(("/", "\\")):
+    or an existing directory that receives both."""
+    if out.is_dir():
         env_file, json_file = out / "best.env", out / "best.json"
     else:
         env_file = out
@@ -131,7 +140,8 @@ def ensure_local(script: Path, args: list[str], run: RunOptions, *, out: Path, s
                   ray_address=ray_address, storage=url, study=name, trial_timeout=run.trial_timeout,
                   timeout=run.timeout, sampler=run.sampler, seed=run.seed, metric=run.metric,
                   direction=run.direction, memory_limit=run.memory_limit, cache=cache,
-                  retry_failed=run.retry_failed, on_update=on_update)
+                  retry_failed=run.retry_failed, loss_tolerance=run.loss_tolerance,
+                  numerics_guard=run.numerics_guard, on_update=on_update)
     if result.best is None:
         raise EnsureFailed(f"every trial of study {name} failed: nothing to write to {out}; "
                            f"see autotune show {name}", result.exit_code)
@@ -139,14 +149,6 @@ def ensure_local(script: Path, args: list[str], run: RunOptions, *, out: Path, s
     return EnsureResult(source="tuned", study=name, ran=result.ran, env_file=str(env_file),
                         json_file=str(json_file), best=result.best,
                         seconds=time.monotonic() - started), result.exit_code
-
-
-class EnsureFailed(AutotuneError):
-    """Tuning ran, and left no configuration to hand on."""
-
-    def __init__(self, message: str, exit_code: int) -> None:
-        super().__init__(message)
-        self.exit_code = exit_code
 
 
 def _read_storage(url: str) -> Any:

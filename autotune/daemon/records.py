@@ -58,6 +58,8 @@ class RunOptions(BaseModel):
     memory_limit: str | None = Field(None, pattern=r"^[0-9.eE+]+\s*[KMGTkmgt]?i?[Bb]?$")
     fresh: bool = False
     retry_failed: bool = False
+    loss_tolerance: float = Field(0.2, gt=0)
+    numerics_guard: bool = True
 
     @field_validator("sets")
     @classmethod

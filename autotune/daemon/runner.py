@@ -185,6 +185,9 @@ def job_argv(job: JobRecord, settings: DaemonSettings, workers: int) -> list[str
         argv.append("--fresh")
     if r.retry_failed:
         argv.append("--retry-failed")
+    argv.append(f"--loss-tolerance={r.loss_tolerance:g}")
+    if not r.numerics_guard:
+        argv.append("--no-numerics-guard")
     return [*argv, "--", *job.spec.args]
 
 
@@ -282,10 +285,12 @@ class JobRunner:
             if proc is not None:
                 self._procs[job.id] = proc
                 self.log(f"job {job.id}: still running (pid {job.pid}), adopted")
-            elif files.read_exit_code() is not None:
+            elif files.read_exit_code() is not None or job.attempts >= MAX_ATTEMPTS:
                 self._settle(job, _JobProcess(job.pid or 0))
             else:
                 self.store.requeue(job.id, "its process was gone when the daemon started again: resumed")
+                self._append_log(files, "the job process was gone when the daemon started again; it is queued "
+                                        "again to resume its study")
                 self.log(f"job {job.id}: its process is gone; queued again to resume its study")
 
     def start(self) -> None:
@@ -320,6 +325,9 @@ class JobRunner:
             del self._procs[job_id]
             if job is not None:
                 self._settle(job, proc)
+        for job in running.values():
+            if job.id not in self._procs and job.cancel_requested:  # claimed, but no process ever started
+                self.store.finish(job.id, JobState.cancelled, EXIT_CANCELLED, "cancelled")
         self._start_queued()
 
     def _start_queued(self) -> None:
@@ -340,13 +348,14 @@ class JobRunner:
         job = self.store.get(job.id) or job
         files = JobFiles(Path(job.directory))
         files.exit_code.unlink(missing_ok=True)
-        script, workdir = job_workdir(job, files)
+        _, workdir = job_workdir(job, files)
         argv = job_argv(job, self.settings, workers)
         env = {**os.environ, "AUTOTUNE_JOB_ID": job.id, "PYTHONUNBUFFERED": "1"}
         try:
             with open(files.log, "ab") as log, open(files.result, "wb") as result:
+                shown = [f"--storage={self.store.redacted_url}" if a.startswith("--storage=") else a for a in argv[4:]]
                 log.write(f"[{_now()}] autotune serve: attempt {job.attempts}, {workers} worker(s): "
-                          f"autotune {' '.join(argv[5:])}\n".encode())
+                          f"autotune {' '.join(shown)}\n".encode())
                 log.flush()
                 popen = subprocess.Popen(argv, cwd=workdir, env=env, stdin=subprocess.DEVNULL, stdout=result,
                                          stderr=log, start_new_session=True, close_fds=True)
@@ -378,7 +387,7 @@ class JobRunner:
                 return
             state, code, message = JobState.failed, 1, f"its process was {why}, {job.attempts} times"
         elif code == 0:
-            state, message = JobState.succeeded, None
+            state, message = JobState.succeeded, job.message  # a note such as "resumed" stays
         else:
             state, message = JobState.failed, _last_error(files.log) or f"autotune run exited with {code}"
         if self.store.finish(job.id, state, code, message):

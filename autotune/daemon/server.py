@@ -30,6 +30,11 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+from fastapi import Body, FastAPI, HTTPException, Path as PathParam, Query, Request
+from fastapi.concurrency import run_in_threadpool
+from fastapi.responses import JSONResponse, PlainTextResponse
+
+import autotune
 from autotune.daemon.archive import ArchiveError, extract_snapshot
 from autotune.daemon.jobs import JobRecord, JobStore
 from autotune.daemon.records import (
@@ -43,6 +48,7 @@ from autotune.daemon.records import (
 )
 from autotune.daemon.runner import DaemonSettings, JobFiles, JobRunner, Slots
 from autotune.errors import AutotuneError
+from autotune.outputs import BestConfig
 
 #: Uploads that no job claimed within this time are removed.
 UPLOAD_TTL_S = 3600.0
@@ -126,7 +132,7 @@ class Daemon:
         max_jobs = config.max_concurrent_jobs or min(4, self.slots.for_job(1))
         self.runner = JobRunner(self.store, self.settings, self.slots, max_jobs, log=log)
         self._ensure_lock = threading.Lock()
-        self._prune_uploads()
+        self.prune_uploads()
 
     @property
     def uploads_dir(self) -> Path:
@@ -136,11 +142,19 @@ class Daemon:
     def upload_dir(self, upload_id: str) -> Path:
         return self.uploads_dir / upload_id
 
-    def _prune_uploads(self) -> None:
+    def prune_uploads(self) -> None:
+        """Remove uploads that no job claimed within ``UPLOAD_TTL_S``."""
         now = time.time()
         for p in self.uploads_dir.iterdir():
-            if now - p.stat().st_mtime > UPLOAD_TTL_S:
-                shutil.rmtree(p, ignore_errors=True) if p.is_dir() else p.unlink(missing_ok=True)
+            try:
+                if now - p.stat().st_mtime <= UPLOAD_TTL_S:
+                    continue
+            except FileNotFoundError:  # claimed meanwhile
+                continue
+            if p.is_dir():
+                shutil.rmtree(p, ignore_errors=True)
+            else:
+                p.unlink(missing_ok=True)
 
     def script_of(self, spec: JobSpec) -> Path:
         """The script a spec names, checked: inside its upload, or an existing absolute path."""
@@ -260,14 +274,7 @@ def log(line: str) -> None:
 
 # -- the app ---------------------------------------------------------------------------------
 
-def create_app(daemon: Daemon) -> Any:
-    from fastapi import Body, FastAPI, HTTPException, Path as PathParam, Query, Request
-    from fastapi.concurrency import run_in_threadpool
-    from fastapi.responses import JSONResponse, PlainTextResponse
-
-    import autotune
-    from autotune.outputs import BestConfig
-
+def create_app(daemon: Daemon) -> FastAPI:
     app = FastAPI(title="autotune", version=autotune.__version__,
                   description="Tuning jobs for the compiler flags and runtime knobs of PyTorch scripts. "
                               "A job runs the code it is given, with the daemon's rights.")
@@ -306,6 +313,7 @@ def create_app(daemon: Daemon) -> Any:
         declared = request.headers.get("content-length")
         if declared and declared.isdigit() and int(declared) > limit:
             raise HTTPException(413, f"the snapshot is over the daemon's limit of {limit / 1024 ** 2:g} MiB")
+        daemon.prune_uploads()
         upload_id = secrets.token_hex(16)
         archive = daemon.uploads_dir / f"{upload_id}.tar.gz"
         size = 0
@@ -359,7 +367,7 @@ def create_app(daemon: Daemon) -> Any:
         except KeyError:
             cfg = None
         if cfg is None:
-            raise LookupError(f"job {job_id} has no successful trial yet ({job.state.value})")
+            raise HTTPException(409, f"job {job_id} has no successful trial yet ({job.state.value})")
         return cfg
 
     @app.get("/jobs/{job_id}/logs", response_class=PlainTextResponse)

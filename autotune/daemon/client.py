@@ -1,0 +1,125 @@
+"""The daemon's HTTP client (httpx), as ``submit``, ``status``, ``ensure`` ... use it."""
+
+from __future__ import annotations
+
+import os
+import time
+from pathlib import Path
+from typing import Any, Callable
+
+import httpx
+
+from autotune.daemon.records import DaemonHealth, EnsureReply, JobInfo, JobSpec, UploadInfo
+from autotune.errors import AutotuneError
+from autotune.outputs import BestConfig
+
+DEFAULT_SERVER = "http://127.0.0.1:8765"
+
+
+class DaemonError(AutotuneError):
+    """The daemon cannot be reached, or refused a request."""
+
+
+class NoResultYet(DaemonError):
+    """The job has no successful trial (yet): exit code 3, as for a stored study."""
+
+    exit_code = 3
+
+
+def read_token(token_file: Path | None) -> str | None:
+    """The token from ``--token-file``, else from ``AUTOTUNE_TOKEN``, else none."""
+    if token_file is not None:
+        try:
+            token = token_file.read_text().strip()
+        except OSError as exc:
+            raise AutotuneError(f"cannot read the token file {token_file}: {exc.strerror}") from None
+        if not token:
+            raise AutotuneError(f"the token file {token_file} is empty")
+        return token
+    return os.environ.get("AUTOTUNE_TOKEN") or None
+
+
+class DaemonClient:
+    def __init__(self, server: str, token: str | None = None, timeout: float = 60.0) -> None:
+        self.server = server.rstrip("/")
+        headers = {"Authorization": f"Bearer {token}"} if token else {}
+        self._http = httpx.Client(base_url=self.server, headers=headers, timeout=timeout)
+
+    def close(self) -> None:
+        self._http.close()
+
+    def __enter__(self) -> DaemonClient:
+        return self
+
+    def __exit__(self, *exc: Any) -> None:
+        self.close()
+
+    def _request(self, method: str, path: str, **kwargs: Any) -> httpx.Response:
+        try:
+            response = self._http.request(method, path, **kwargs)
+        except httpx.TransportError as exc:
+            raise DaemonError(f"cannot reach the autotune daemon at {self.server} ({type(exc).__name__}: "
+                              f"{str(exc)[:200] or 'no answer'}); start it with autotune serve, or pass --server") from None
+        if response.status_code == 401:
+            raise DaemonError(f"the daemon at {self.server} refused the request: missing or wrong token "
+                              "(--token-file FILE or AUTOTUNE_TOKEN)")
+        if response.status_code == 409:
+            raise NoResultYet(_detail(response))
+        if response.status_code >= 400:
+            raise DaemonError(_detail(response))
+        return response
+
+    # -- the API ------------------------------------------------------------------------------
+    def health(self) -> DaemonHealth:
+        return DaemonHealth.model_validate(self._request("GET", "/health").json())
+
+    def upload(self, archive: bytes) -> UploadInfo:
+        r = self._request("POST", "/uploads", content=archive, headers={"Content-Type": "application/gzip"})
+        return UploadInfo.model_validate(r.json())
+
+    def submit(self, spec: JobSpec) -> JobInfo:
+        return JobInfo.model_validate(self._request("POST", "/jobs", json=spec.model_dump(mode="json")).json())
+
+    def ensure(self, spec: JobSpec) -> EnsureReply:
+        r = self._request("POST", "/ensure", json=spec.model_dump(mode="json"), timeout=300.0)
+        return EnsureReply.model_validate(r.json())
+
+    def job(self, job_id: str) -> JobInfo:
+        return JobInfo.model_validate(self._request("GET", f"/jobs/{job_id}").json())
+
+    def jobs(self, limit: int = 50) -> list[JobInfo]:
+        return [JobInfo.model_validate(j) for j in self._request("GET", "/jobs", params={"limit": limit}).json()]
+
+    def cancel(self, job_id: str) -> JobInfo:
+        return JobInfo.model_validate(self._request("POST", f"/jobs/{job_id}/cancel").json())
+
+    def best(self, job_id: str) -> BestConfig:
+        return BestConfig.model_validate(self._request("GET", f"/jobs/{job_id}/best").json())
+
+    def logs(self, job_id: str, trial: int | None = None, tail: int | None = None) -> str:
+        params = {k: v for k, v in (("trial", trial), ("tail", tail)) if v is not None}
+        return self._request("GET", f"/jobs/{job_id}/logs", params=params).text
+
+    def wait(self, job_id: str, on_update: Callable[[JobInfo], None] | None = None,
+             poll_s: float = 1.0) -> JobInfo:
+        """Poll until the job ends; ``on_update`` sees every state that differs from the last."""
+        last = None
+        while True:
+            info = self.job(job_id)
+            seen = (info.state, info.done, info.running, info.failed, info.best_value, info.attempts)
+            if on_update is not None and seen != last:
+                on_update(info)
+            last = seen
+            if info.state.final:
+                return info
+            time.sleep(poll_s)
+
+
+def _detail(response: httpx.Response) -> str:
+    try:
+        detail = response.json().get("detail")
+    except ValueError:
+        detail = response.text[:300]
+    if isinstance(detail, list):  # FastAPI's validation errors
+        detail = "; ".join(f"{'.'.join(str(p) for p in d.get('loc', [])[1:])}: {d.get('msg')}" for d in detail)
+    return f"the daemon refused the request ({response.status_code}): {detail}"

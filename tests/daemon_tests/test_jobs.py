@@ -1,0 +1,115 @@
+"""Jobs through the real CLI and a real daemon: submit, wait, status, best, logs, cancel."""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import psutil
+import pytest
+
+from .conftest import FAST, SCRIPTS, autotune
+
+pytestmark = pytest.mark.slow
+
+
+def test_two_clients_submit_at_once_and_both_finish(start_daemon, tmp_path: Path) -> None:
+    d = start_daemon("--slots", "4", "--max-concurrent-jobs", "2")
+    clients = [
+        subprocess.Popen([sys.executable, "-m", "autotune.cli", "submit", str(SCRIPTS / "tiny_train.py"),
+                          "--server", d.url, "--trials", "2", "--workers", "2", *FAST, "--study", f"client{i}",
+                          "--wait"], cwd=tmp_path, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+        for i in range(2)
+    ]
+    # A third job waits in the queue (two run at once); cancelling it ends it at once.
+    deadline = time.monotonic() + 120
+    while len(_running(d)) < 2 and time.monotonic() < deadline:
+        time.sleep(0.5)
+    third = autotune("submit", SCRIPTS / "tiny_train.py", "--server", d.url, "--trials", "1", *FAST, cwd=tmp_path)
+    assert third.returncode == 0, third.stderr
+    third_id = third.stdout.strip()
+    assert d.job(third_id)["state"] == "queued"
+    cancelled = autotune("cancel", third_id, "--server", d.url, cwd=tmp_path)
+    assert cancelled.returncode == 0 and cancelled.stdout.strip() == f"{third_id} cancelled", cancelled.stdout
+
+    outs = [c.communicate(timeout=400) for c in clients]
+    for c, (out, err) in zip(clients, outs):
+        assert c.returncode == 0, err
+    ids = [out.splitlines()[0].strip() for out, _ in outs]
+    infos = [d.job(i) for i in ids]
+    for info in infos:
+        assert info["state"] == "succeeded" and info["exit_code"] == 0, info
+        assert info["done"] == 2 and info["best_value"] > 0 and info["workers"] == 2, info
+    assert max(i["started_at"] for i in infos) < min(i["ended_at"] for i in infos), "the two jobs ran at once"
+    assert "succeeded" in outs[0][1], "--wait follows the job's progress on stderr"
+    assert d.job(third_id)["state"] == "cancelled" and d.job(third_id)["exit_code"] == 130
+
+    env = autotune("best", ids[0], "--server", d.url, "--format", "env", cwd=tmp_path)
+    assert env.returncode == 0 and "export AUTOTUNE_PARAMS=" in env.stdout, env.stderr
+    best = json.loads(autotune("best", ids[1], "--server", d.url, cwd=tmp_path).stdout)
+    assert best["study"] == "client1" and best["params"]["mode"] == "eager"
+    listing = json.loads(autotune("status", "--server", d.url, "--json", cwd=tmp_path).stdout)
+    assert {j["id"] for j in listing} == {*ids, third_id}
+    trial_log = autotune("logs", ids[0], "0", "--server", d.url, cwd=tmp_path)
+    assert trial_log.returncode == 0 and "loss" in trial_log.stdout, trial_log.stderr
+    job_log = autotune("logs", ids[0], "--server", d.url, cwd=tmp_path).stdout
+    assert "autotune serve: attempt 1" in job_log and "succeeded (exit code 0)" in job_log
+
+
+def test_cancel_stops_a_running_job_and_everything_it_started(start_daemon, tmp_path: Path) -> None:
+    d = start_daemon("--slots", "2")
+    submitted = autotune("submit", SCRIPTS / "tiny_train.py", "--server", d.url, "--trials", "50", "--workers", "2",
+                         *FAST, cwd=tmp_path)
+    job_id = submitted.stdout.strip()
+    d.wait_for(job_id, lambda j: j["state"] == "running", timeout=60)
+    pid = _job_pid(d, job_id)
+    deadline = time.monotonic() + 180
+    while not any("workers.harness" in _cmdline(p) for p in _tree(pid)):  # a trial is running
+        assert time.monotonic() < deadline, "no trial process started"
+        time.sleep(0.5)
+    tree = [p.pid for p in _tree(pid)]
+
+    cancelled = autotune("cancel", job_id, "--server", d.url, cwd=tmp_path)
+    assert cancelled.returncode == 0 and cancelled.stdout.strip() == f"{job_id} cancelled", cancelled.stdout
+    info = d.job(job_id)
+    assert info["state"] == "cancelled" and info["exit_code"] == 130
+    time.sleep(1)
+    alive = [p for p in tree if _alive(p)]
+    assert not alive, f"left running after cancel: {alive}"
+
+
+def _tree(pid: int) -> list[psutil.Process]:
+    root = psutil.Process(pid)
+    return [root, *root.children(recursive=True)]
+
+
+def _cmdline(p: psutil.Process) -> str:
+    try:
+        return " ".join(p.cmdline())
+    except psutil.Error:  # ended meanwhile
+        return ""
+
+
+def _alive(pid: int) -> bool:
+    try:
+        return psutil.Process(pid).status() != psutil.STATUS_ZOMBIE
+    except psutil.NoSuchProcess:
+        return False
+
+
+def _running(d) -> list[dict]:
+    with d.http() as c:
+        return [j for j in c.get("/jobs").json() if j["state"] == "running"]
+
+
+def _job_pid(d, job_id: str) -> int:
+    from autotune.daemon.jobs import JobStore
+
+    job = JobStore(d.storage).get(job_id)
+    assert job is not None and job.pid, job
+    assert os.path.exists(f"/proc/{job.pid}")
+    return job.pid

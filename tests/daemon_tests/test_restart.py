@@ -1,0 +1,100 @@
+"""Restarts lose nothing: a SIGKILLed daemon comes back with its queue, its running job still
+running (adopted), and a job whose process died too resumed with its measured trials."""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Callable
+
+import optuna
+import psutil
+import pytest
+
+from autotune.daemon.jobs import JobStore
+
+from .conftest import FAST, SCRIPTS, autotune
+
+pytestmark = pytest.mark.slow
+
+
+def _completed(storage: str, study: str) -> dict[int, float]:
+    return {t.number: t.value for t in optuna.load_study(study_name=study, storage=storage).trials
+            if t.state.name == "COMPLETE"}
+
+
+def _tree(pid: int) -> list[psutil.Process]:
+    root = psutil.Process(pid)
+    return [root, *root.children(recursive=True)]
+
+
+def _cmdline(p: psutil.Process) -> str:
+    try:
+        return " ".join(p.cmdline())
+    except psutil.Error:  # ended meanwhile
+        return ""
+
+
+def _wait_for_trial_processes(pid: int, running: Callable[[], int], timeout: float = 120) -> None:
+    """Until every trial in flight has its process (so its driver has recorded its heartbeat)."""
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        harnesses = [p for p in _tree(pid) if "workers.harness" in _cmdline(p)]
+        if harnesses and len(harnesses) >= running():
+            time.sleep(2)
+            return
+        time.sleep(0.3)
+    pytest.fail("the job's trials never started")
+
+
+def _kill_tree(pid: int) -> None:
+    root = psutil.Process(pid)
+    for p in [root, *root.children(recursive=True)]:
+        try:
+            p.kill()
+        except psutil.NoSuchProcess:
+            pass
+
+
+def test_a_killed_daemon_restarts_with_its_queue_and_jobs(start_daemon, tmp_path) -> None:
+    d = start_daemon("--slots", "2", "--max-concurrent-jobs", "1")
+    ids = {}
+    for name in ("first", "second"):
+        proc = autotune("submit", SCRIPTS / "tiny_train.py", "--server", d.url, "--trials", "3", "--workers", "2",
+                        "--study", name, *FAST, cwd=tmp_path)
+        assert proc.returncode == 0, proc.stderr
+        ids[name] = proc.stdout.strip()
+    first, second = ids["first"], ids["second"]
+
+    # 1. SIGKILL the daemon while the first job runs: it keeps running, and is adopted.
+    d.wait_for(first, lambda j: j["done"] >= 1)
+    kept = _completed(d.storage, "first")
+    pid = JobStore(d.storage).get(first).pid
+    d.kill()
+    assert JobStore(d.storage).get(second).state.value == "queued"
+    d.start()
+    assert d.job(second)["state"] == "queued", "the queue is intact"
+    job = JobStore(d.storage).get(first)
+    assert job.state.value == "running" and job.pid == pid and job.attempts == 1, "adopted, not restarted"
+    assert "adopted" in d.log.read_text()
+    done = d.wait_for(first, lambda j: j["state"] not in ("queued", "running"))
+    assert done["state"] == "succeeded" and done["exit_code"] == 0 and done["done"] == 3, done
+    after = _completed(d.storage, "first")
+    assert all(after[n] == v for n, v in kept.items()), "the trials measured before the kill are kept"
+
+    # 2. Then the second job starts; SIGKILL the daemon and the job's processes (a lost machine)
+    # while trials are being measured. Not between the study's ask() and the trial's first
+    # heartbeat: Optuna never sees a trial without a heartbeat as stale, and the resumed study
+    # would wait for it (a gap of autotune.study, not of the daemon).
+    d.wait_for(second, lambda j: j["done"] >= 1 and j["running"] >= 1)
+    pid = JobStore(d.storage).get(second).pid
+    _wait_for_trial_processes(pid, lambda: d.job(second)["running"])
+    kept = _completed(d.storage, "second")
+    d.kill()
+    _kill_tree(pid)
+    d.start()
+    done = d.wait_for(second, lambda j: j["state"] not in ("queued", "running"), timeout=300)
+    assert done["state"] == "succeeded" and done["exit_code"] == 0, done
+    assert done["attempts"] == 2 and "resumed" in (done["message"] or ""), done
+    after = _completed(d.storage, "second")
+    assert all(after[n] == v for n, v in kept.items()), "the trials measured before the crash are kept"
+    assert done["done"] >= 3
