@@ -94,7 +94,11 @@ def plan_placement(target: str, *, workers: int | None, cores_per_trial: int) ->
         notes.append(f"{n} trials at once on {cpus} CPUs: their timings will disturb each other "
                      f"(default {default}); threads are split between them")
     n = max(1, min(n, cpus))
-    return Placement(workers=n, cpus_per_worker=cpus / n, threads_per_trial=max(1, cpus // n), notes=notes)
+    threads = max(1, cpus // n)
+    user_threads = os.environ.get("OMP_NUM_THREADS", "")
+    if user_threads.isdigit() and int(user_threads) > 0:
+        threads = min(threads, int(user_threads))  # the user has already limited threads: keep it
+    return Placement(workers=n, cpus_per_worker=cpus / n, threads_per_trial=threads, notes=notes)
 
 
 @dataclass

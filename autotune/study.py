@@ -293,6 +293,9 @@ class Study:
             want_more = counted + len(in_flight) + running_elsewhere < self.o.trials
             while want_more and pool.free and time.monotonic() < deadline and consecutive_dups < 50:
                 trial = self.study.ask()
+                # At once: a driver killed before the trial is submitted must still leave a trial
+                # that goes stale (one with no heartbeat at all never does, and a resume would wait).
+                self.storage.record_heartbeat(trial._trial_id)
                 outcome = self._dispatch(trial, pool)
                 if outcome == "submitted":
                     in_flight[trial.number] = trial
@@ -395,9 +398,6 @@ class Study:
             "seed": self.o.seed or 0,
         }
         pool.submit(request, tag=trial.number)
-        # Optuna only counts a trial as stale once it has a heartbeat: record one now, so that a
-        # driver killed before its first periodic beat still has its trials failed and re-queued.
-        self.storage.record_heartbeat(trial._trial_id)
         return "submitted"
 
     def _suggest(self, trial: Any) -> dict[str, Any]:
