@@ -2,12 +2,14 @@
 
 from __future__ import annotations
 
+import contextlib
 import json
+import os
 import sys
 import threading
 import time
 from pathlib import Path
-from typing import Any, Callable, Optional, TypeVar
+from typing import Any, Callable, Iterator, Optional, TypeVar
 
 import typer
 from rich.console import Console
@@ -192,7 +194,7 @@ def run(
         on_update=progress.update,
     )
     runner = Study(options)
-    with progress:
+    with progress, _stdout_reserved(json_out):
         result = runner.run()
     if json_out:
         typer.echo(result.model_dump_json())
@@ -201,6 +203,24 @@ def run(
 
         render_study(result, Console())
     raise typer.Exit(result.exit_code)
+
+
+@contextlib.contextmanager
+def _stdout_reserved(reserve: bool) -> Iterator[None]:
+    """With --json, stdout carries the JSON alone: Ray's raylet writes worker-death notices to the
+    driver's stdout at the file-descriptor level, so fd 1 points at stderr while the study runs."""
+    if not reserve:
+        yield
+        return
+    sys.stdout.flush()
+    saved = os.dup(1)
+    os.dup2(2, 1)
+    try:
+        yield
+    finally:
+        sys.stdout.flush()
+        os.dup2(saved, 1)
+        os.close(saved)
 
 
 class _StudyDisplay:

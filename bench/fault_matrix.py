@@ -40,7 +40,9 @@ def main() -> None:
                            "--memory-limit", "1GiB", "--study", "faults", "--json"], cwd=work, env=env,
                           capture_output=True, text=True)
     finished = proc.returncode == 0
-    result = json.loads(proc.stdout) if proc.stdout.strip() else {"trials": []}
+    if not proc.stdout.strip():
+        sys.exit(f"the fault study printed no result (exit {proc.returncode}):\n{proc.stderr[-3000:]}")
+    result = json.loads(proc.stdout)
     print(f"{'fault':18s} {'study finished':15s} {'outcome':28s} completed trials kept")
     completed = sum(1 for t in result["trials"] if t["state"] == "COMPLETE")
     for t in sorted(result["trials"], key=lambda t: t["number"]):
@@ -74,9 +76,9 @@ def main() -> None:
     driver.wait()
     rerun = subprocess.run([*cmd, "--json"], cwd=work, env=env, capture_output=True, text=True)
     after = {t["number"]: t["value"] for t in json.loads(rerun.stdout)["trials"]
-             if t["state"] == "COMPLETE"} if rerun.returncode == 0 else {}
+             if t["state"] == "COMPLETE" and t["duplicate_of"] is None} if rerun.returncode == 0 else {}
     kept = sum(1 for n, v in before.items() if after.get(n) == v)
-    print(f"{'driver SIGKILL':18s} {str(rerun.returncode == 0):15s} {'resumed, ' + str(len(after)) + ' complete':28s} "
+    print(f"{'driver SIGKILL':18s} {str(rerun.returncode == 0):15s} {'resumed, ' + str(len(after)) + ' measured':28s} "
           f"{kept}/{len(before)}")
 
 
