@@ -7,6 +7,7 @@ import io
 import json
 import os
 import shlex
+import tempfile
 from pathlib import Path
 from typing import Any
 
@@ -104,29 +105,22 @@ def write_atomic(path: Path, text: str) -> None:
 
 
 def check_writable(directory: Path) -> Path:
-    """A clear error now if ``directory`` cannot be created and written; leaves nothing behind.
+    """A clear error now if ``directory`` could not be created and written later.
 
-    It is created and probed for real (permissions alone do not tell: /proc, read-only mounts),
-    then what this check created is removed again, so that bad input writes nothing.
+    Creates no directory: a file with a unique name is written and removed in the nearest
+    directory that exists (permissions alone do not tell: /proc, read-only mounts). Two drivers
+    starting together must not remove directories from under each other.
     """
-    created: list[Path] = []
-    probe_dir = directory.absolute()
+    existing = directory.absolute()
+    while not existing.exists() and existing.parent != existing:
+        existing = existing.parent
+    if not existing.is_dir():
+        raise AutotuneError(f"cannot write to {directory}: {existing} is not a directory; choose another")
     try:
-        missing = [p for p in [probe_dir, *probe_dir.parents] if not p.exists()]
-        for p in reversed(missing):
-            p.mkdir()
-            created.append(p)
-        probe = probe_dir / f".write-test.{os.getpid()}"
-        probe.write_text("")
-        probe.unlink()
+        with tempfile.NamedTemporaryFile(dir=existing, prefix=".autotune-write-test."):
+            pass
     except OSError as exc:
         raise AutotuneError(f"cannot write to {directory}: {exc.strerror or exc}; choose another directory") from None
-    finally:
-        for p in reversed(created):
-            try:
-                p.rmdir()
-            except OSError:
-                pass
     return directory
 
 

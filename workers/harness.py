@@ -196,6 +196,14 @@ class StepClock:
             self.rt.wait_device()
         return time.perf_counter()
 
+    def finish(self) -> None:
+        """The script ended: the window it was in counts, if it holds a step past warm-up."""
+        if self.done or self.warming or self.window_start is None or self.steps <= self.window_first_step:
+            return
+        now = self._now(wait=self.lazy)
+        self._close_window(now)
+        self.done = True
+
     # -- result ----------------------------------------------------------------------------
     def measurement(self) -> Measurement | None:
         est = estimate(self.windows)
@@ -508,6 +516,7 @@ class TrialRuntime:
         r = self.report
         r.steps_seen = self.clock.steps
         try:
+            self.clock.finish()
             r.measurement = self.clock.measurement()
         except Exception as exc:  # a bug in the statistics must not lose the rest of the result
             r.error = r.error or f"measurement failed: {exc!r}"

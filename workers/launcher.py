@@ -116,6 +116,12 @@ def run_trial(
         result.failure = report.failure
     elif report is not None and (report.measurement is not None or report.metrics):
         result.status = "ok"
+    elif report is not None and report.steps_seen:
+        result.failure = Failure(
+            category=FailureCategory.script_error,
+            reason=f"the script ended after {report.steps_seen} steps, all of them warm-up (compiling); "
+                   "run it for more steps or epochs so that steady steps can be measured",
+            exit_code=proc.returncode)
     elif report is not None:
         result.failure = Failure(
             category=FailureCategory.script_error,
