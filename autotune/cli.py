@@ -159,7 +159,8 @@ def run(
     timeout: Optional[float] = typer.Option(None, help="Stop starting trials after this many seconds."),
     out: Optional[Path] = typer.Option(None, help="Where best.json, best.env and trials.csv go "
                                                   "(default: .autotune/<study>/)."),
-    sampler: str = typer.Option("tpe", help="tpe (multivariate, constant liar), random or qmc."),
+    sampler: str = typer.Option("tpe", help="tpe (multivariate, constant liar), autotune (cost-aware, "
+                                              "see bench/search_bench.py), random or qmc."),
     seed: Optional[int] = typer.Option(None, help="Seed of the sampler and of the trials."),
     metric: str = typer.Option("throughput", help="What to optimise: throughput, or a metric the script "
                                                   "reports with autotune.report()."),
@@ -372,4 +373,8 @@ def main() -> None:
 
 
 if __name__ == "__main__":
-    main()
+    # Run as ``python -m autotune.cli`` this file is ``__main__``, a second copy of the module; the
+    # commands of autotune.daemon and autotune.landscape_cli register on the importable one.
+    from autotune.cli import main as _main
+
+    _main()

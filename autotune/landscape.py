@@ -23,7 +23,7 @@ import os
 import time
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, Callable, Iterator
+from typing import Any, Callable
 
 from autotune.errors import AutotuneError, InvalidConfigError, SpaceError
 from autotune.records import MeasurementProtocol, TrialResult
@@ -34,6 +34,7 @@ FORMAT_VERSION = 1
 #: Targets whose compiled artifacts a later process on the same machine loads instead of compiling.
 #: XLA on CPU writes its persistent cache but cannot read it back (measured, see PRODUCT.md).
 _CACHE_PERSISTS = {"inductor": True, "neuron": True, "xla": False}
+_RECORDED_ENV = ("OMP_NUM_THREADS", "MKL_NUM_THREADS", "PJRT_DEVICE", "XLA_FLAGS", "NEURON_CC_FLAGS")
 
 
 def config_key(params: dict[str, Any]) -> str:
@@ -52,7 +53,9 @@ def enumerate_space(space: SearchSpace) -> list[dict[str, Any]]:
     as the study's sampler offers it. Parameters whose ``when`` does not hold are left out.
     Configurations the space or its target rejects are left out too (the study never runs them).
     """
-    order = _dependency_order(space)
+    from autotune.study import _in_dependency_order
+
+    order = _in_dependency_order(space)
     for p in order:
         if p.choices is None and p.name not in space.fixed:
             raise SpaceError(f"{space.source}: parameter {p.name!r} is a range; a landscape needs every "
@@ -93,22 +96,6 @@ def enumerate_space(space: SearchSpace) -> list[dict[str, Any]]:
 def _values(p: Parameter) -> list[Any]:
     values = list(p.choices or ())
     return [None, *values] if p.default is None else values
-
-
-def _dependency_order(space: SearchSpace) -> list[Parameter]:
-    """File order, except that a parameter comes after those its ``when`` names."""
-    placed: list[Parameter] = []
-    names: set[str] = set()
-    pending = list(space.parameters.values())
-    while pending:
-        ready = next((p for p in pending if all(dep in names for dep in p.when)), None)
-        if ready is None:
-            raise SpaceError(f"{space.source}: the 'when' conditions of "
-                             f"{', '.join(p.name for p in pending)} depend on each other in a cycle")
-        placed.append(ready)
-        names.add(ready.name)
-        pending.remove(ready)
-    return placed
 
 
 # -- the file -------------------------------------------------------------------------------------
@@ -278,8 +265,8 @@ class RecordOptions:
 def record(o: RecordOptions, on_config: Callable[[ConfigRecord, int], None] | None = None) -> Landscape:
     """Run every configuration of ``o.space`` not yet in ``o.out``, one after the other."""
     from autotune.provenance import provenance
-    from autotune.trial import PreparedTrial, check_script
     from autotune.targets import resolve_target
+    from autotune.trial import check_script
     from workers.launcher import TrialLimits, run_trial
 
     script = check_script(o.script)
@@ -295,7 +282,7 @@ def record(o: RecordOptions, on_config: Callable[[ConfigRecord, int], None] | No
     done: set[str] = set()
     if out.exists() and out.stat().st_size:
         existing = load_landscape(out)
-        _check_same_recording(existing.header, script, o, target.name)
+        _check_same_recording(existing.header, o, target.name)
         done = set(existing.by_key)
         _drop_torn_line(out)
     else:
@@ -304,7 +291,9 @@ def record(o: RecordOptions, on_config: Callable[[ConfigRecord, int], None] | No
             "script": os.path.relpath(script, Path.cwd()) if script.is_relative_to(Path.cwd()) else str(script),
             "args": list(o.args), "space_source": str(o.space), "space_yaml": Path(o.space).read_text(),
             "protocol": o.protocol.model_dump(mode="json"), "trial_timeout_s": o.trial_timeout,
-            "compile_cache_persists": _cache_persists(target.name),
+            "compile_cache_persists": compile_cache_persists(target.name),
+            # What of the recording's environment decides its figures (threads on a shared machine).
+            "env": {k: os.environ[k] for k in _RECORDED_ENV if k in os.environ},
             "configurations": len(configs), "started_at": time.time(),
             "provenance": provenance(target, script, o.args),
         }
@@ -321,8 +310,7 @@ def record(o: RecordOptions, on_config: Callable[[ConfigRecord, int], None] | No
         cache_env, cache_notes = target.cache_env(str(cache_root.resolve()), params)
         plan.env.update(cache_env)
         plan.notes.extend(cache_notes)
-        prepared = PreparedTrial(target, space, params, plan, script)
-        result = run_trial(prepared.plan, prepared.script, o.args, trial_dir=trials_dir / f"{index:04d}",
+        result = run_trial(plan, script, o.args, trial_dir=trials_dir / f"{index:04d}",
                            limits=TrialLimits(timeout_s=o.trial_timeout), protocol=o.protocol)
         rec = ConfigRecord.from_result(index, params, result)
         with open(out, "a") as fh:  # one line per configuration, written whole: a kill loses one trial
@@ -335,15 +323,18 @@ def record(o: RecordOptions, on_config: Callable[[ConfigRecord, int], None] | No
     return load_landscape(out)
 
 
-def _cache_persists(target: str) -> bool:
+def compile_cache_persists(target: str) -> bool:
+    """Whether a later process on this machine loads ``target``'s compiled graphs from its cache."""
     if target == "xla":
         return os.environ.get("PJRT_DEVICE", "CPU").upper() != "CPU"
     return _CACHE_PERSISTS.get(target, False)
 
 
-def _check_same_recording(header: dict[str, Any], script: Path, o: RecordOptions, target: str) -> None:
-    if header.get("target") != target or header.get("args") != list(o.args) \
-            or header.get("space_yaml") != Path(o.space).read_text():
+def _check_same_recording(header: dict[str, Any], o: RecordOptions, target: str) -> None:
+    import yaml
+
+    same_space = yaml.safe_load(header.get("space_yaml") or "") == yaml.safe_load(Path(o.space).read_text())
+    if header.get("target") != target or header.get("args") != list(o.args) or not same_space:
         raise AutotuneError(f"{o.out} holds a recording of another target, space or script arguments; "
                             "choose another --out to record this one")
 
@@ -353,10 +344,6 @@ def _drop_torn_line(path: Path) -> None:
     text = path.read_text()
     if text and not text.endswith("\n"):
         path.write_text(text[: text.rfind("\n") + 1])
-
-
-def iter_records(path: str | Path) -> Iterator[ConfigRecord]:
-    yield from load_landscape(path).records
 
 
 def summary(landscape: Landscape) -> dict[str, Any]:

@@ -36,7 +36,13 @@ def record_cmd(
 
     Configurations already in OUT are skipped, so a killed recording continues where it stopped.
     """
-    from autotune.landscape import RecordOptions, enumerate_space, load_landscape, record, summary
+    from autotune.landscape import (
+        RecordOptions,
+        enumerate_space,
+        load_landscape,
+        record,
+        summary,
+    )
     from autotune.records import MeasurementProtocol
     from autotune.space import load_space
 
@@ -50,7 +56,7 @@ def record_cmd(
     def show(rec, n: int) -> None:
         what = f"{rec.throughput:,.1f} samples/s" if rec.ok else f"failed ({rec.category})"
         console.print(f"[{rec.index + 1}/{n}] {rec.key}  {what}  wall {rec.wall_seconds:.1f} s, "
-                      f"compile {rec.compile_seconds:.1f} s", highlight=False)
+                      f"compile {rec.compile_seconds:.1f} s", highlight=False, soft_wrap=True)
 
     options = RecordOptions(script=script, target=target, space=space, out=out, args=list(script_args or []),
                             trial_timeout=trial_timeout, cache=cache, limit=limit,
@@ -75,8 +81,44 @@ def show_cmd(
         return
     out = Console()
     out.print(f"[bold]{path}[/bold]: {s['configurations']} configurations ({s['ok']} ok), "
-              f"failures {s['failures'] or 'none'}", highlight=False)
+              f"failures {s['failures'] or 'none'}", highlight=False, soft_wrap=True)
     ranked = sorted((r for r in landscape.records if r.ok), key=lambda r: -r.throughput)
     for r in ranked[:10]:
         out.print(f"  {r.throughput:9.1f} samples/s  compile {r.compile_seconds:5.1f} s  wall {r.wall_seconds:5.1f} s"
-                  f"  {r.key}", highlight=False)
+                  f"  {r.key}", highlight=False, soft_wrap=True)
+
+
+@landscape_app.command("replay", context_settings={"help_option_names": ["-h", "--help"]})
+def replay_cmd(
+    path: Path = typer.Argument(..., help="A landscape file."),
+    trials: int = typer.Option(20, help="Trials the replayed study should hold."),
+    sampler: Optional[str] = typer.Option(None, help="The study's sampler (as autotune run --sampler; "
+                                                     "default: the study's)."),
+    seed: Optional[int] = typer.Option(None, help="Seed of the sampler."),
+    workers: int = typer.Option(1, help="Trials at once on the simulated clock."),
+    json_out: bool = typer.Option(False, "--json", help="Print the study's result as one JSON object."),
+) -> None:
+    """Run a study against a recorded landscape instead of real trials, on a simulated clock.
+
+    The study is the real one (same driver, sampler and duplicate handling); each trial is
+    answered with its recorded result and costs its recorded wall time, its compile charged only
+    when the same graphs were not compiled earlier in the replay (and the target's cache persists).
+    """
+    from autotune.landscape import load_landscape
+    from autotune.replay import replay_study
+
+    landscape = load_landscape(path)
+    chosen = {"sampler": sampler} if sampler else {}
+    result, pool = replay_study(landscape, trials=trials, workers=workers, seed=seed, **chosen)
+    best = landscape.best()
+    if json_out:
+        typer.echo(json.dumps({"result": result.model_dump(mode="json"), "simulated_seconds": pool.clock,
+                               "landscape_best": {"params": best.params, "throughput": best.throughput}}))
+        return
+    out = Console()
+    found = result.best
+    out.print(f"{len(pool.trials)} trials replayed in {pool.clock:,.0f} simulated seconds", highlight=False)
+    if found is not None:
+        out.print(f"best found: {found.throughput:,.1f} samples/s ({found.throughput / best.throughput:.1%} of the "
+                  f"landscape's best) at {json.dumps(found.params, sort_keys=True)}", highlight=False, soft_wrap=True)
+    out.print(f"landscape's best: {best.throughput:,.1f} samples/s at {best.key}", highlight=False, soft_wrap=True)

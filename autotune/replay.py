@@ -30,7 +30,7 @@ import statistics
 import tempfile
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, Callable
+from typing import Any
 
 from autotune.errors import AutotuneError
 from autotune.landscape import ConfigRecord, Landscape, config_key, load_landscape
@@ -110,10 +110,13 @@ def replayed_result(r: ConfigRecord, plan: TrialPlan, charge: Charge) -> TrialRe
     """The :class:`TrialResult` the recording measured, with the replay's simulated cost."""
     result = TrialResult(status="ok" if r.ok else "failed", plan=plan, wall_seconds=charge.seconds,
                          peak_host_memory_bytes=r.peak_host_memory_bytes)
-    graphs = r.graphs_compiled
-    result.compile = CompileStats(graphs_compiled=graphs, compile_seconds=charge.compile_seconds,
-                                  cache_hits=graphs if charge.compile_cached else r.cache_hits,
-                                  cache_misses=0 if charge.compile_cached else r.cache_misses)
+    # The cache counters as this replay saw them: all hits, or all misses.
+    lookups = (r.cache_hits or 0) + (r.cache_misses or 0)
+    hits, misses = (lookups or r.graphs_compiled, 0) if charge.compile_cached else (0, lookups)
+    known = r.cache_hits is not None or r.cache_misses is not None or charge.compile_cached
+    result.compile = CompileStats(graphs_compiled=r.graphs_compiled, graphs_after_warmup=r.graphs_after_warmup,
+                                  compile_seconds=charge.compile_seconds,
+                                  cache_hits=hits if known else None, cache_misses=misses if known else None)
     if r.ok:
         result.measurement = Measurement(
             throughput=r.throughput, ci95_low=r.ci95_low if r.ci95_low is not None else r.throughput,
@@ -190,13 +193,15 @@ class ReplayPool:
 # -- a study on a landscape -----------------------------------------------------------------------
 
 def replay_study(landscape: Landscape | str | Path, *, trials: int | None = None, workdir: str | Path | None = None,
-                 workers: int = 1, study_class: type | None = None, **options: Any) -> tuple[Any, ReplayPool]:
+                 workers: int = 1, exhaustive: bool = False, study_class: type | None = None,
+                 **options: Any) -> tuple[Any, ReplayPool]:
     """Run :class:`autotune.study.Study` (the real driver) on ``landscape``; returns its result and the pool.
 
     The study's storage, outputs and cache go under ``workdir`` (a temporary folder by default),
     so nothing measured elsewhere is reused. ``trials`` defaults to the landscape's size;
-    ``workers`` trials run at once on the simulated clock. ``study_class`` replaces
-    :class:`~autotune.study.Study` (a subclass with another sampler, say).
+    ``workers`` trials run at once on the simulated clock. ``exhaustive``: every configuration
+    is enqueued in file order (as the space's known-good list), a grid through the real driver.
+    ``study_class`` replaces :class:`~autotune.study.Study` (a subclass with another sampler, say).
     """
     from autotune.study import Study, StudyOptions
 
@@ -209,7 +214,8 @@ def replay_study(landscape: Landscape | str | Path, *, trials: int | None = None
         return pools[-1]
 
     opts = StudyOptions(script=_script_path(land), args=list(land.header.get("args", [])),
-                        target=land.target, space=_space_file(land, work), trials=trials or len(land.records),
+                        target=land.target, space=_space_file(land, work, exhaustive),
+                        trials=trials or len(land.records),
                         storage=f"sqlite:///{work / 'replay.db'}", out=work / "out", cache=work / "cache",
                         pool_factory=factory, **options)
     result = (study_class or Study)(opts).run()
@@ -224,10 +230,17 @@ def _script_path(land: Landscape) -> str:
     return str(beside if beside.exists() else script)
 
 
-def _space_file(land: Landscape, work: Path) -> str:
+def _space_file(land: Landscape, work: Path, exhaustive: bool = False) -> str:
+    import yaml
+
     work.mkdir(parents=True, exist_ok=True)
     path = work / "space.yaml"
-    path.write_text(land.header["space_yaml"])
+    text = land.header["space_yaml"]
+    if exhaustive:
+        doc = yaml.safe_load(text)
+        doc["known_good"] = [r.params for r in sorted(land.records, key=lambda r: r.index)]
+        text = yaml.safe_dump(doc, sort_keys=False)
+    path.write_text(text)
     return str(path)
 
 
@@ -257,19 +270,33 @@ class Trace:
 
 
 def simulate(landscape: Landscape, sampler: Any, *, starting_points: list[dict[str, Any]] | None = None,
-             max_trials: int | None = None, max_duplicates: int = 50) -> Trace:
+             max_trials: int | None = None, max_duplicates: int = 50, stop_at: float | None = None,
+             early_stop: float | None = None) -> Trace:
     """A study on ``landscape`` driven as :class:`autotune.study.Study` drives one, in memory.
 
     Same suggestion code (parameters asked in dependency order, ``null`` defaults offered as
     "unset"), same duplicate rule (a configuration measured before is told its earlier result and
     does not count), the same user attributes for the sampler to read; one trial at a time.
     ``starting_points`` are enqueued first, as the study enqueues its baseline and known-good
-    configurations (:func:`study_starting_points`).
+    configurations (:func:`study_starting_points`). ``stop_at``: stop once a value at least this
+    high was measured (a benchmark needs no more).
+
+    ``early_stop`` (a fraction, e.g. 0.02) simulates a measurement that stops as soon as its
+    confidence interval lies entirely below the best value so far less that fraction: the trial is
+    charged the windows it needed instead of its whole measurement (:func:`early_stop_seconds`).
+    The harness does not do this today; the replay estimates what it would save.
     """
     import optuna
 
     from autotune.errors import InvalidConfigError
-    from autotune.study import A_DUP, A_KEY, A_RESULT, _in_dependency_order, _suggest_one
+    from autotune.study import (
+        A_COUNTED,
+        A_DUP,
+        A_KEY,
+        A_RESULT,
+        _in_dependency_order,
+        _suggest_one,
+    )
     from autotune.targets import get_target
 
     optuna.logging.set_verbosity(optuna.logging.WARNING)
@@ -313,26 +340,51 @@ def simulate(landscape: Landscape, sampler: Any, *, starting_points: list[dict[s
         dups = 0
         rec = landscape.get(params)
         charge = cache.charge(rec)
+        best = max((v for v in measured.values() if v is not None), default=None)
+        if early_stop is not None and best is not None:
+            saved = early_stop_seconds(rec, best * (1 - early_stop))
+            charge = Charge(charge.seconds - saved, charge.compile_seconds, charge.compile_cached)
         clock = (trace.steps[-1].clock if trace.steps else 0.0) + charge.seconds
         trace.steps.append(Step(key, rec.throughput if rec.ok else None, charge.seconds, clock))
         trial.set_user_attr(A_RESULT, json.dumps({
             "status": rec.status, "wall_seconds": charge.seconds,
             "compile": {"compile_seconds": charge.compile_seconds}}))
         measured[key] = rec.throughput if rec.ok else None
+        trial.set_user_attr(A_COUNTED, True)
         if rec.ok:
             study.tell(trial, rec.throughput)
         else:
             study.tell(trial, state=optuna.trial.TrialState.FAIL)
+        if stop_at is not None and rec.ok and rec.throughput >= stop_at:
+            break
     return trace
 
 
-def study_starting_points(space: Any) -> list[dict[str, Any]]:
-    """The configurations :class:`autotune.study.Study` enqueues first: the baseline, then known-good."""
+def early_stop_seconds(r: ConfigRecord, bar: float, min_windows: int = 2) -> float:
+    """Measurement seconds a sequential test would save on ``r`` against ``bar``.
+
+    The windows of the recording are taken as independent with the spread its 95% interval
+    implies; the test stops after the first window count whose interval's upper end is below
+    ``bar`` (at least ``min_windows``).
+    """
+    if not r.ok or not r.windows or r.windows <= min_windows or r.throughput >= bar or r.ci95_high is None:
+        return 0.0
+    half = (r.ci95_high - r.ci95_low) / 2
+    spread = half * math.sqrt(r.windows) / 1.96  # one window's standard deviation
+    needed = max(min_windows, math.ceil((1.96 * spread / (bar - r.throughput)) ** 2))
+    if needed >= r.windows:
+        return 0.0
+    return r.measure_seconds * (1 - needed / r.windows)
+
+
+def study_starting_points(space: Any, known_good: bool = True) -> list[dict[str, Any]]:
+    """The configurations :class:`autotune.study.Study` enqueues first: the baseline, then
+    (``known_good``) the space's known-good configurations."""
     from autotune.errors import InvalidConfigError
 
     baseline = space.defaults()
     points, seen = [], set()
-    for params in [baseline, *space.known_good]:
+    for params in [baseline, *(space.known_good if known_good else [])]:
         try:
             config = space.validate({**baseline, **params, **space.fixed})
         except InvalidConfigError:

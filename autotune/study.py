@@ -233,11 +233,17 @@ class Study:
         if self.o.sampler == "tpe":
             return optuna.samplers.TPESampler(multivariate=True, group=True, constant_liar=True, seed=seed,
                                               n_startup_trials=5)
+        if self.o.sampler == "autotune":
+            # Expected improvement per second of trial over the unmeasured configurations
+            # (bench/search_bench.py); not yet the default, see landscapes/README.md.
+            from autotune.strategy import AutotuneSampler
+
+            return AutotuneSampler(self.space, seed=seed)
         if self.o.sampler == "random":
             return optuna.samplers.RandomSampler(seed=seed)
         if self.o.sampler == "qmc":
             return optuna.samplers.QMCSampler(seed=seed)
-        raise InvalidConfigError(f"unknown sampler {self.o.sampler!r}; choose tpe, random or qmc")
+        raise InvalidConfigError(f"unknown sampler {self.o.sampler!r}; choose tpe, autotune, random or qmc")
 
     # -- the loop --------------------------------------------------------------------------------
     def run(self) -> StudyResult:

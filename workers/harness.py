@@ -426,7 +426,9 @@ class TrialRuntime:
                 # torch.compile takes either a mode or options; a mode is a set of options.
                 import torch._inductor
 
-                kwargs["options"] = {**torch._inductor.list_mode_options(spec.mode, spec.dynamic), **spec.options}
+                # list_mode_options(None) returns every mode's table, not the default mode's.
+                mode_options = torch._inductor.list_mode_options(spec.mode or "default", spec.dynamic)
+                kwargs["options"] = {**mode_options, **spec.options}
             elif spec.mode:
                 kwargs["mode"] = spec.mode
         return kwargs

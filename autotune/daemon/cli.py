@@ -7,7 +7,6 @@ Registered on the app of :mod:`autotune.cli`, which imports this module once at 
 from __future__ import annotations
 
 import json
-import sys
 import time
 from pathlib import Path
 from typing import Any, Optional
@@ -22,20 +21,7 @@ SERVER_ENV = "AUTOTUNE_SERVER"
 CONTEXT = {"help_option_names": ["-h", "--help"]}
 
 
-def _cli_app() -> typer.Typer:
-    """The app of :mod:`autotune.cli`. Run as ``python -m autotune.cli`` that module is
-    ``__main__``; importing ``autotune.cli`` again would build a second app that the running
-    command never sees."""
-    main = sys.modules.get("__main__")
-    spec = getattr(main, "__spec__", None)
-    if spec is not None and spec.name == "autotune.cli":
-        return main.app  # type: ignore[union-attr]
-    from autotune.cli import app
-
-    return app
-
-
-app = _cli_app()
+from autotune.cli import app  # noqa: E402
 
 # Options shared by the client commands.
 _SERVER = typer.Option("http://127.0.0.1:8765", "--server", envvar=SERVER_ENV,

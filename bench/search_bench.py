@@ -1,0 +1,250 @@
+"""Search strategies compared on recorded landscapes: how fast each gets within 2% of the best.
+
+Each landscape under ``landscapes/`` (``autotune landscape record``) is replayed with 30 seeds for
+
+* ``grid``: every configuration in file order, what a person does by hand (one order: no seeds);
+* ``random``: Optuna's ``RandomSampler``;
+* ``tpe``: Optuna's ``TPESampler()`` as it comes (no seeding, no pruning);
+* ``autotune``: the baseline first (``autotune run``'s trial 0), then
+  :class:`autotune.strategy.AutotuneSampler` with its defaults.
+
+Every strategy goes through the same replay loop (:func:`autotune.replay.simulate`: the study's own
+suggestion and duplicate rules, a configuration measured before is answered for free and not
+counted) and the same simulated clock (recorded wall time per trial; a compile is charged at the
+cached price only when the same graphs were compiled earlier in the replay and the target's cache
+is read back across processes). For each strategy the table gives the median number of trials and
+the median simulated wall time until a configuration within 2% of the landscape's best has been
+measured, and the ratio autotune / default TPE. The targets: autotune needs at most a quarter of the
+grid's trials and at most half of default TPE's simulated wall time, on every landscape.
+
+``--ablations`` adds the variants the strategy was chosen from, each differing from ``autotune``
+in one respect (what each showed is in :mod:`autotune.strategy`'s docstring). ``--jitter`` is a
+robustness check: each seed replays a landscape whose throughputs are redrawn within their
+recorded 95% intervals, so that a strategy is not judged on where the recorded noise happened to
+put the best alone::
+
+    python bench/search_bench.py                 # the table, PASS/FAIL per target (about a minute)
+    python bench/search_bench.py --ablations     # and the variants of the strategy
+    python bench/search_bench.py --jitter        # on perturbed landscapes
+    python bench/search_bench.py --seeds 10 landscapes/xla-vit.jsonl
+
+Exit code 0 when every target passes, 1 otherwise.
+"""
+
+from __future__ import annotations
+
+import os
+
+# The samplers' linear algebra is small: BLAS threads only fight each other on a busy machine.
+for _var in ("OPENBLAS_NUM_THREADS", "OMP_NUM_THREADS", "MKL_NUM_THREADS"):
+    os.environ.setdefault(_var, "1")
+
+import argparse  # noqa: E402
+import functools  # noqa: E402
+import math  # noqa: E402
+import statistics  # noqa: E402
+import sys  # noqa: E402
+import time  # noqa: E402
+from concurrent.futures import ProcessPoolExecutor  # noqa: E402
+from dataclasses import dataclass  # noqa: E402
+from pathlib import Path  # noqa: E402
+from typing import Any, Callable  # noqa: E402
+
+REPO = Path(__file__).resolve().parents[1]
+sys.path.insert(0, str(REPO))
+
+import warnings  # noqa: E402
+
+import optuna  # noqa: E402
+
+from autotune.landscape import Landscape, enumerate_space, load_landscape, summary  # noqa: E402
+from autotune.replay import simulate, study_starting_points  # noqa: E402
+
+WITHIN = 0.02
+SEEDS = 30
+# ``group=True`` of the TPE that autotune run builds is experimental in Optuna; said once is enough.
+warnings.filterwarnings("ignore", category=optuna.exceptions.ExperimentalWarning)
+
+
+@dataclass(frozen=True)
+class Strategy:
+    name: str
+    #: ``(space, seed) -> sampler``
+    sampler: Callable[[Any, int], Any]
+    #: ``"none"``, ``"baseline"`` (the baseline first), ``"study"`` (baseline and known-good first,
+    #: as autotune run does) or ``"grid"``.
+    start: str = "none"
+    seeded: bool = True  # False: one run, whatever the seed count (the grid)
+    #: Simulate stopping a trial's measurement once it cannot come within this of the best.
+    early_stop: float | None = None
+
+
+def _random(space: Any, seed: int) -> Any:
+    import optuna
+
+    return optuna.samplers.RandomSampler(seed=seed)
+
+
+def _tpe_default(space: Any, seed: int) -> Any:
+    import optuna
+
+    return optuna.samplers.TPESampler(seed=seed)
+
+
+def _tpe_study(space: Any, seed: int) -> Any:
+    """The sampler ``autotune run --sampler tpe`` builds (autotune/study.py)."""
+    import optuna
+
+    return optuna.samplers.TPESampler(multivariate=True, group=True, constant_liar=True, seed=seed,
+                                      n_startup_trials=5)
+
+
+def _autotune_sampler(space: Any, seed: int, **kwargs: Any) -> Any:
+    from autotune.strategy import AutotuneSampler
+
+    return AutotuneSampler(space, seed=seed, **kwargs)
+
+
+def _autotune(**kwargs: Any) -> Callable[[Any, int], Any]:
+    return functools.partial(_autotune_sampler, **kwargs)
+
+
+MAIN = [
+    Strategy("grid", _random, start="grid", seeded=False),
+    Strategy("random", _random),
+    Strategy("tpe", _tpe_default),
+    Strategy("autotune", _autotune(), start="baseline"),
+]
+#: Each differs from ``autotune`` in one respect (see autotune/strategy.py for what each means).
+ABLATIONS = [
+    Strategy("tpe as autotune run uses it today", _tpe_study, start="study"),
+    Strategy("autotune + known-good seeding", _autotune(), start="study"),
+    Strategy("autotune, no baseline either", _autotune()),
+    Strategy("autotune, no cost (EI)", _autotune(cost_power=0.0), start="baseline"),
+    Strategy("autotune, cost^0.5", _autotune(cost_power=0.5), start="baseline"),
+    Strategy("autotune, no trend term", _autotune(trend=False), start="baseline"),
+    Strategy("autotune, categorical kernel", _autotune(ordinal=False, trend=False), start="baseline"),
+    Strategy("autotune, no failure model", _autotune(failure_model=False), start="baseline"),
+    Strategy("autotune, theta prior 1", _autotune(theta_prior=1.0), start="baseline"),
+    Strategy("autotune + early stop (simulated)", _autotune(), start="baseline", early_stop=WITHIN),
+]
+
+
+@dataclass
+class Outcome:
+    trials: float
+    seconds: float
+
+
+def perturbed(land: Landscape, seed: int) -> Landscape:
+    """The landscape with each throughput redrawn within its recorded 95% interval (log-normal,
+    seeded): another landscape as likely as the recorded one, to check that a strategy did not
+    merely learn where the recorded noise put the best."""
+    import dataclasses
+    import random
+
+    rng = random.Random(seed)
+    records = []
+    for r in land.records:
+        if r.ok and r.ci95_low and r.ci95_high and r.ci95_low > 0:
+            sigma = math.log(r.ci95_high / r.ci95_low) / (2 * 1.96)
+            r = dataclasses.replace(r, throughput=r.throughput * math.exp(rng.gauss(0.0, sigma)))
+        records.append(r)
+    return Landscape(land.header, records, land.path)
+
+
+def _one(args: tuple[str, Strategy, int, bool]) -> Outcome:
+    path, strategy, seed, jitter = args
+    land = load_landscape(path)
+    if jitter:
+        land = perturbed(land, 1000 + seed)
+    space = land.space
+    goal = (1 - WITHIN) * land.best().throughput
+    if strategy.start == "grid":
+        points = enumerate_space(space)
+    elif strategy.start == "study":
+        points = study_starting_points(space)
+    elif strategy.start == "baseline":
+        points = study_starting_points(space)[:1]
+    else:
+        points = []
+    trace = simulate(land, strategy.sampler(space, seed), starting_points=points, stop_at=goal,
+                     early_stop=strategy.early_stop)
+    hit = trace.reach(goal)
+    return Outcome(*hit) if hit else Outcome(math.inf, math.inf)
+
+
+def run(paths: list[str], strategies: list[Strategy], seeds: int, jobs: int,
+        jitter: bool = False) -> dict[tuple[str, str], list[Outcome]]:
+    work = [(p, s, seed, jitter) for p in paths for s in strategies
+            for seed in (range(seeds) if s.seeded or jitter else [0])]
+    with ProcessPoolExecutor(max_workers=jobs) as pool:
+        outcomes = list(pool.map(_one, work, chunksize=1))
+    table: dict[tuple[str, str], list[Outcome]] = {}
+    for (p, s, _, _), o in zip(work, outcomes):
+        table.setdefault((p, s.name), []).append(o)
+    return table
+
+
+def _median(xs: list[float]) -> float:
+    return statistics.median(xs) if xs else math.nan
+
+
+def _fmt(x: float, digits: int = 1) -> str:
+    return "never" if math.isinf(x) else f"{x:,.{digits}f}"
+
+
+def describe(land: Landscape) -> str:
+    s = summary(land)
+    fails = ", ".join(f"{v} {k}" for k, v in sorted(s["failures"].items())) or "none"
+    return (f"{land.name}: {s['configurations']} configurations ({fails} failed), best "
+            f"{s['best']['throughput']:,.1f} samples/s at {land.best().key}; {s['within_2pct']} within 2%")
+
+
+def main() -> int:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("landscapes", nargs="*", help="landscape files (default: landscapes/*.jsonl)")
+    parser.add_argument("--seeds", type=int, default=SEEDS)
+    parser.add_argument("--ablations", action="store_true", help="also the variants of autotune's strategy")
+    parser.add_argument("--jobs", type=int, default=os.cpu_count() or 1)
+    parser.add_argument("--jitter", action="store_true",
+                        help="robustness check: each seed replays the landscape with every throughput redrawn "
+                             "within its recorded 95%% interval (a different, equally likely best)")
+    args = parser.parse_args()
+    paths = args.landscapes or sorted(str(p) for p in (REPO / "landscapes").glob("*.jsonl"))
+    if not paths:
+        print("no landscapes: record one with autotune landscape record", file=sys.stderr)
+        return 2
+    strategies = MAIN + (ABLATIONS if args.ablations else [])
+    started = time.monotonic()
+    table = run(paths, strategies, args.seeds, args.jobs, args.jitter)
+    ok = True
+    what = "landscapes redrawn within their recorded intervals, one per seed" if args.jitter \
+        else "grid: file order, one run"
+    print(f"Trials and simulated wall time to a configuration within {WITHIN:.0%} of the best "
+          f"(median of {args.seeds} seeds; {what})\n")
+    for path in paths:
+        land = load_landscape(path)
+        print(describe(land) + (" (as recorded)" if args.jitter else ""))
+        print(f"  {'strategy':34s} {'trials':>8s} {'wall (s)':>10s} {'reached':>8s}")
+        med: dict[str, Outcome] = {}
+        for s in strategies:
+            rows = table[(path, s.name)]
+            med[s.name] = Outcome(_median([o.trials for o in rows]), _median([o.seconds for o in rows]))
+            reached = sum(not math.isinf(o.trials) for o in rows)
+            print(f"  {s.name:34s} {_fmt(med[s.name].trials):>8s} {_fmt(med[s.name].seconds, 0):>10s} "
+                  f"{reached:>4d}/{len(rows):<3d}")
+        a, t, g = med["autotune"], med["tpe"], med["grid"]
+        print(f"  autotune / tpe: trials {a.trials / t.trials:.2f}x, wall {a.seconds / t.seconds:.2f}x")
+        trials_ok = a.trials <= g.trials / 4
+        wall_ok = a.seconds <= t.seconds / 2
+        ok = ok and trials_ok and wall_ok
+        print(f"  target trials <= grid/4: {_fmt(a.trials)} <= {g.trials / 4:.1f}  {'PASS' if trials_ok else 'FAIL'}")
+        print(f"  target wall <= tpe/2:    {_fmt(a.seconds, 0)} <= {t.seconds / 2:,.0f}  "
+              f"{'PASS' if wall_ok else 'FAIL'}\n")
+    print(f"{'PASS' if ok else 'FAIL'} ({time.monotonic() - started:.0f} s)")
+    return 0 if ok else 1
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,245 @@
+"""The replay runner: a recorded landscape replayed exactly, compile time charged only when uncached."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import pytest
+
+from autotune.errors import AutotuneError
+from autotune.landscape import ConfigRecord, config_key, enumerate_space, load_landscape
+from autotune.records import TrialResult
+from autotune.replay import (
+    ReplayPool,
+    compile_key,
+    replay_study,
+    simulate,
+    study_starting_points,
+)
+from autotune.space import parse_space
+from autotune.targets import get_target
+
+REPO = Path(__file__).resolve().parents[1]
+RECORDED = [REPO / "landscapes" / "xla-vit.jsonl", REPO / "landscapes" / "inductor-vit.jsonl"]
+
+SPACE = """\
+target: inductor
+parameters:
+  batch_size: {type: int, choices: [16, 32], default: 16}
+  num_workers: {type: int, choices: [0, 1], default: 0}
+  mode: {type: categorical, choices: [eager, default], default: eager}
+  cpp_simdlen: {type: int, choices: [256], when: {mode: [default]}}
+known_good:
+  - {mode: default}
+"""
+#: (throughput, compile seconds, wall seconds) of the synthetic landscape, by configuration;
+#: None: a failed configuration. Compiled configurations with num_workers=1 were recorded after
+#: their twin with num_workers=0, so their compile came from the cache (3 s instead of 20 s).
+COLD, WARM = 20.0, 3.0
+
+
+def _record(index: int, params: dict, persists_twin: bool) -> ConfigRecord:
+    compiled = params["mode"] != "eager"
+    if params.get("cpp_simdlen") and params["batch_size"] == 32:
+        return ConfigRecord(index=index, params=params, status="failed", category="compile_error",
+                            reason="synthetic", wall_seconds=8.0)
+    throughput = 100.0 * params["batch_size"] / 16 * (1.5 if compiled else 1.0) \
+        * (1.1 if params.get("cpp_simdlen") else 1.0) * (0.9 if params["num_workers"] else 1.0)
+    cached = compiled and params["num_workers"] == 1 and persists_twin
+    compile_s = (WARM if cached else COLD) if compiled else 0.0
+    return ConfigRecord(index=index, params=params, status="ok", throughput=throughput, ci95_low=throughput * 0.99,
+                        ci95_high=throughput * 1.01, step_time_median=params["batch_size"] / throughput,
+                        samples_per_step=params["batch_size"], steps_measured=50, windows=10, converged=True,
+                        warmup_steps=3, compile_seconds=compile_s, warmup_seconds=compile_s + 1.0,
+                        measure_seconds=2.0, wall_seconds=10.0 + compile_s, graphs_compiled=1 if compiled else 0,
+                        cache_hits=1 if cached else (0 if compiled else None),
+                        cache_misses=0 if cached else (1 if compiled else None))
+
+
+def write_landscape(path: Path, *, persists: bool = True, drop: int | None = None) -> Path:
+    space = parse_space(SPACE)
+    configs = enumerate_space(space)
+    header = {"kind": "header", "format": 1, "target": "inductor", "script": "examples/vit_train.py", "args": [],
+              "space_yaml": SPACE, "compile_cache_persists": persists, "configurations": len(configs)}
+    lines = [json.dumps(header)]
+    for i, params in enumerate(configs):
+        if i != drop:
+            lines.append(json.dumps(_record(i, params, persists).to_json()))
+    path.write_text("\n".join(lines) + "\n")
+    return path
+
+
+@pytest.fixture
+def landscape(tmp_path: Path):
+    return load_landscape(write_landscape(tmp_path / "synthetic.jsonl"))
+
+
+def _request(params: dict) -> dict:
+    return {"plan": get_target("inductor").plan(params).model_dump(mode="json"), "trial_dir": "/nonexistent"}
+
+
+def _run(pool: ReplayPool, params: dict) -> TrialResult:
+    pool.submit(_request(params), tag=0)
+    (tag, result_json, error), = pool.wait(0)
+    assert error is None
+    return TrialResult.model_validate_json(result_json)
+
+
+def test_the_enumeration_offers_unset_values_and_respects_when() -> None:
+    configs = enumerate_space(parse_space(SPACE))
+    # eager: 2 x 2; compiled: 2 x 2 x (cpp_simdlen unset or 256)
+    assert len(configs) == 4 + 8
+    assert all("cpp_simdlen" not in c for c in configs if c["mode"] == "eager")
+    assert len({config_key(c) for c in configs}) == len(configs)
+
+
+def test_a_replayed_trial_is_the_recorded_one(landscape) -> None:
+    pool = ReplayPool(landscape)
+    for rec in landscape.records:
+        result = _run(pool, rec.params)
+        assert result.ok == rec.ok
+        if rec.ok:
+            m = result.measurement
+            assert (m.throughput, m.ci95_low, m.ci95_high) == (rec.throughput, rec.ci95_low, rec.ci95_high)
+            assert (m.windows, m.steps_measured) == (rec.windows, rec.steps_measured)
+        else:
+            assert result.failure.category.value == rec.category
+        assert result.plan.params == rec.params
+
+
+def test_a_configuration_missing_from_the_landscape_is_an_error(tmp_path) -> None:
+    land = load_landscape(write_landscape(tmp_path / "holes.jsonl", drop=0))
+    missing = enumerate_space(parse_space(SPACE))[0]
+    with pytest.raises(AutotuneError, match="not in the landscape"):
+        ReplayPool(land).submit(_request(missing), tag=0)
+
+
+def test_compile_time_is_charged_only_when_the_graphs_are_not_cached(landscape) -> None:
+    pool = ReplayPool(landscape)
+    first = {"batch_size": 32, "mode": "default", "num_workers": 1}  # recorded as a cache hit (3 s)
+    twin = {"batch_size": 32, "mode": "default", "num_workers": 0}  # recorded cold (20 s)
+    r1 = _run(pool, first)
+    # First in this replay: its graphs are not cached yet, so it pays its twin's cold compile.
+    assert r1.wall_seconds == pytest.approx(10.0 + COLD)
+    assert r1.compile.cache_misses == 1
+    r2 = _run(pool, twin)
+    assert r2.wall_seconds == pytest.approx(10.0 + WARM)  # same graphs: the cache answers
+    assert r2.compile.cache_hits == 1 and r2.compile.cache_misses == 0
+    eager = _run(pool, {"batch_size": 16, "mode": "eager", "num_workers": 0})
+    assert eager.wall_seconds == pytest.approx(10.0)
+    assert pool.clock == pytest.approx(r1.wall_seconds + r2.wall_seconds + eager.wall_seconds)
+    assert compile_key(first) == compile_key(twin)
+
+
+def test_a_failed_compile_leaves_nothing_in_the_cache(landscape) -> None:
+    pool = ReplayPool(landscape)
+    failed = {"batch_size": 32, "mode": "default", "num_workers": 0, "cpp_simdlen": 256}
+    _run(pool, failed)
+    assert not pool.cache.would_hit({**failed, "num_workers": 1})
+
+
+def test_without_a_persistent_cache_every_trial_compiles(tmp_path) -> None:
+    land = load_landscape(write_landscape(tmp_path / "xla-like.jsonl", persists=False))
+    pool = ReplayPool(land)
+    a = _run(pool, {"batch_size": 16, "mode": "default", "num_workers": 0})
+    b = _run(pool, {"batch_size": 16, "mode": "default", "num_workers": 1})
+    assert a.wall_seconds == b.wall_seconds == pytest.approx(10.0 + COLD)
+
+
+def test_parallel_workers_share_the_simulated_clock(landscape) -> None:
+    pool = ReplayPool(landscape, workers=2)
+    pool.submit(_request({"batch_size": 16, "mode": "default", "num_workers": 0}), tag="slow")  # 30 s
+    pool.submit(_request({"batch_size": 16, "mode": "eager", "num_workers": 0}), tag="fast")  # 10 s
+    assert pool.free == 0
+    assert [t for t, *_ in pool.wait(0)] == ["fast"] and pool.clock == pytest.approx(10.0)
+    assert [t for t, *_ in pool.wait(0)] == ["slow"] and pool.clock == pytest.approx(30.0)
+
+
+def test_an_exhaustive_replayed_study_finds_the_recorded_best(landscape, tmp_path) -> None:
+    result, pool = replay_study(landscape, exhaustive=True, workdir=tmp_path / "study")
+    best = landscape.best()
+    assert result.best.params == best.params
+    assert result.best.throughput == best.throughput
+    assert result.ran == len(landscape.records)
+    assert sorted(t.key for t in pool.trials) == sorted(r.key for r in landscape.records)
+    assert pool.clock == pytest.approx(sum(t.charge.seconds for t in pool.trials))
+    failed = sum(not r.ok for r in landscape.records)
+    assert result.failures_by_category == {"compile_error": failed}
+
+
+def test_the_in_memory_replay_drives_a_sampler_as_the_study_does(landscape, tmp_path) -> None:
+    """``simulate`` (the benchmark's loop) and the real study propose the same configurations."""
+    from autotune.strategy import AutotuneSampler
+    from autotune.study import Study
+
+    class AutotuneStudy(Study):
+        def _sampler(self):
+            return AutotuneSampler(self.space, seed=3)
+
+    # sampler="tpe": the study enqueues the baseline and the known-good configurations, as
+    # study_starting_points does; the subclass then proposes with autotune's sampler.
+    _, pool = replay_study(landscape, trials=8, workdir=tmp_path / "study", study_class=AutotuneStudy,
+                           sampler="tpe")
+    trace = simulate(landscape, AutotuneSampler(landscape.space, seed=3),
+                     starting_points=study_starting_points(landscape.space), max_trials=8)
+    assert [t.key for t in pool.trials] == [s.key for s in trace.steps]
+    assert [t.charge.seconds for t in pool.trials] == pytest.approx([s.seconds for s in trace.steps])
+
+
+@pytest.mark.parametrize("path", RECORDED, ids=lambda p: p.stem)
+def test_autotune_run_replays_as_the_benchmark_does(path, tmp_path) -> None:
+    """With autotune's sampler wired in as the study's default, the real study on a recorded
+    landscape takes the benchmark's ``autotune`` path: the baseline, then the sampler."""
+    from autotune.strategy import AutotuneSampler
+    from autotune.study import StudyOptions
+
+    if StudyOptions.__dataclass_fields__["sampler"].default != "autotune":
+        pytest.skip("the study's default sampler is not autotune's yet")
+    if not path.exists():
+        pytest.skip(f"{path.name} is not recorded")
+    land = load_landscape(path)
+    result, pool = replay_study(land, trials=10, seed=4, workdir=tmp_path / "study")
+    trace = simulate(land, AutotuneSampler(land.space, seed=4),
+                     starting_points=study_starting_points(land.space, known_good=False), max_trials=10)
+    assert [t.key for t in pool.trials] == [s.key for s in trace.steps]
+    assert result.best.throughput == land.best().throughput  # within 10 trials, on both landscapes
+
+
+@pytest.mark.parametrize("path", RECORDED, ids=lambda p: p.stem)
+def test_a_recorded_landscape_replays_exactly(path) -> None:
+    if not path.exists():
+        pytest.skip(f"{path.name} is not recorded")
+    land = load_landscape(path)
+    assert len(land.records) == land.header["configurations"] >= 48
+    assert any(not r.ok for r in land.records), "a landscape keeps its failures"
+    pool = ReplayPool(land)
+    for rec in land.records:
+        plan = get_target(land.target).plan(rec.params)
+        pool.submit({"plan": plan.model_dump(mode="json")}, tag=rec.index)
+        (_, result_json, _), = pool.wait(0)
+        result = TrialResult.model_validate_json(result_json)
+        assert result.ok == rec.ok
+        assert (result.measurement.throughput if result.ok else None) == rec.throughput
+    # Every configuration through the benchmark's loop, in file order: the best is the recorded one.
+    trace = simulate(land, _first_sampler(), starting_points=enumerate_space(land.space))
+    assert len(trace.steps) == len(land.records)
+    assert max(s.value for s in trace.steps if s.value is not None) == land.best().throughput
+
+
+@pytest.mark.slow
+def test_an_exhaustive_study_on_a_recorded_landscape_finds_its_best(tmp_path) -> None:
+    path = RECORDED[0]
+    if not path.exists():
+        pytest.skip(f"{path.name} is not recorded")
+    land = load_landscape(path)
+    result, pool = replay_study(land, exhaustive=True, workdir=tmp_path / "study")
+    assert result.best.params == land.best().params
+    assert result.best.throughput == land.best().throughput
+    assert len(pool.trials) == len(land.records)
+
+
+def _first_sampler():
+    import optuna
+
+    return optuna.samplers.RandomSampler(seed=0)

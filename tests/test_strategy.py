@@ -1,0 +1,118 @@
+"""autotune's sampler: whole configurations, never one measured before, failures learned."""
+
+from __future__ import annotations
+
+import json
+
+import numpy as np
+import optuna
+import pytest
+
+from autotune.landscape import enumerate_space
+from autotune.space import builtin_space, parse_space
+from autotune.strategy import (
+    AutotuneSampler,
+    CategoricalGP,
+    _distance_table,
+    _positions,
+    culprit_probability,
+    success_probability,
+)
+from autotune.study import (
+    A_COUNTED,
+    A_KEY,
+    A_RESULT,
+    _in_dependency_order,
+    _suggest_one,
+    config_key,
+)
+
+SPACE = parse_space("""\
+target: xla
+parameters:
+  batch_size: {type: int, choices: [8, 16, 32, 64], default: 16}
+  precision: {type: categorical, choices: [fp32, bf16_model, bf16_autocast], default: fp32}
+  backend_opt_level: {type: int, choices: [0, 2], default: 2}
+  thunk_runtime: {type: bool, choices: [false], when: {backend_opt_level: [0]}}
+""")
+
+
+def speed(config: dict) -> float | None:
+    """A made-up landscape: bigger batches and bf16 are faster; thunk_runtime=false crashes."""
+    if config.get("thunk_runtime") is False:
+        return None
+    return config["batch_size"] * {"fp32": 1.0, "bf16_model": 1.3, "bf16_autocast": 1.2}[config["precision"]] \
+        * (1.0 if config["backend_opt_level"] == 2 else 0.8)
+
+
+def drive(sampler: AutotuneSampler, space, trials: int, objective=speed) -> list[dict]:
+    """Ask and tell as the study does; returns the configurations in the order measured."""
+    optuna.logging.set_verbosity(optuna.logging.WARNING)
+    study = optuna.create_study(direction="maximize", sampler=sampler)
+    order = _in_dependency_order(space)
+    measured = []
+    for _ in range(trials):
+        trial = study.ask()
+        chosen = dict(space.fixed)
+        for p in order:
+            if p.name not in space.fixed and p.is_active(chosen):
+                chosen[p.name] = _suggest_one(trial, p)
+        config = space.validate({k: v for k, v in chosen.items() if space.parameters[k].is_active(chosen)})
+        trial.set_user_attr(A_KEY, config_key(config))
+        trial.set_user_attr(A_COUNTED, True)
+        trial.set_user_attr(A_RESULT, json.dumps({"wall_seconds": 10.0, "compile": {"compile_seconds": 4.0}}))
+        measured.append(config)
+        value = objective(config)
+        if value is None:
+            study.tell(trial, state=optuna.trial.TrialState.FAIL)
+        else:
+            study.tell(trial, value)
+    return measured
+
+
+def test_every_proposal_is_a_new_configuration_until_the_space_is_exhausted() -> None:
+    size = len(enumerate_space(SPACE))
+    measured = drive(AutotuneSampler(SPACE, seed=0), SPACE, size)
+    assert len({config_key(c) for c in measured}) == size
+
+
+def test_it_finds_the_best_of_a_structured_space_in_few_trials() -> None:
+    best = max(speed(c) or 0 for c in enumerate_space(SPACE))
+    needed = []
+    for seed in range(3):
+        values = [speed(c) or 0 for c in drive(AutotuneSampler(SPACE, seed=seed), SPACE, 12)]
+        needed.append(values.index(best) + 1 if best in values else 99)
+    assert sorted(needed)[1] <= 10  # the median of 3 seeds; the space has 36 configurations
+
+
+def test_two_failures_that_share_a_flag_convict_it() -> None:
+    sizes = [3, 2]  # (batch size index, flag: 0 unset, 1 set)
+    X = np.array([[0, 0], [1, 0], [2, 0], [0, 1], [2, 1]])
+    ok = np.array([1.0, 1.0, 1.0, 0.0, 0.0])
+    p = culprit_probability(X, ok, np.array([[1, 1], [1, 0]]), sizes)
+    assert p[0] > 0.6 and p[1] == 0.0
+
+
+def test_the_failure_model_blames_the_combination_that_failed() -> None:
+    sizes = [2, 2]
+    X = np.array([[0, 0], [0, 1], [1, 0], [1, 1], [1, 1]])
+    ok = np.array([1.0, 1.0, 1.0, 0.0, 0.0])  # only the pair (1, 1) fails
+    p = success_probability(X, ok, np.array([[1, 1], [0, 1], [1, 0]]), sizes)
+    assert p[0] < 0.3 and p[1] > 0.6 and p[2] > 0.6
+    assert culprit_probability(X, ok, np.array([[1, 1], [0, 1]]), sizes).tolist() == [1.0, 0.0]
+
+
+def test_the_trend_term_extrapolates_along_an_ordered_parameter() -> None:
+    levels = [None, 8, 16, 32, 64]
+    X, y = np.array([[1], [2], [3]]), np.array([1.0, 2.0, 3.0])  # batch sizes 8, 16, 32 measured
+    with_trend = CategoricalGP([_distance_table(levels, True)], [_positions(levels)]).fit(X, y)
+    without = CategoricalGP([_distance_table(levels, True)]).fit(X, y)
+    at_64 = np.array([[4]])  # not measured
+    assert with_trend.predict(at_64)[0][0] > max(without.predict(at_64)[0][0], 2.5)
+
+
+@pytest.mark.parametrize("name", ["xla", "inductor", "neuron-trn1"])
+def test_it_samples_a_space_too_large_to_enumerate(name) -> None:
+    space = builtin_space(name)
+    measured = drive(AutotuneSampler(space, seed=0), space, 6, objective=lambda c: float(c.get("batch_size") or 1))
+    assert len({config_key(c) for c in measured}) == 6
