@@ -43,6 +43,7 @@ from autotune.records import (
     Measurement,
     TrialSpec,
 )
+from workers import isa_probe
 
 
 class TrialComplete(BaseException):
@@ -294,7 +295,10 @@ class TrialRuntime:
         if "torch._dynamo" in sys.modules:
             from torch._dynamo.utils import calculate_time_spent
 
-            spent = calculate_time_spent().get("entire_frame_compile")
+            # A training graph's backward is compiled at its first backward() call, outside
+            # the frame compile; a cache hit loads both at the first forward.
+            times = calculate_time_spent()
+            spent = times.get("entire_frame_compile", 0.0) + times.get("entire_backward_compile", 0.0)
             if spent:
                 seconds = (seconds or 0.0) + spent
         return seconds
@@ -327,6 +331,8 @@ class TrialRuntime:
         self._patch_optimizer(torch)
         if self.knobs.compile is not None:
             self._patch_torch_compile(torch)
+            if self.knobs.compile.backend == "inductor":
+                isa_probe.install(os.environ.get("TORCHINDUCTOR_CACHE_DIR"))
         if self.knobs.compile is not None or self.knobs.model_dtype or self.knobs.autocast_dtype:
             self._install_root_hook(torch)
         if self.knobs.lazy_device or "torch_xla" in sys.modules:
