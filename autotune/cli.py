@@ -14,6 +14,7 @@ from typing import Any, Callable, Iterator, Optional, TypeVar
 import typer
 from rich.console import Console
 
+from autotune import cli_options as opt
 from autotune.errors import AutotuneError, InvalidConfigError
 
 app = typer.Typer(
@@ -140,42 +141,38 @@ def trial(
 @app.command(context_settings={"help_option_names": ["-h", "--help"]})
 def run(
     script: Path = typer.Argument(..., help="The training or inference script, unmodified."),
-    script_args: Optional[list[str]] = typer.Argument(None, help="Arguments for the script, after --."),
+    script_args: Optional[list[str]] = opt.SCRIPT_ARGS,
     trials: int = typer.Option(20, "--trials", "-n", help="Measured trials the study should hold "
                                                           "(a rerun continues up to this number)."),
-    target: str = typer.Option("auto", "--target", "-t", help="auto, neuron, xla or inductor."),
+    target: str = opt.TARGET,
     space: Optional[str] = typer.Option(None, help="Search space: a YAML file or a built-in name "
                                                   "(xla, inductor, neuron-trn1, neuron-inf2, neuron-trn2)."),
-    platform: Optional[str] = typer.Option(None, help="Neuron platform: trn1, trn1n, inf2, trn2."),
-    set_: Optional[list[str]] = typer.Option(None, "--set", "-s", help="Fix a parameter, KEY=VALUE; repeatable."),
+    platform: Optional[str] = opt.PLATFORM,
+    set_: Optional[list[str]] = opt.SET,
     workers: Optional[int] = typer.Option(None, help="Trials at once (default: 1 on a small CPU machine; "
                                                      "NeuronCores / --cores-per-trial for Neuron)."),
-    cores_per_trial: int = typer.Option(1, help="NeuronCores each trial holds."),
+    cores_per_trial: int = opt.CORES_PER_TRIAL,
     ray_address: Optional[str] = typer.Option(None, help="Join this Ray cluster instead of starting a local Ray."),
     storage: Optional[str] = typer.Option(None, help="Optuna storage URL (default: sqlite under .autotune/; "
                                                      "postgresql://... for a fleet)."),
     study: Optional[str] = typer.Option(None, help="Study name (default: <script>-<target>)."),
-    trial_timeout: float = typer.Option(1800.0, help="Hard timeout of each trial, seconds."),
-    timeout: Optional[float] = typer.Option(None, help="Stop starting trials after this many seconds."),
+    trial_timeout: float = opt.TRIAL_TIMEOUT,
+    timeout: Optional[float] = opt.TIMEOUT,
     out: Optional[Path] = typer.Option(None, help="Where best.json, best.env and trials.csv go "
                                                   "(default: .autotune/<study>/)."),
-    sampler: str = typer.Option("tpe", help="tpe (multivariate, constant liar), autotune (cost-aware, "
-                                              "see bench/search_bench.py), random or qmc."),
-    seed: Optional[int] = typer.Option(None, help="Seed of the sampler and of the trials."),
-    metric: str = typer.Option("throughput", help="What to optimise: throughput, or a metric the script "
-                                                  "reports with autotune.report()."),
-    direction: str = typer.Option("maximize", help="maximize or minimize the metric."),
-    memory_limit: Optional[str] = typer.Option(None, help="Host-memory limit per trial, e.g. 8GiB."),
+    sampler: str = opt.SAMPLER,
+    seed: Optional[int] = opt.SEED,
+    metric: str = opt.METRIC,
+    direction: str = opt.DIRECTION,
+    memory_limit: Optional[str] = opt.MEMORY_LIMIT,
     cache: Optional[Path] = typer.Option(None, help="Cache root for compiled artifacts and measured results "
                                                     "(default: ~/.cache/autotune; share it across a fleet)."),
     fresh: bool = typer.Option(False, "--fresh", help="Measure again: ignore remembered results and start the "
                                                       "study anew (the old one is kept under another name)."),
-    retry_failed: bool = typer.Option(False, "--retry-failed", help="Compile again configurations whose "
-                                                                    "compile failed before here."),
-    loss_tolerance: float = typer.Option(0.2, help="Numerics guard: how far (relative) the mean of a trial's "
-                                                   "first losses may leave the baseline's."),
-    numerics_guard: bool = typer.Option(True, "--numerics-guard/--no-numerics-guard",
-                                        help="Never report a configuration whose losses diverge as best."),
+    retry_failed: bool = opt.RETRY_FAILED,
+    loss_tolerance: float = opt.LOSS_TOLERANCE,
+    numerics_guard: bool = opt.NUMERICS_GUARD,
+    prune: bool = opt.PRUNE,
     json_out: bool = typer.Option(False, "--json", help="Print the study's result as one JSON object."),
 ) -> None:
     """Tune SCRIPT: Optuna proposes configurations, Ray workers measure them.
@@ -191,7 +188,7 @@ def run(
         sets=parse_sets(set_), workers=workers, cores_per_trial=cores_per_trial, ray_address=ray_address,
         storage=storage, study=study, trial_timeout=trial_timeout, timeout=timeout, out=out, sampler=sampler,
         seed=seed, metric=metric, direction=direction, memory_limit=memory_limit, cache=cache, fresh=fresh,
-        retry_failed=retry_failed, loss_tolerance=loss_tolerance, numerics_guard=numerics_guard,
+        retry_failed=retry_failed, loss_tolerance=loss_tolerance, numerics_guard=numerics_guard, prune=prune,
         on_update=progress.update,
     )
     runner = Study(options)

@@ -16,6 +16,11 @@ _T975 = (12.706, 4.303, 3.182, 2.776, 2.571, 2.447, 2.365, 2.306, 2.262, 2.228, 
          2.160, 2.145, 2.131, 2.120, 2.110, 2.101, 2.093, 2.086, 2.080, 2.074, 2.069, 2.064,
          2.060, 2.056, 2.052, 2.048, 2.045, 2.042)
 
+#: A trial may be stopped as unable to win once it has this many steady windows...
+PRUNE_MIN_WINDOWS = 3
+#: ... and its interval lies wholly below the study's best less this fraction.
+PRUNE_MARGIN = 0.02
+
 
 def t975(df: int) -> float:
     if df < 1:
@@ -105,3 +110,10 @@ def percentile(values: Sequence[float], q: float) -> float:
     pos = (len(s) - 1) * q
     lo, hi = math.floor(pos), math.ceil(pos)
     return s[lo] + (s[hi] - s[lo]) * (pos - lo)
+
+
+def cannot_win(est: Estimate | None, bar: float | None) -> bool:
+    """The sequential test that prunes a trial: enough steady windows, and the whole 95% interval
+    below ``bar`` (the study's best less :data:`PRUNE_MARGIN`)."""
+    return (bar is not None and est is not None and est.windows_used >= PRUNE_MIN_WINDOWS
+            and est.ci_high < bar)

@@ -24,6 +24,8 @@ class TrialSummary(BaseModel):
     throughput: float | None = None
     ci95_low: float | None = None
     ci95_high: float | None = None
+    #: Measured until clearly behind the study's best, then stopped: a wider interval.
+    pruned: bool = False
     category: str | None = None
     reason: str | None = None
     log_tail: str | None = None
@@ -82,7 +84,7 @@ def _shell_value(v: Any) -> str:
     return str(v)
 
 
-CSV_FIELDS = ["number", "state", "value", "throughput", "ci95_low", "ci95_high", "speedup", "category",
+CSV_FIELDS = ["number", "state", "value", "throughput", "ci95_low", "ci95_high", "pruned", "speedup", "category",
               "reason", "numerics_violated", "wall_seconds", "compile_seconds", "duplicate_of", "params"]
 
 

@@ -92,6 +92,9 @@ class MeasurementProtocol(BaseModel):
     losses_recorded: int = 10
     #: Let the script run to its end instead of stopping it once the estimate has converged.
     run_to_end: bool = False
+    #: Stop measuring once the 95% interval's upper end is below this throughput (samples/s):
+    #: the trial cannot come near the study's best. Set per trial by the study; None: never.
+    stop_below: float | None = None
 
 
 class TrialSpec(BaseModel):
@@ -118,6 +121,9 @@ class Measurement(BaseModel):
     converged: bool
     warmup_steps: int
     warmup_seconds: float
+    #: Stopped early, its interval entirely below the protocol's ``stop_below``: a real
+    #: measurement, only less precise than a converged one.
+    pruned: bool = False
 
     @property
     def ci95_half_width(self) -> float:

@@ -32,6 +32,8 @@ def fmt_seconds(s: float | None) -> str:
 def _stop_note(result: TrialResult) -> str:
     if not result.stopped_early:
         return ""
+    if result.measurement is not None and result.measurement.pruned:
+        return " (stopped the script: clearly behind the study's best)"
     if result.measurement is not None and result.measurement.converged:
         return " (stopped the script once the estimate converged)"
     return " (stopped the script at the measurement cap, not converged)"
@@ -62,7 +64,7 @@ def render_trial(result: TrialResult, console: Console) -> None:
     if m is not None:
         t.add_row("throughput", f"{m.throughput:,.1f} samples/s  "
                                 f"(95% CI {m.ci95_low:,.1f} .. {m.ci95_high:,.1f}"
-                                f"{'' if m.converged else ', not converged'})")
+                                f"{'' if m.converged else ', pruned' if m.pruned else ', not converged'})")
         t.add_row("step time", f"median {fmt_seconds(m.step_time_median)}, p90 {fmt_seconds(m.step_time_p90)}")
         t.add_row("measured", f"{m.steps_measured} steps in {m.windows} windows after "
                               f"{m.warmup_steps} warm-up steps ({fmt_seconds(m.warmup_seconds)})")
@@ -94,6 +96,8 @@ def render_trials(study: str, trials: list, baseline: float | None, best, consol
     rows = sorted(trials, key=lambda t: t.number) if all_trials else ok[:top]
     for t in rows:
         ci = f"{t.ci95_low:,.1f} .. {t.ci95_high:,.1f}" if t.ci95_low is not None else ""
+        if t.pruned:
+            ci += " pruned"
         if t.state == "COMPLETE" and t.numerics_violated:
             value = Text(f"{t.value:,.1f} diverged", style="yellow")
             speed = ""

@@ -34,6 +34,7 @@ from typing import Any
 
 from autotune.errors import AutotuneError
 from autotune.landscape import ConfigRecord, Landscape, config_key, load_landscape
+from autotune.measurement import PRUNE_MIN_WINDOWS, t975
 from autotune.records import (
     CompileStats,
     Failure,
@@ -169,7 +170,13 @@ class ReplayPool:
         plan = TrialPlan.model_validate(request["plan"])
         rec = self.landscape.get(plan.params)
         charge = self.cache.charge(rec)
+        bar = (request.get("protocol") or {}).get("stop_below")
+        saved = early_stop_seconds(rec, bar) if bar else 0.0
+        if saved:
+            charge = Charge(charge.seconds - saved, charge.compile_seconds, charge.compile_cached)
         result = replayed_result(rec, plan, charge)
+        if saved and result.measurement is not None:
+            result.measurement.pruned = True
         finish = self.clock + charge.seconds
         self.trials.append(ReplayedTrial(tag, rec.key, self.clock, finish, charge, rec))
         self._seq += 1
@@ -281,10 +288,10 @@ def simulate(landscape: Landscape, sampler: Any, *, starting_points: list[dict[s
     configurations (:func:`study_starting_points`). ``stop_at``: stop once a value at least this
     high was measured (a benchmark needs no more).
 
-    ``early_stop`` (a fraction, e.g. 0.02) simulates a measurement that stops as soon as its
-    confidence interval lies entirely below the best value so far less that fraction: the trial is
+    ``early_stop`` (a fraction; the study uses PRUNE_MARGIN) stops a measurement as soon as its
+    confidence interval lies entirely below the best value so far less that fraction, as the
+    harness does with the bar the study sets (``MeasurementProtocol.stop_below``): the trial is
     charged the windows it needed instead of its whole measurement (:func:`early_stop_seconds`).
-    The harness does not do this today; the replay estimates what it would save.
     """
     import optuna
 
@@ -360,21 +367,22 @@ def simulate(landscape: Landscape, sampler: Any, *, starting_points: list[dict[s
     return trace
 
 
-def early_stop_seconds(r: ConfigRecord, bar: float, min_windows: int = 2) -> float:
-    """Measurement seconds a sequential test would save on ``r`` against ``bar``.
+def early_stop_seconds(r: ConfigRecord, bar: float, min_windows: int = PRUNE_MIN_WINDOWS) -> float:
+    """Measurement seconds the harness's sequential test (:func:`autotune.measurement.cannot_win`)
+    would have saved on ``r`` against ``bar``.
 
     The windows of the recording are taken as independent with the spread its 95% interval
-    implies; the test stops after the first window count whose interval's upper end is below
-    ``bar`` (at least ``min_windows``).
+    implies; the test stops after the first window count, at least ``min_windows``, whose
+    t-interval's upper end is below ``bar``.
     """
     if not r.ok or not r.windows or r.windows <= min_windows or r.throughput >= bar or r.ci95_high is None:
         return 0.0
     half = (r.ci95_high - r.ci95_low) / 2
-    spread = half * math.sqrt(r.windows) / 1.96  # one window's standard deviation
-    needed = max(min_windows, math.ceil((1.96 * spread / (bar - r.throughput)) ** 2))
-    if needed >= r.windows:
-        return 0.0
-    return r.measure_seconds * (1 - needed / r.windows)
+    spread = half * math.sqrt(r.windows) / t975(r.windows - 1)  # one window's standard deviation
+    for needed in range(min_windows, r.windows):
+        if r.throughput + t975(needed - 1) * spread / math.sqrt(needed) < bar:
+            return r.measure_seconds * (1 - needed / r.windows)
+    return 0.0
 
 
 def study_starting_points(space: Any, known_good: bool = True) -> list[dict[str, Any]]:

@@ -25,6 +25,7 @@ from typing import Any, Callable
 from pydantic import BaseModel, Field
 
 from autotune.errors import AutotuneError, InvalidConfigError
+from autotune.measurement import PRUNE_MARGIN
 from autotune.numerics import DEFAULT_LOSS_TOLERANCE, constraint_value, loss_deviation
 from autotune.outputs import BestConfig, TrialSummary, check_writable, write_outputs
 from autotune.records import MeasurementProtocol, TrialResult
@@ -83,7 +84,7 @@ class StudyOptions:
     trial_timeout: float = 1800.0
     timeout: float | None = None
     out: str | Path | None = None
-    sampler: str = "tpe"
+    sampler: str = "autotune"
     seed: int | None = None
     metric: str = "throughput"
     direction: str = "maximize"
@@ -100,6 +101,9 @@ class StudyOptions:
     #: which it violates a constraint (never the best); ``numerics_guard=False`` turns it off.
     loss_tolerance: float = DEFAULT_LOSS_TOLERANCE
     numerics_guard: bool = True
+    #: Stop measuring a trial once its interval is wholly below the best so far less
+    #: PRUNE_MARGIN (throughput studies only): a losing configuration costs a few windows.
+    prune: bool = True
     #: Builds the pool that runs trials instead of Ray actors; it gets the :class:`Study` and must
     #: offer ``free``, ``submit(request, tag)``, ``wait(timeout)`` and ``shutdown()`` as
     #: :class:`autotune.scheduler.WorkerPool` does (a replay of a recorded landscape, say).
@@ -234,8 +238,8 @@ class Study:
             return optuna.samplers.TPESampler(multivariate=True, group=True, constant_liar=True, seed=seed,
                                               n_startup_trials=5)
         if self.o.sampler == "autotune":
-            # Expected improvement per second of trial over the unmeasured configurations
-            # (bench/search_bench.py); not yet the default, see landscapes/README.md.
+            # The default: expected improvement per second of trial over the configurations not
+            # measured yet (autotune/strategy.py; bench/search_bench.py compares it with TPE).
             from autotune.strategy import AutotuneSampler
 
             return AutotuneSampler(self.space, seed=seed)
@@ -243,7 +247,7 @@ class Study:
             return optuna.samplers.RandomSampler(seed=seed)
         if self.o.sampler == "qmc":
             return optuna.samplers.QMCSampler(seed=seed)
-        raise InvalidConfigError(f"unknown sampler {self.o.sampler!r}; choose tpe, autotune, random or qmc")
+        raise InvalidConfigError(f"unknown sampler {self.o.sampler!r}; choose autotune, tpe, random or qmc")
 
     # -- the loop --------------------------------------------------------------------------------
     def run(self) -> StudyResult:
@@ -400,7 +404,7 @@ class Study:
             "cwd": os.getcwd(),
             "trial_dir": str((self.out / "trials" / f"{trial.number:04d}").resolve()),
             "limits": {"timeout_s": self.o.trial_timeout, "memory_bytes": self.memory_limit},
-            "protocol": self.o.protocol.model_dump(mode="json"),
+            "protocol": self._trial_protocol().model_dump(mode="json"),
             "seed": self.o.seed or 0,
         }
         pool.submit(request, tag=trial.number)
@@ -488,6 +492,17 @@ class Study:
         if self.o.metric == "throughput":
             return result.measurement.throughput if result.measurement else None
         return result.metrics.get(self.o.metric)
+
+    def _trial_protocol(self) -> MeasurementProtocol:
+        """The study's protocol with the bar below which a trial stops measuring: the best value
+        so far less PRUNE_MARGIN. Only for throughput, which the harness times itself."""
+        o = self.o
+        if not o.prune or o.metric != "throughput" or o.direction != "maximize":
+            return o.protocol
+        best = _best_trial(self.study)
+        if best is None or not best.value:
+            return o.protocol
+        return o.protocol.model_copy(update={"stop_below": best.value * (1 - PRUNE_MARGIN)})
 
     def _enqueue_starting_points(self) -> None:
         """Baseline first, then the known-good configurations, each once per study."""
@@ -722,6 +737,7 @@ def study_summaries(study: Any) -> list[TrialSummary]:
             value=t.value if t.state.name == "COMPLETE" else None,
             throughput=m.throughput if m else None,
             ci95_low=m.ci95_low if m else None, ci95_high=m.ci95_high if m else None,
+            pruned=bool(m and m.pruned),
             category=t.user_attrs.get(A_CATEGORY), reason=t.user_attrs.get("reason"),
             log_tail=result.log_tail if result and not result.ok else None,
             wall_seconds=result.wall_seconds if result else None,

@@ -5,8 +5,9 @@ Each landscape under ``landscapes/`` (``autotune landscape record``) is replayed
 * ``grid``: every configuration in file order, what a person does by hand (one order: no seeds);
 * ``random``: Optuna's ``RandomSampler``;
 * ``tpe``: Optuna's ``TPESampler()`` as it comes (no seeding, no pruning);
-* ``autotune``: the baseline first (``autotune run``'s trial 0), then
-  :class:`autotune.strategy.AutotuneSampler` with its defaults.
+* ``autotune``: what ``autotune run`` does by default: the baseline (trial 0) and the space's
+  known-good configurations first, then :class:`autotune.strategy.AutotuneSampler`, each
+  measurement stopped once it is clearly behind the best so far (``--prune``).
 
 Every strategy goes through the same replay loop (:func:`autotune.replay.simulate`: the study's own
 suggestion and duplicate rules, a configuration measured before is answered for free and not
@@ -58,6 +59,7 @@ import warnings  # noqa: E402
 import optuna  # noqa: E402
 
 from autotune.landscape import Landscape, enumerate_space, load_landscape, summary  # noqa: E402
+from autotune.measurement import PRUNE_MARGIN  # noqa: E402
 from autotune.replay import simulate, study_starting_points  # noqa: E402
 
 WITHIN = 0.02
@@ -109,24 +111,28 @@ def _autotune(**kwargs: Any) -> Callable[[Any, int], Any]:
     return functools.partial(_autotune_sampler, **kwargs)
 
 
+#: autotune run prunes a measurement once it is clearly behind the best (PRUNE_MARGIN).
+PRUNED = PRUNE_MARGIN
+
 MAIN = [
     Strategy("grid", _random, start="grid", seeded=False),
     Strategy("random", _random),
     Strategy("tpe", _tpe_default),
-    Strategy("autotune", _autotune(), start="baseline"),
+    Strategy("autotune", _autotune(), start="study", early_stop=PRUNED),
 ]
 #: Each differs from ``autotune`` in one respect (see autotune/strategy.py for what each means).
 ABLATIONS = [
-    Strategy("tpe as autotune run uses it today", _tpe_study, start="study"),
-    Strategy("autotune + known-good seeding", _autotune(), start="study"),
-    Strategy("autotune, no baseline either", _autotune()),
-    Strategy("autotune, no cost (EI)", _autotune(cost_power=0.0), start="baseline"),
-    Strategy("autotune, cost^0.5", _autotune(cost_power=0.5), start="baseline"),
-    Strategy("autotune, no trend term", _autotune(trend=False), start="baseline"),
-    Strategy("autotune, categorical kernel", _autotune(ordinal=False, trend=False), start="baseline"),
-    Strategy("autotune, no failure model", _autotune(failure_model=False), start="baseline"),
-    Strategy("autotune, theta prior 1", _autotune(theta_prior=1.0), start="baseline"),
-    Strategy("autotune + early stop (simulated)", _autotune(), start="baseline", early_stop=WITHIN),
+    Strategy("tpe as autotune run --sampler tpe uses it", _tpe_study, start="study", early_stop=PRUNED),
+    Strategy("autotune, baseline only (no known-good)", _autotune(), start="baseline", early_stop=PRUNED),
+    Strategy("autotune, no starting points", _autotune(), early_stop=PRUNED),
+    Strategy("autotune, no pruning", _autotune(), start="study"),
+    Strategy("autotune, no cost (EI)", _autotune(cost_power=0.0), start="study", early_stop=PRUNED),
+    Strategy("autotune, cost^0.5", _autotune(cost_power=0.5), start="study", early_stop=PRUNED),
+    Strategy("autotune, no trend term", _autotune(trend=False), start="study", early_stop=PRUNED),
+    Strategy("autotune, categorical kernel", _autotune(ordinal=False, trend=False), start="study",
+             early_stop=PRUNED),
+    Strategy("autotune, no failure model", _autotune(failure_model=False), start="study", early_stop=PRUNED),
+    Strategy("autotune, theta prior 1", _autotune(theta_prior=1.0), start="study", early_stop=PRUNED),
 ]
 
 
@@ -226,13 +232,13 @@ def main() -> int:
     for path in paths:
         land = load_landscape(path)
         print(describe(land) + (" (as recorded)" if args.jitter else ""))
-        print(f"  {'strategy':34s} {'trials':>8s} {'wall (s)':>10s} {'reached':>8s}")
+        print(f"  {'strategy':40s} {'trials':>8s} {'wall (s)':>10s} {'reached':>8s}")
         med: dict[str, Outcome] = {}
         for s in strategies:
             rows = table[(path, s.name)]
             med[s.name] = Outcome(_median([o.trials for o in rows]), _median([o.seconds for o in rows]))
             reached = sum(not math.isinf(o.trials) for o in rows)
-            print(f"  {s.name:34s} {_fmt(med[s.name].trials):>8s} {_fmt(med[s.name].seconds, 0):>10s} "
+            print(f"  {s.name:40s} {_fmt(med[s.name].trials):>8s} {_fmt(med[s.name].seconds, 0):>10s} "
                   f"{reached:>4d}/{len(rows):<3d}")
         a, t, g = med["autotune"], med["tpe"], med["grid"]
         print(f"  autotune / tpe: trials {a.trials / t.trials:.2f}x, wall {a.seconds / t.seconds:.2f}x")

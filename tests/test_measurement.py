@@ -7,7 +7,15 @@ import random
 
 import pytest
 
-from autotune.measurement import Window, estimate, mser_truncation, percentile, t975
+from autotune.measurement import (
+    PRUNE_MIN_WINDOWS,
+    Window,
+    cannot_win,
+    estimate,
+    mser_truncation,
+    percentile,
+    t975,
+)
 
 # --- MSER truncation ---------------------------------------------------------------------------
 
@@ -153,3 +161,14 @@ def test_percentile(values: list[float], q: float, expected: float) -> None:
 
 def test_percentile_of_nothing() -> None:
     assert math.isnan(percentile([], 0.5))
+
+
+def test_cannot_win_needs_enough_windows_and_the_whole_interval_below_the_bar() -> None:
+    steady = [Window(10, 100.0, 1.0 + 0.01 * (i % 2)) for i in range(PRUNE_MIN_WINDOWS)]
+    est = estimate(steady)
+    assert est is not None and est.windows_used == PRUNE_MIN_WINDOWS
+    assert cannot_win(est, bar=200.0)
+    assert not cannot_win(est, bar=est.ci_high), "the interval's upper end is not below the bar"
+    assert not cannot_win(est, bar=None), "no bar: never pruned"
+    assert not cannot_win(estimate(steady[:-1]), bar=200.0), "too few windows to judge"
+    assert not cannot_win(None, bar=200.0)

@@ -9,6 +9,7 @@ import pytest
 
 from autotune.errors import AutotuneError
 from autotune.landscape import ConfigRecord, config_key, enumerate_space, load_landscape
+from autotune.measurement import PRUNE_MARGIN
 from autotune.records import TrialResult
 from autotune.replay import (
     ReplayPool,
@@ -168,6 +169,20 @@ def test_an_exhaustive_replayed_study_finds_the_recorded_best(landscape, tmp_pat
     assert result.failures_by_category == {"compile_error": failed}
 
 
+def test_a_replayed_study_prunes_what_cannot_win_and_keeps_its_values(landscape, tmp_path) -> None:
+    pruned, pool = replay_study(landscape, exhaustive=True, workdir=tmp_path / "pruned")
+    whole, whole_pool = replay_study(landscape, exhaustive=True, workdir=tmp_path / "whole", prune=False)
+    assert not any(t.pruned for t in whole.trials)
+    stopped = [t for t in pruned.trials if t.pruned]
+    assert stopped, "configurations well behind the best are stopped early"
+    best = landscape.best().throughput
+    assert all(t.value < (1 - PRUNE_MARGIN) * best for t in stopped)
+    # The values are the recorded ones, pruned or not: the sequential test only shortens them.
+    assert {t.number: t.value for t in pruned.trials} == {t.number: t.value for t in whole.trials}
+    assert pruned.best.params == whole.best.params == landscape.best().params
+    assert pool.clock < whole_pool.clock
+
+
 def test_the_in_memory_replay_drives_a_sampler_as_the_study_does(landscape, tmp_path) -> None:
     """``simulate`` (the benchmark's loop) and the real study propose the same configurations."""
     from autotune.strategy import AutotuneSampler
@@ -182,28 +197,31 @@ def test_the_in_memory_replay_drives_a_sampler_as_the_study_does(landscape, tmp_
     _, pool = replay_study(landscape, trials=8, workdir=tmp_path / "study", study_class=AutotuneStudy,
                            sampler="tpe")
     trace = simulate(landscape, AutotuneSampler(landscape.space, seed=3),
-                     starting_points=study_starting_points(landscape.space), max_trials=8)
+                     starting_points=study_starting_points(landscape.space), max_trials=8,
+                     early_stop=PRUNE_MARGIN)  # the study prunes by default
     assert [t.key for t in pool.trials] == [s.key for s in trace.steps]
     assert [t.charge.seconds for t in pool.trials] == pytest.approx([s.seconds for s in trace.steps])
 
 
 @pytest.mark.parametrize("path", RECORDED, ids=lambda p: p.stem)
 def test_autotune_run_replays_as_the_benchmark_does(path, tmp_path) -> None:
-    """With autotune's sampler wired in as the study's default, the real study on a recorded
-    landscape takes the benchmark's ``autotune`` path: the baseline, then the sampler."""
+    """The real study with its defaults on a recorded landscape takes the benchmark's ``autotune``
+    path: the baseline and the known-good configurations, then autotune's sampler, pruning."""
     from autotune.strategy import AutotuneSampler
     from autotune.study import StudyOptions
 
-    if StudyOptions.__dataclass_fields__["sampler"].default != "autotune":
-        pytest.skip("the study's default sampler is not autotune's yet")
+    assert StudyOptions.__dataclass_fields__["sampler"].default == "autotune"
     if not path.exists():
         pytest.skip(f"{path.name} is not recorded")
     land = load_landscape(path)
     result, pool = replay_study(land, trials=10, seed=4, workdir=tmp_path / "study")
     trace = simulate(land, AutotuneSampler(land.space, seed=4),
-                     starting_points=study_starting_points(land.space, known_good=False), max_trials=10)
+                     starting_points=study_starting_points(land.space), max_trials=10, early_stop=PRUNE_MARGIN)
     assert [t.key for t in pool.trials] == [s.key for s in trace.steps]
-    assert result.best.throughput == land.best().throughput  # within 10 trials, on both landscapes
+    assert [t.charge.seconds for t in pool.trials] == pytest.approx([s.seconds for s in trace.steps])
+    # How near the landscape's best ten trials get is the benchmark's to say; the study reports
+    # the best of what it measured.
+    assert result.best.throughput == max(t.record.throughput for t in pool.trials if t.record.ok)
 
 
 @pytest.mark.parametrize("path", RECORDED, ids=lambda p: p.stem)

@@ -34,7 +34,7 @@ from typing import Any, Callable
 
 from autotune import api
 from autotune.failures import classify
-from autotune.measurement import Window, estimate, percentile
+from autotune.measurement import Window, cannot_win, estimate, percentile
 from autotune.records import (
     CompileSpec,
     Failure,
@@ -93,6 +93,7 @@ class StepClock:
         self.synced = True  # a graph cut happened since the last boundary
         self.done = False
         self.converged = False
+        self.pruned = False
         self.sample_counts: list[float] = []
         self._last_aligned_step = 0
 
@@ -164,6 +165,8 @@ class StepClock:
         self.rt.check_numerics()
         est = estimate(self.windows)
         enough = (est is not None and est.windows_used >= p.min_windows and est.rel_half_width <= p.rel_ci)
+        if not enough and not capped and cannot_win(est, p.stop_below):
+            self.pruned = capped = True
         if enough or capped:
             if self.lazy:
                 # The last window ends when the device has finished its work, not when the host
@@ -224,6 +227,7 @@ class StepClock:
             converged=self.converged,
             warmup_steps=self.warmup_steps,
             warmup_seconds=self.warmup_seconds,
+            pruned=self.pruned,
         )
 
     @property

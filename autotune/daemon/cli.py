@@ -14,6 +14,7 @@ from typing import Any, Optional
 import typer
 from rich.console import Console
 
+from autotune import cli_options as opt
 from autotune.errors import InvalidConfigError
 
 err = Console(stderr=True, highlight=False, soft_wrap=True)
@@ -73,7 +74,7 @@ def _run_options(*, trials: int, target: str, space: str | None, platform: str |
                  workers: int | None, cores_per_trial: int, study: str | None, trial_timeout: float,
                  timeout: float | None, sampler: str, seed: int | None, metric: str, direction: str,
                  memory_limit: str | None, fresh: bool, retry_failed: bool, loss_tolerance: float,
-                 numerics_guard: bool) -> tuple[Any, Path | None]:
+                 numerics_guard: bool, prune: bool) -> tuple[Any, Path | None]:
     """The job's :class:`RunOptions`, and the search-space file whose text travels in it."""
     from pydantic import ValidationError
 
@@ -94,7 +95,7 @@ def _run_options(*, trials: int, target: str, space: str | None, platform: str |
                          sets=parse_sets(set_), workers=workers, cores_per_trial=cores_per_trial, study=study,
                          trial_timeout=trial_timeout, timeout=timeout, sampler=sampler, seed=seed, metric=metric,
                          direction=direction, memory_limit=memory_limit, fresh=fresh, retry_failed=retry_failed,
-                         loss_tolerance=loss_tolerance, numerics_guard=numerics_guard)
+                         loss_tolerance=loss_tolerance, numerics_guard=numerics_guard, prune=prune)
     except ValidationError as exc:
         first = exc.errors()[0]
         where = ".".join(str(p) for p in first["loc"])
@@ -141,29 +142,28 @@ def _progress_line(info: Any) -> str:
 @app.command(context_settings=CONTEXT)
 def submit(
     script: Path = typer.Argument(..., help="The training or inference script, unmodified."),
-    script_args: Optional[list[str]] = typer.Argument(None, help="Arguments for the script, after --."),
+    script_args: Optional[list[str]] = opt.SCRIPT_ARGS,
     trials: int = typer.Option(20, "--trials", "-n", help="Measured trials the study should hold."),
-    target: str = typer.Option("auto", "--target", "-t", help="auto, neuron, xla or inductor."),
+    target: str = opt.TARGET,
     space: Optional[str] = typer.Option(None, help="Search space: a YAML file (sent with the job) or a built-in name."),
-    platform: Optional[str] = typer.Option(None, help="Neuron platform: trn1, trn1n, inf2, trn2."),
-    set_: Optional[list[str]] = typer.Option(None, "--set", "-s", help="Fix a parameter, KEY=VALUE; repeatable."),
+    platform: Optional[str] = opt.PLATFORM,
+    set_: Optional[list[str]] = opt.SET,
     workers: Optional[int] = typer.Option(None, help="At most this many trials at once (the daemon gives each "
                                                      "job a fair share of the cluster)."),
-    cores_per_trial: int = typer.Option(1, help="NeuronCores each trial holds."),
+    cores_per_trial: int = opt.CORES_PER_TRIAL,
     study: Optional[str] = typer.Option(None, help="Study name (default: the job id)."),
-    trial_timeout: float = typer.Option(1800.0, help="Hard timeout of each trial, seconds."),
-    timeout: Optional[float] = typer.Option(None, help="Stop starting trials after this many seconds."),
-    sampler: str = typer.Option("tpe", help="tpe, random or qmc."),
-    seed: Optional[int] = typer.Option(None, help="Seed of the sampler and of the trials."),
-    metric: str = typer.Option("throughput", help="throughput, or a metric the script reports."),
-    direction: str = typer.Option("maximize", help="maximize or minimize the metric."),
-    memory_limit: Optional[str] = typer.Option(None, help="Host-memory limit per trial, e.g. 8GiB."),
+    trial_timeout: float = opt.TRIAL_TIMEOUT,
+    timeout: Optional[float] = opt.TIMEOUT,
+    sampler: str = opt.SAMPLER,
+    seed: Optional[int] = opt.SEED,
+    metric: str = opt.METRIC,
+    direction: str = opt.DIRECTION,
+    memory_limit: Optional[str] = opt.MEMORY_LIMIT,
     fresh: bool = typer.Option(False, "--fresh", help="Start the study anew (the old one is kept under another name)."),
-    retry_failed: bool = typer.Option(False, "--retry-failed", help="Compile again configurations whose compile failed."),
-    loss_tolerance: float = typer.Option(0.2, help="Numerics guard: how far (relative) the mean of a trial's "
-                                                   "first losses may leave the baseline's."),
-    numerics_guard: bool = typer.Option(True, "--numerics-guard/--no-numerics-guard",
-                                        help="Never report a configuration whose losses diverge as best."),
+    retry_failed: bool = opt.RETRY_FAILED,
+    loss_tolerance: float = opt.LOSS_TOLERANCE,
+    numerics_guard: bool = opt.NUMERICS_GUARD,
+    prune: bool = opt.PRUNE,
     server: str = _SERVER,
     token_file: Optional[Path] = _TOKEN,
     directory: Optional[Path] = typer.Option(None, "--dir", help="Directory to upload as the job's working "
@@ -182,7 +182,7 @@ def submit(
                           cores_per_trial=cores_per_trial, study=study, trial_timeout=trial_timeout, timeout=timeout,
                           sampler=sampler, seed=seed, metric=metric, direction=direction, memory_limit=memory_limit,
                           fresh=fresh, retry_failed=retry_failed, loss_tolerance=loss_tolerance,
-                          numerics_guard=numerics_guard)
+                          numerics_guard=numerics_guard, prune=prune)
     with _client(server, token_file) as client:
         spec = _job_spec(client, script, script_args or [], run, no_upload=no_upload, directory=directory)
         info = client.submit(spec)
@@ -289,29 +289,28 @@ def logs(
 @app.command(context_settings=CONTEXT)
 def ensure(
     script: Path = typer.Argument(..., help="The training or inference script, unmodified."),
-    script_args: Optional[list[str]] = typer.Argument(None, help="Arguments for the script, after --."),
+    script_args: Optional[list[str]] = opt.SCRIPT_ARGS,
     trials: int = typer.Option(20, "--trials", "-n", help="Measured trials a stored study must hold to answer "
                                                           "(else it is tuned up to this number)."),
     out: Path = typer.Option(Path("best.env"), "--out", "-o", help="The env file to write (best.json goes beside "
                                                                    "it), or a directory for both."),
-    target: str = typer.Option("auto", "--target", "-t", help="auto, neuron, xla or inductor."),
+    target: str = opt.TARGET,
     space: Optional[str] = typer.Option(None, help="Search space: a YAML file or a built-in name."),
-    platform: Optional[str] = typer.Option(None, help="Neuron platform: trn1, trn1n, inf2, trn2."),
-    set_: Optional[list[str]] = typer.Option(None, "--set", "-s", help="Fix a parameter, KEY=VALUE; repeatable."),
+    platform: Optional[str] = opt.PLATFORM,
+    set_: Optional[list[str]] = opt.SET,
     workers: Optional[int] = typer.Option(None, help="Trials at once when tuning."),
-    cores_per_trial: int = typer.Option(1, help="NeuronCores each trial holds."),
-    trial_timeout: float = typer.Option(1800.0, help="Hard timeout of each trial, seconds."),
-    timeout: Optional[float] = typer.Option(None, help="Stop starting trials after this many seconds."),
-    sampler: str = typer.Option("tpe", help="tpe, random or qmc."),
-    seed: Optional[int] = typer.Option(None, help="Seed of the sampler and of the trials."),
-    metric: str = typer.Option("throughput", help="throughput, or a metric the script reports."),
-    direction: str = typer.Option("maximize", help="maximize or minimize the metric."),
-    memory_limit: Optional[str] = typer.Option(None, help="Host-memory limit per trial, e.g. 8GiB."),
-    retry_failed: bool = typer.Option(False, "--retry-failed", help="Compile again configurations whose compile failed."),
-    loss_tolerance: float = typer.Option(0.2, help="Numerics guard: how far (relative) the mean of a trial's "
-                                                   "first losses may leave the baseline's."),
-    numerics_guard: bool = typer.Option(True, "--numerics-guard/--no-numerics-guard",
-                                        help="Never report a configuration whose losses diverge as best."),
+    cores_per_trial: int = opt.CORES_PER_TRIAL,
+    trial_timeout: float = opt.TRIAL_TIMEOUT,
+    timeout: Optional[float] = opt.TIMEOUT,
+    sampler: str = opt.SAMPLER,
+    seed: Optional[int] = opt.SEED,
+    metric: str = opt.METRIC,
+    direction: str = opt.DIRECTION,
+    memory_limit: Optional[str] = opt.MEMORY_LIMIT,
+    retry_failed: bool = opt.RETRY_FAILED,
+    loss_tolerance: float = opt.LOSS_TOLERANCE,
+    numerics_guard: bool = opt.NUMERICS_GUARD,
+    prune: bool = opt.PRUNE,
     server: Optional[str] = typer.Option(None, "--server", envvar=SERVER_ENV,
                                          help="Ask this daemon (or AUTOTUNE_SERVER); default: answer and tune here."),
     token_file: Optional[Path] = _TOKEN,
@@ -337,7 +336,7 @@ def ensure(
                                    trial_timeout=trial_timeout, timeout=timeout, sampler=sampler, seed=seed,
                                    metric=metric, direction=direction, memory_limit=memory_limit, fresh=False,
                                    retry_failed=retry_failed, loss_tolerance=loss_tolerance,
-                                   numerics_guard=numerics_guard)
+                                   numerics_guard=numerics_guard, prune=prune)
     started = time.monotonic()
     if server is None:
         result, code = ensure_local(script, script_args or [], run, out=out, storage=storage, space_file=space_file,

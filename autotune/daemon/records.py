@@ -51,7 +51,7 @@ class RunOptions(BaseModel):
     study: str | None = Field(None, pattern=NAME_PATTERN)
     trial_timeout: float = Field(1800.0, gt=0)
     timeout: float | None = Field(None, gt=0)
-    sampler: Literal["tpe", "random", "qmc"] = "tpe"
+    sampler: Literal["autotune", "tpe", "random", "qmc"] = "autotune"
     seed: int | None = None
     metric: str = Field("throughput", pattern=r"^[A-Za-z_][A-Za-z0-9_.]{0,63}$")
     direction: Literal["maximize", "minimize"] = "maximize"
@@ -60,6 +60,7 @@ class RunOptions(BaseModel):
     retry_failed: bool = False
     loss_tolerance: float = Field(0.2, gt=0)
     numerics_guard: bool = True
+    prune: bool = True
 
     @field_validator("sets")
     @classmethod

@@ -188,6 +188,8 @@ def job_argv(job: JobRecord, settings: DaemonSettings, workers: int) -> list[str
     argv.append(f"--loss-tolerance={r.loss_tolerance:g}")
     if not r.numerics_guard:
         argv.append("--no-numerics-guard")
+    if not r.prune:
+        argv.append("--no-prune")
     return [*argv, "--", *job.spec.args]
 
 

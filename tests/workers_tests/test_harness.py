@@ -14,6 +14,7 @@ from pathlib import Path
 
 import pytest
 
+from autotune.measurement import PRUNE_MIN_WINDOWS
 from autotune.records import MeasurementProtocol, TrialResult
 
 pytestmark = pytest.mark.slow
@@ -124,6 +125,28 @@ def test_long_script_is_stopped_once_measured(plain_trial: TrialResult) -> None:
     assert "ran all" not in full_log(plain_trial)
     # The script alone would run for more than 100 s.
     assert plain_trial.wall_seconds < 60
+
+
+def test_a_trial_that_cannot_win_stops_after_a_few_windows(run_script: RunScript, plain_loop: Path) -> None:
+    # Steps of at least 1 ms cannot reach 16 samples per ms; rel_ci 0 never converges, so only
+    # the sequential test against the bar can end this measurement before its 20 s cap.
+    protocol = MeasurementProtocol(rel_ci=0.0, max_measure_seconds=20.0, max_measure_steps=100_000,
+                                   stop_below=1e9)
+    result = run_script(plain_loop, protocol=protocol)
+    assert_measured(result)
+    m = result.measurement
+    assert m.pruned and not m.converged
+    assert result.stopped_early
+    assert PRUNE_MIN_WINDOWS <= m.windows <= PRUNE_MIN_WINDOWS + 2
+    assert m.ci95_high < 1e9
+
+
+def test_a_trial_above_the_bar_is_not_pruned(run_script: RunScript, plain_loop: Path) -> None:
+    protocol = MeasurementProtocol(rel_ci=0.0, max_measure_seconds=2.0, stop_below=1.0)
+    result = run_script(plain_loop, protocol=protocol)
+    assert_measured(result)
+    assert not result.measurement.pruned
+    assert result.measurement.windows > PRUNE_MIN_WINDOWS + 2  # ran to its 2 s cap
 
 
 def test_trial_directory_holds_spec_report_and_log(plain_trial: TrialResult) -> None:
