@@ -117,10 +117,8 @@ def trial(
         raise InvalidConfigError("--max-seconds and --max-steps must be positive")
     from autotune.cache import open_cache
 
-    prepared = prepare_trial(script, target=target, sets=parse_sets(set_), space=space, platform=platform)
-    cache_env, cache_notes = prepared.target.cache_env(str(open_cache(cache).path), prepared.params)
-    prepared.plan.env.update(cache_env)
-    prepared.plan.notes.extend(cache_notes)
+    prepared = prepare_trial(script, target=target, sets=parse_sets(set_), space=space, platform=platform,
+                             cache_root=str(open_cache(cache).path))
     limits = TrialLimits(timeout_s=timeout, memory_bytes=parse_size(memory_limit) if memory_limit else None)
     protocol = MeasurementProtocol(run_to_end=full_run, max_measure_seconds=max_seconds, max_measure_steps=max_steps)
     directory = trial_dir or default_trial_dir()

@@ -306,10 +306,7 @@ def record(o: RecordOptions, on_config: Callable[[ConfigRecord, int], None] | No
             continue
         if o.limit is not None and recorded >= o.limit:
             break
-        plan = target.plan(params)
-        cache_env, cache_notes = target.cache_env(str(cache_root.resolve()), params)
-        plan.env.update(cache_env)
-        plan.notes.extend(cache_notes)
+        plan = target.cached_plan(params, str(cache_root.resolve()))
         result = run_trial(plan, script, o.args, trial_dir=trials_dir / f"{index:04d}",
                            limits=TrialLimits(timeout_s=o.trial_timeout), protocol=o.protocol)
         rec = ConfigRecord.from_result(index, params, result)

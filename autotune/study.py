@@ -384,10 +384,7 @@ class Study:
         if remembered is not None and (remembered.ok or not self.o.retry_failed):
             self._tell(trial, remembered.model_dump_json(), None, from_cache=True)
             return "reused"
-        plan = self.target.plan(params)
-        cache_env, cache_notes = self.target.cache_env(str(self.cache.path), params)
-        plan.env.update(cache_env)
-        plan.notes.extend(cache_notes)
+        plan = self.target.cached_plan(params, str(self.cache.path))
         if plan.flags_env == "NEURON_CC_FLAGS" and self.target.name == "neuron":
             failed = None if self.o.retry_failed else self.cache.neuron_failed_compile(plan.compiler_flags)
             if failed is not None:

@@ -118,15 +118,18 @@ class PreparedTrial:
 
 def prepare_trial(script: str | Path, *, target: str = "auto", sets: dict[str, Any] | None = None,
                   space: str | None = None, platform: str | None = None,
-                  base_env: dict[str, str] | None = None) -> PreparedTrial:
-    """Check everything and build the plan; raises :class:`AutotuneError` on bad input."""
+                  base_env: dict[str, str] | None = None, cache_root: str | None = None) -> PreparedTrial:
+    """Check everything and build the plan; raises :class:`AutotuneError` on bad input.
+
+    With ``cache_root`` the target's compiler cache under it is wired into the plan's env."""
     path = check_script(script)
     tgt = resolve_target(target, path)
     sp = load_trial_space(tgt, space, platform)
     params = validate_for(tgt, sp, dict(sets or {}))
     tgt.check(params)
     env = dict(os.environ) if base_env is None else base_env  # the user's PJRT_DEVICE, XLA_FLAGS, ...
-    return PreparedTrial(tgt, sp, params, tgt.plan(params, env), path)
+    plan = tgt.plan(params, env) if cache_root is None else tgt.cached_plan(params, cache_root, env)
+    return PreparedTrial(tgt, sp, params, plan, path)
 
 
 def default_trial_dir(root: str | Path = ".autotune") -> Path:

@@ -46,6 +46,15 @@ class Target(abc.ABC):
         """Env vars that put this target's compiled artifacts under the cache ``root``, and notes."""
         return {}, []
 
+    def cached_plan(self, params: Mapping[str, Any], cache_root: str,
+                    base_env: Mapping[str, str] | None = None) -> TrialPlan:
+        """:meth:`plan`, with this target's compiler cache under ``cache_root`` in its env."""
+        plan = self.plan(params, base_env)
+        env, notes = self.cache_env(cache_root, params)
+        plan.env.update(env)
+        plan.notes.extend(notes)
+        return plan
+
     def available(self) -> bool:
         """Whether this target can run trials on this machine."""
         return True
