@@ -84,6 +84,18 @@ class Estimate:
         return (self.ci_high - self.ci_low) / 2 / self.throughput
 
 
+def without_compiles(windows: Sequence[Window]) -> list[Window]:
+    """The windows in which nothing compiled, when they are most of them.
+
+    A one-off compile after warm-up (on XLA, the graph of an epoch's last, shorter group of steps
+    under ``batches_per_execution``) is not the steady state; its window would pull the estimate
+    down by the compile's seconds. When most windows compile, compiling is the steady state (a
+    recompilation storm) and every window counts.
+    """
+    quiet = [w for w in windows if not w.compiles]
+    return quiet if 2 * len(quiet) > len(windows) else list(windows)
+
+
 def estimate(windows: Sequence[Window]) -> Estimate | None:
     """Throughput and its 95% CI from the steady-state part of ``windows``."""
     if not windows:

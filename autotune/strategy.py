@@ -265,7 +265,7 @@ class AutotuneSampler(BaseSampler):
     (default: by target).
     """
 
-    def __init__(self, space: SearchSpace, *, seed: int | None = None, cost_power: float = 1.0,
+    def __init__(self, space: SearchSpace, *, seed: int | None = None, cost_power: float = 0.25,
                  failure_model: bool = True, compile_cache_persists: bool | None = None,
                  runtime_only_params: Sequence[str] = ("num_workers",), ordinal: bool = True,
                  trend: bool = True, cost_l2: float = 1.0, theta_prior: float = 0.3) -> None:

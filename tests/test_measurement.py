@@ -15,6 +15,7 @@ from autotune.measurement import (
     mser_truncation,
     percentile,
     t975,
+    without_compiles,
 )
 
 # --- MSER truncation ---------------------------------------------------------------------------
@@ -172,3 +173,16 @@ def test_cannot_win_needs_enough_windows_and_the_whole_interval_below_the_bar() 
     assert not cannot_win(est, bar=None), "no bar: never pruned"
     assert not cannot_win(estimate(steady[:-1]), bar=200.0), "too few windows to judge"
     assert not cannot_win(None, bar=200.0)
+
+
+def test_a_one_off_compile_after_warm_up_leaves_the_estimate() -> None:
+    steady = [Window(10, 100.0, 1.0) for _ in range(6)]
+    compiled = Window(10, 100.0, 5.0, compiles=1)  # a graph compiled inside the window
+    kept = without_compiles([*steady[:3], compiled, *steady[3:]])
+    assert kept == steady
+    assert estimate(kept).throughput == pytest.approx(100.0)
+
+
+def test_a_recompilation_storm_is_the_steady_state() -> None:
+    storm = [Window(10, 100.0, 2.0, compiles=1) for _ in range(4)] + [Window(10, 100.0, 1.0)] * 2
+    assert without_compiles(storm) == storm

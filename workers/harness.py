@@ -34,7 +34,7 @@ from typing import Any, Callable
 
 from autotune import api
 from autotune.failures import classify
-from autotune.measurement import Window, cannot_win, estimate, percentile
+from autotune.measurement import Window, cannot_win, estimate, percentile, without_compiles
 from autotune.records import (
     CompileSpec,
     Failure,
@@ -163,7 +163,7 @@ class StepClock:
             return
         self._close_window(now)
         self.rt.check_numerics()
-        est = estimate(self.windows)
+        est = estimate(without_compiles(self.windows))
         enough = (est is not None and est.windows_used >= p.min_windows and est.rel_half_width <= p.rel_ci)
         if not enough and not capped and cannot_win(est, p.stop_below):
             self.pruned = capped = True
@@ -174,7 +174,7 @@ class StepClock:
                 end = self._now(wait=True)
                 last = self.windows[-1]
                 self.windows[-1] = Window(last.steps, last.samples, last.seconds + (end - now), last.compiles)
-                est = estimate(self.windows)
+                est = estimate(without_compiles(self.windows))
                 enough = est is not None and est.windows_used >= p.min_windows and est.rel_half_width <= p.rel_ci
             self.converged = bool(enough)
             self.done = True
@@ -210,10 +210,10 @@ class StepClock:
 
     # -- result ----------------------------------------------------------------------------
     def measurement(self) -> Measurement | None:
-        est = estimate(self.windows)
+        est = estimate(without_compiles(self.windows))
         if est is None:
             return None
-        used = self.windows[est.truncated:]
+        used = without_compiles(self.windows)[est.truncated:]
         steps = sum(w.steps for w in used)
         return Measurement(
             throughput=est.throughput,
