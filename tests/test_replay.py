@@ -230,7 +230,6 @@ def test_a_recorded_landscape_replays_exactly(path) -> None:
         pytest.skip(f"{path.name} is not recorded")
     land = load_landscape(path)
     assert len(land.records) == land.header["configurations"] >= 48
-    assert any(not r.ok for r in land.records), "a landscape keeps its failures"
     pool = ReplayPool(land)
     for rec in land.records:
         plan = get_target(land.target).plan(rec.params)
@@ -243,6 +242,12 @@ def test_a_recorded_landscape_replays_exactly(path) -> None:
     trace = simulate(land, _first_sampler(), starting_points=enumerate_space(land.space))
     assert len(trace.steps) == len(land.records)
     assert max(s.value for s in trace.steps if s.value is not None) == land.best().throughput
+
+
+def test_the_recorded_landscapes_keep_their_failures() -> None:
+    # The inductor space has none on the CPU it was recorded on; the xla one crashes.
+    failed = [r for path in RECORDED if path.exists() for r in load_landscape(path).records if not r.ok]
+    assert failed and all(r.category for r in failed)
 
 
 @pytest.mark.slow
