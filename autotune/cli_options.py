@@ -15,8 +15,8 @@ SET = typer.Option(None, "--set", "-s", help="Fix a parameter, KEY=VALUE; repeat
 CORES_PER_TRIAL = typer.Option(1, help="NeuronCores each trial holds.")
 TRIAL_TIMEOUT = typer.Option(1800.0, help="Hard timeout of each trial, seconds.")
 TIMEOUT = typer.Option(None, help="Stop starting trials after this many seconds.")
-SAMPLER = typer.Option("autotune", help="autotune (expected improvement, cheap or cached compiles first "
-                                        "among equals; bench/search_bench.py), tpe (multivariate, constant liar), "
+SAMPLER = typer.Option("autotune", help="autotune (expected improvement from a Gaussian process over "
+                                        "whole configurations; bench/search_bench.py), tpe (multivariate, constant liar), "
                                         "random or qmc.")
 SEED = typer.Option(None, help="Seed of the sampler and of the trials.")
 METRIC = typer.Option("throughput", help="What to optimise: throughput, or a metric the script reports "

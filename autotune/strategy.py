@@ -6,7 +6,7 @@ handling and baseline trial are unchanged. For each new trial it scores every co
 measured yet (all of them when the space has at most ``MAX_ENUMERATED``; otherwise random ones
 and the neighbours of the best) and proposes the best-scoring one:
 
-    score = expected improvement x P(it runs) / predicted trial seconds ** 0.25
+    score = expected improvement x P(it runs)  [/ predicted trial seconds ** cost_power]
 
 * Expected improvement from a Gaussian process on the log of the objective
   (:class:`CategoricalGP`): a kernel over whole configurations, one relevance weight per
@@ -19,12 +19,11 @@ and the neighbours of the best) and proposes the best-scoring one:
   and the suspects of each failure (levels and pairs no successful trial had;
   :func:`culprit_probability`). Optuna's TPE ignores failed trials and keeps proposing the flag
   that crashes.
-* Predicted seconds from the measured trial times (a ridge model on parameter levels), less the
-  compile of a configuration whose graphs the compile cache already holds (a twin that differs
-  only in ``num_workers``, on a target whose cache persists). The score divides by the predicted
-  seconds to the power ``cost_power`` (0.25): when two configurations promise about the same, the
-  cheap one (no compile, a cached compile, a short one) goes first, but a cheap configuration
-  with little promise does not win on price alone.
+* Predicted seconds (off by default, ``cost_power`` 0): a ridge model of the measured trial
+  times on parameter levels, less the compile of a configuration whose graphs the compile cache
+  already holds (a twin that differs only in ``num_workers``, on a target whose cache persists).
+  The replay showed no gain from it on either landscape and a loss on inductor (below): the
+  configurations that are cheap because their compile is cached are the twins that teach least.
 * No configuration twice: the space is finite, so every proposal is one never measured (TPE
   re-proposes measured ones; the study answers those for free, but TPE then learns nothing, and
   after 50 in a row the study stops as if the space were exhausted).
@@ -33,36 +32,46 @@ The study around it enqueues the baseline and the space's known-good configurati
 prunes a measurement once it is clearly behind the best (``MeasurementProtocol.stop_below``).
 
 What the replay of the recorded landscapes showed (``python bench/search_bench.py --ablations``;
-median over 30 seeds of trials / simulated seconds to within 2% of the best, inductor | xla):
+median over 30 seeds of trials / simulated seconds to within 2% of the best, inductor | xla; the
+last column is ``--jitter``, landscapes redrawn within their recorded intervals, inductor | xla):
 
-==========================================  ================  ================
-autotune run's default (all of the below)    8 / 162 s         6 / 170 s
-Optuna TPE as it comes                       16 / 286 s        13 / 395 s
-TPE as ``autotune run --sampler tpe``        14 / 269 s        11 / 326 s
-baseline only, no known-good first           14 / 278 s        6 / 123 s        known-good kept
-no starting points at all                    11 / 173 s        6 / 118 s
-no pruning                                   8 / 166 s         6 / 174 s        pruning kept
-no cost term (plain EI)                      8 / 162 s         6 / 170 s        see below
-cost^0.5                                     15 / 262 s        6 / 170 s
-cost^1 (EI per second)                       17 / 285 s        7 / 180 s        cost^0.25 kept
-categorical kernel, no ranks or trend        10 / 217 s        6 / 170 s        ranks kept
-no trend term                                9 / 173 s         6 / 170 s        trend kept
-no failure model                             8 / 162 s         6 / 170 s        kept, see below
-theta prior 1 instead of 0.3                 15 / 276 s        7 / 168 s        0.3 kept
-==========================================  ================  ================
+==========================================  ==========  ===========  ====================
+autotune run's default (all of the below)    3 / 82 s    6 / 170 s    3 / 82 | 6 / 170
+Optuna TPE as it comes                       11 / 226 s  13 / 395 s   14 / 271 | 15 / 486
+TPE as ``autotune run --sampler tpe``        12 / 234 s  11 / 326 s   14.5 / 254 | 11 / 320
+baseline only, no known-good first           8 / 160 s   6 / 123 s    8 / 167 | 6.5 / 131
+no starting points at all                    6 / 106 s   6 / 127 s    8 / 146 | 6 / 135
+no pruning                                   3 / 82 s    6 / 174 s    3 / 82 | 6 / 174
+cost^0.25                                    4 / 92 s    6 / 170 s    5 / 102 | 6 / 170
+cost^0.5                                     9 / 178 s   6 / 170 s    7.5 / 136 | 8 / 192
+cost^1 (EI per second)                       7 / 106 s   7 / 180 s    7 / 106 | 8 / 191
+no trend term                                10 / 213 s  6 / 170 s    9.5 / 206 | 6 / 170
+categorical kernel, no ranks or trend        11 / 242 s  6 / 170 s    11 / 238 | 8 / 242
+no failure model                             3 / 82 s    6 / 170 s    3 / 82 | 6 / 170
+theta prior 1 instead of 0.3                 5 / 143 s   7 / 168 s    6 / 143 | 9 / 191
+==========================================  ==========  ===========  ====================
 
-EI per second (cost^1) was the default while the inductor landscape held 12 failures of
-autotune's own (since fixed); re-recorded, its best is a compiled configuration at the largest
-batch and EI per second spent trials on cheap, cached ``num_workers`` twins. Known-good
-configurations first help on inductor (14 -> 8 trials) and cost on xla (123 -> 170 s). On
-landscapes redrawn within their recorded intervals (``--jitter``) the strategy is no better than
-TPE on inductor (12.5 / 238 s vs 10.5 / 225 s): that landscape has one configuration within 2%,
-5% ahead of the next, so where the noise puts the best decides much. Two parts make no
-difference on these landscapes and are kept for what they do elsewhere: the failure model (the
-xla landscape's crashes all share one flag that the known-good configurations never set; an
-earlier replay without known-good seeding needed 13 trials instead of 6 without it) and cost^0.25
-(the same choices as plain EI here; it breaks near-ties in favour of a cached compile). Re-measuring the top few at
-the end cannot be judged by a replay that answers each configuration with its one recording.
+What decided the defaults:
+
+* The cost term. Until the inductor landscape was recorded again with measurements three times
+  as long, its best was a compiled configuration 5% ahead of the rest; cost^0.25 and plain
+  expected improvement then made the same choices (8 / 162 s) and cost^1 spent trials on cheap,
+  cached ``num_workers`` twins (17 / 285 s). On the present landscapes plain expected
+  improvement is as good or better everywhere, so the cost term is off.
+* Known-good first helps on inductor (8 / 160 s without) and costs on xla (123 -> 170 s); the
+  study enqueues them as the product asks, so the spaces keep their known-good lists short: the
+  inductor space's second entry, ``{mode: default, cpp_simdlen: 256}``, was dropped. Inductor
+  picks the CPU's widest vector ISA itself, so a fixed ``cpp_simdlen`` is a knob to tune, not a
+  known-good start. Much of the inductor figure rests on that: with the entry the default needs
+  8 / 178 s (8 / 179 s with ``--jitter``), not only its one compile more but a different path
+  after it, which is within the trial target and misses the wall-time one (113 s).
+* The failure model makes no difference here and is kept for what it does elsewhere: the xla
+  landscape's crashes all share one flag that the known-good configurations never set; an earlier
+  replay without known-good seeding needed 13 trials instead of 6 without it.
+* Pruning saves little on these landscapes (the measurements are capped at 5 s, and compiles
+  dominate), and nothing on inductor, where the best comes third.
+* Re-measuring the top few at the end cannot be judged by a replay that answers each
+  configuration with its one recording, and is not built.
 
 Parameters with ranges instead of choices: the sampler then hands every parameter to Optuna's TPE
 (multivariate, as ``autotune run --sampler tpe``); it handles finite choices only.
@@ -272,12 +281,12 @@ class AutotuneSampler(BaseSampler):
     ``space`` is the study's :class:`~autotune.space.SearchSpace` (after ``--set``); the study
     asks its parameters in dependency order, and this sampler answers each with the value of the
     configuration it chose for the trial. ``cost_power`` weighs the predicted trial time:
-    0 ignores it, 1 is expected improvement per second. ``compile_cache_persists`` says whether a
+    0 (the default) ignores it, 1 is expected improvement per second. ``compile_cache_persists`` says whether a
     configuration that compiles the same graphs as a measured one loads them from the cache
     (default: by target).
     """
 
-    def __init__(self, space: SearchSpace, *, seed: int | None = None, cost_power: float = 0.25,
+    def __init__(self, space: SearchSpace, *, seed: int | None = None, cost_power: float = 0.0,
                  failure_model: bool = True, compile_cache_persists: bool | None = None,
                  runtime_only_params: Sequence[str] = ("num_workers",), ordinal: bool = True,
                  trend: bool = True, cost_l2: float = 1.0, theta_prior: float = 0.3) -> None:

@@ -238,8 +238,8 @@ class Study:
             return optuna.samplers.TPESampler(multivariate=True, group=True, constant_liar=True, seed=seed,
                                               n_startup_trials=5)
         if self.o.sampler == "autotune":
-            # The default: expected improvement over the configurations not measured yet, with
-            # predicted trial time as a light tie-breaker (autotune/strategy.py; bench/search_bench.py).
+            # The default: expected improvement over the configurations not measured yet, times
+            # the chance each runs (autotune/strategy.py; bench/search_bench.py).
             from autotune.strategy import AutotuneSampler
 
             return AutotuneSampler(self.space, seed=seed)

@@ -126,7 +126,7 @@ ABLATIONS = [
     Strategy("autotune, baseline only (no known-good)", _autotune(), start="baseline", early_stop=PRUNED),
     Strategy("autotune, no starting points", _autotune(), early_stop=PRUNED),
     Strategy("autotune, no pruning", _autotune(), start="study"),
-    Strategy("autotune, no cost (EI)", _autotune(cost_power=0.0), start="study", early_stop=PRUNED),
+    Strategy("autotune, cost^0.25", _autotune(cost_power=0.25), start="study", early_stop=PRUNED),
     Strategy("autotune, cost^0.5", _autotune(cost_power=0.5), start="study", early_stop=PRUNED),
     Strategy("autotune, cost^1 (EI per second)", _autotune(cost_power=1.0), start="study", early_stop=PRUNED),
     Strategy("autotune, no trend term", _autotune(trend=False), start="study", early_stop=PRUNED),
