@@ -171,6 +171,7 @@ def run(
     loss_tolerance: float = opt.LOSS_TOLERANCE,
     numerics_guard: bool = opt.NUMERICS_GUARD,
     prune: bool = opt.PRUNE,
+    confirm: int = opt.CONFIRM,
     json_out: bool = typer.Option(False, "--json", help="Print the study's result as one JSON object."),
 ) -> None:
     """Tune SCRIPT: Optuna proposes configurations, Ray workers measure them.
@@ -187,7 +188,7 @@ def run(
         storage=storage, study=study, trial_timeout=trial_timeout, timeout=timeout, out=out, sampler=sampler,
         seed=seed, metric=metric, direction=direction, memory_limit=memory_limit, cache=cache, fresh=fresh,
         retry_failed=retry_failed, loss_tolerance=loss_tolerance, numerics_guard=numerics_guard, prune=prune,
-        on_update=progress.update,
+        confirm=confirm, on_update=progress.update,
     )
     runner = Study(options)
     with progress, _stdout_reserved(json_out):

@@ -29,6 +29,9 @@ LOSS_TOLERANCE = typer.Option(0.2, help="Numerics guard: how far (relative) the 
                                         "losses may leave the baseline's.")
 NUMERICS_GUARD = typer.Option(True, "--numerics-guard/--no-numerics-guard",
                               help="Never report a configuration whose losses diverge as best.")
+CONFIRM = typer.Option(0, min=0, metavar="K",
+                       help="Measure the best K configurations once more at the end, unpruned, and pick the "
+                            "best on the mean of each one's measurements (one lucky measurement does not win).")
 PRUNE = typer.Option(True, "--prune/--no-prune",
                      help="Stop measuring a trial once its 95% interval is wholly more than 2% behind the "
                           "best so far.")

@@ -32,6 +32,8 @@ class TrialSummary(BaseModel):
     wall_seconds: float | None = None
     compile_seconds: float | None = None
     duplicate_of: int | None = None
+    #: A re-measurement (``--confirm``) of this trial's configuration; not counted as a trial.
+    confirms: int | None = None
     cached: bool = False  # answered from a result remembered in the cache root
     cache_hits: int | None = None  # the compiler cache's own counters, where it exposes them
     cache_misses: int | None = None
@@ -55,7 +57,10 @@ class BestConfig(BaseModel):
     compiler_flags: str | None = None
     knobs: dict[str, Any] = Field(default_factory=dict)
     metric: str = "throughput"
+    #: The mean of the configuration's measurements (one, or more with ``--confirm``).
     value: float
+    measurements: list[float] = Field(default_factory=list)
+    #: The first measurement's throughput and interval.
     throughput: float | None = None
     ci95_low: float | None = None
     ci95_high: float | None = None
@@ -85,7 +90,7 @@ def _shell_value(v: Any) -> str:
 
 
 CSV_FIELDS = ["number", "state", "value", "throughput", "ci95_low", "ci95_high", "pruned", "speedup", "category",
-              "reason", "numerics_violated", "wall_seconds", "compile_seconds", "duplicate_of", "params"]
+              "reason", "numerics_violated", "wall_seconds", "compile_seconds", "duplicate_of", "confirms", "params"]
 
 
 def trials_csv(trials: list[TrialSummary], baseline: float | None) -> str:

@@ -88,7 +88,8 @@ def render_trial(result: TrialResult, console: Console) -> None:
 
 def render_trials(study: str, trials: list, baseline: float | None, best, console: Console, *,
                   top: int = 10, all_trials: bool = False) -> None:
-    ok = [t for t in trials if t.state == "COMPLETE" and t.duplicate_of is None and not t.numerics_violated]
+    ok = [t for t in trials if t.state == "COMPLETE" and t.duplicate_of is None and t.confirms is None
+          and not t.numerics_violated]
     ok.sort(key=lambda t: -(t.value or 0))
     table = Table(title=f"{study}: {'all trials' if all_trials else f'top {min(top, len(ok))} configurations'}")
     for col in ("trial", "value", "95% CI", "speedup", "parameters"):
@@ -109,6 +110,8 @@ def render_trials(study: str, trials: list, baseline: float | None, best, consol
         params = ", ".join(f"{k}={v}" for k, v in t.params.items()) or "(baseline: the script's own)"
         if t.duplicate_of is not None:
             params += f"  [same as trial {t.duplicate_of}]"
+        if t.confirms is not None:
+            params += f"  [trial {t.confirms} measured again]"
         table.add_row(str(t.number), value, ci, speed, params)
     console.print(table)
     failed = [t for t in trials if t.state == "FAIL" and t.duplicate_of is None and t.category]
@@ -127,7 +130,9 @@ def render_trials(study: str, trials: list, baseline: float | None, best, consol
                         console.print(Text("\n".join("      " + ln for ln in tail_lines), style="dim"))
     if best is not None:
         speed = f", {best.speedup:.2f}x the baseline" if best.speedup else ""
-        console.print(f"[bold green]best:[/bold green] trial {best.trial}, {best.value:,.1f} {best.metric}{speed}")
+        again = (f" (mean of {len(best.measurements)} measurements: "
+                 f"{', '.join(f'{v:,.1f}' for v in best.measurements)})" if len(best.measurements) > 1 else "")
+        console.print(f"[bold green]best:[/bold green] trial {best.trial}, {best.value:,.1f} {best.metric}{again}{speed}")
         if best.compiler_flags:
             console.print(f"  {best.flags_env}={best.compiler_flags}")
 

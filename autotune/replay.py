@@ -26,6 +26,7 @@ from __future__ import annotations
 import heapq
 import json
 import math
+import random
 import statistics
 import tempfile
 from dataclasses import dataclass, field
@@ -149,9 +150,12 @@ class ReplayPool:
     ``workers`` trials run at once; :meth:`wait` returns the earliest to finish and moves the
     clock to its end. A configuration missing from the landscape is an error, not a failure:
     the replay would otherwise measure something that was never recorded.
+
+    ``noise_seed``: each measurement is redrawn within the recorded 95% interval (log-normal,
+    seeded), so that measuring a configuration twice gives two values, as on a machine.
     """
 
-    def __init__(self, landscape: Landscape | str | Path, workers: int = 1) -> None:
+    def __init__(self, landscape: Landscape | str | Path, workers: int = 1, noise_seed: int | None = None) -> None:
         self.landscape = landscape if isinstance(landscape, Landscape) else load_landscape(landscape)
         self.workers = workers
         self.cache = CompileCacheModel(self.landscape)
@@ -159,6 +163,7 @@ class ReplayPool:
         self.trials: list[ReplayedTrial] = []
         self._running: list[tuple[float, int, Any, str]] = []
         self._seq = 0
+        self._noise = random.Random(noise_seed) if noise_seed is not None else None
 
     @property
     def free(self) -> int:
@@ -177,6 +182,10 @@ class ReplayPool:
         result = replayed_result(rec, plan, charge)
         if saved and result.measurement is not None:
             result.measurement.pruned = True
+        if self._noise is not None and result.measurement is not None:
+            m = result.measurement
+            f = math.exp(self._noise.gauss(0.0, interval_sigma(rec)))
+            m.throughput, m.ci95_low, m.ci95_high = m.throughput * f, m.ci95_low * f, m.ci95_high * f
         finish = self.clock + charge.seconds
         self.trials.append(ReplayedTrial(tag, rec.key, self.clock, finish, charge, rec))
         self._seq += 1
@@ -201,7 +210,7 @@ class ReplayPool:
 
 def replay_study(landscape: Landscape | str | Path, *, trials: int | None = None, workdir: str | Path | None = None,
                  workers: int = 1, exhaustive: bool = False, study_class: type | None = None,
-                 **options: Any) -> tuple[Any, ReplayPool]:
+                 noise_seed: int | None = None, **options: Any) -> tuple[Any, ReplayPool]:
     """Run :class:`autotune.study.Study` (the real driver) on ``landscape``; returns its result and the pool.
 
     The study's storage, outputs and cache go under ``workdir`` (a temporary folder by default),
@@ -209,6 +218,7 @@ def replay_study(landscape: Landscape | str | Path, *, trials: int | None = None
     ``workers`` trials run at once on the simulated clock. ``exhaustive``: every configuration
     is enqueued in file order (as the space's known-good list), a grid through the real driver.
     ``study_class`` replaces :class:`~autotune.study.Study` (a subclass with another sampler, say).
+    ``noise_seed``: measurements are redrawn within their intervals (:class:`ReplayPool`).
     """
     from autotune.study import Study, StudyOptions
 
@@ -217,7 +227,7 @@ def replay_study(landscape: Landscape | str | Path, *, trials: int | None = None
     pools: list[ReplayPool] = []
 
     def factory(study: Any) -> ReplayPool:
-        pools.append(ReplayPool(land, workers=workers))
+        pools.append(ReplayPool(land, workers=workers, noise_seed=noise_seed))
         return pools[-1]
 
     opts = StudyOptions(script=_script_path(land), args=list(land.header.get("args", [])),
@@ -365,6 +375,14 @@ def simulate(landscape: Landscape, sampler: Any, *, starting_points: list[dict[s
         if stop_at is not None and rec.ok and rec.throughput >= stop_at:
             break
     return trace
+
+
+def interval_sigma(r: ConfigRecord) -> float:
+    """The standard deviation, on a log scale, of a recorded measurement: its 95% interval's
+    half-width over 1.96 (0 without an interval)."""
+    if not r.ok or not r.ci95_low or not r.ci95_high or r.ci95_low <= 0:
+        return 0.0
+    return math.log(r.ci95_high / r.ci95_low) / (2 * 1.96)
 
 
 def early_stop_seconds(r: ConfigRecord, bar: float, min_windows: int = PRUNE_MIN_WINDOWS) -> float:

@@ -9,6 +9,11 @@ form) is not run again: Optuna is told the earlier result.
 again continues it up to N, and a study that already has N runs nothing. Trials left running by a
 driver that was killed stop sending heartbeats; once stale they are marked failed and their
 configurations are queued again (Optuna's ``RetryFailedTrialCallback``).
+
+With ``confirm=K`` the K best configurations are measured once more at the end, unpruned, and
+the best is chosen on the mean of each one's measurements: one lucky measurement does not make
+the best. A re-measurement is a trial of its own (``confirms`` names the trial it measures
+again); it does not count towards ``--trials`` and the sampler does not learn from it.
 """
 
 from __future__ import annotations
@@ -38,6 +43,8 @@ HEARTBEAT_S = 5
 GRACE_S = 20
 #: Attributes kept on each Optuna trial.
 A_KEY, A_RESULT, A_CATEGORY, A_DUP, A_COUNTED = "config_key", "result", "category", "duplicate_of", "counted"
+#: On a re-measurement (StudyOptions.confirm): the number of the trial it measures again.
+A_CONFIRMS = "confirms"
 
 EXIT_OK, EXIT_BAD_INPUT, EXIT_ALL_FAILED = 0, 2, 3
 
@@ -104,6 +111,9 @@ class StudyOptions:
     #: Stop measuring a trial once its interval is wholly below the best so far less
     #: PRUNE_MARGIN (throughput studies only): a losing configuration costs a few windows.
     prune: bool = True
+    #: Measure the best this many configurations once more at the end and pick the best on the
+    #: mean of each one's measurements (0: the best single measurement wins).
+    confirm: int = 0
     #: Builds the pool that runs trials instead of Ray actors; it gets the :class:`Study` and must
     #: offer ``free``, ``submit(request, tag)``, ``wait(timeout)`` and ``shutdown()`` as
     #: :class:`autotune.scheduler.WorkerPool` does (a replay of a recorded landscape, say).
@@ -333,8 +343,64 @@ class Study:
                     self.storage.record_heartbeat(trial._trial_id)
                 self._fail_stale()
                 last_beat = time.monotonic()
+        if self.o.confirm > 0 and time.monotonic() < deadline:
+            self._confirm(pool, deadline)
         self._update_progress(0)
         self.write_outputs()
+
+    def _confirm(self, pool: Any, deadline: float) -> None:
+        """Measure the best ``confirm`` configurations once more, unpruned (each at most once
+        per study: a resumed study measures only those not measured again yet)."""
+        todo = _ranked_configurations(self.study)[:self.o.confirm]
+        done = {t.user_attrs.get(A_CONFIRMS) for t in self.study.get_trials(deepcopy=False)}
+        todo = [t for t in todo if t.number not in done]
+        in_flight: dict[Any, Any] = {}
+        while todo or in_flight:
+            while todo and pool.free and time.monotonic() < deadline:
+                original = todo.pop(0)
+                params = TrialResult.model_validate_json(original.user_attrs[A_RESULT]).plan.params
+                trial_dir = self.out / "trials" / f"{original.number:04d}-again"
+                tag = ("confirm", original.number)
+                pool.submit(self._request(params, trial_dir, self.o.protocol), tag=tag)
+                in_flight[tag] = original
+            if not in_flight:
+                break
+            self._update_progress(len(in_flight))
+            for tag, result_json, error in pool.wait(timeout=1.0):
+                self._tell_confirmation(in_flight.pop(tag), result_json, error)
+        skipped = [t.number for t in todo]
+        if skipped:
+            self.notes.append(f"the study's time ran out before trials {', '.join(map(str, skipped))} "
+                              "were measured again")
+
+    def _tell_confirmation(self, original: Any, result_json: str | None, error: str | None) -> None:
+        """Store a re-measurement as a finished trial of its own."""
+        import optuna
+
+        attrs: dict[str, Any] = {A_KEY: original.user_attrs.get(A_KEY), A_CONFIRMS: original.number}
+        value = None
+        if result_json is not None:
+            result = TrialResult.model_validate_json(result_json)
+            attrs[A_RESULT] = result_json
+            attrs["env"] = {**result.plan.env,
+                            **{k: v for k, v in result.placement.items() if k.startswith("NEURON_")}}
+            value = self._objective(result) if result.ok else None
+            if value is None:
+                attrs[A_CATEGORY] = result.failure.category.value if result.failure else "script_error"
+                attrs["reason"] = result.failure.reason if result.failure else f"no {self.o.metric!r} reported"
+        else:
+            attrs[A_CATEGORY], attrs["reason"] = "crash", error or "the worker failed"
+        state = optuna.trial.TrialState.COMPLETE if value is not None else optuna.trial.TrialState.FAIL
+        self.study.add_trial(optuna.trial.create_trial(
+            params=original.params, distributions=original.distributions, value=value, state=state,
+            user_attrs=attrs))
+        self.ran += 1
+        if value is None:
+            self.notes.append(f"trial {original.number}'s configuration failed when measured again "
+                              f"({attrs[A_CATEGORY]}): it is not taken as the best")
+            self.progress.last = f"trial {original.number} again: failed ({attrs[A_CATEGORY]})"
+        else:
+            self.progress.last = f"trial {original.number} again: {value:,.1f} {self.o.metric}"
 
     def _counts(self, exclude: set[int]) -> tuple[int, int]:
         """Trials measured so far (in any run of this study), and trials running in other drivers."""
@@ -394,18 +460,24 @@ class Study:
             if self.o.retry_failed:
                 plan.env["NEURON_CC_FLAGS"] = f"{plan.env['NEURON_CC_FLAGS']} --retry_failed_compilation".strip()
         trial.set_user_attr("env", plan.env)
-        request = {
+        pool.submit(self._request(params, self.out / "trials" / f"{trial.number:04d}", self._trial_protocol(),
+                                  plan=plan), tag=trial.number)
+        return "submitted"
+
+    def _request(self, params: dict[str, Any], trial_dir: Path, protocol: MeasurementProtocol,
+                 plan: Any = None) -> dict[str, Any]:
+        """What a worker needs to run one trial of ``params``."""
+        plan = plan or self.target.cached_plan(params, str(self.cache.path))
+        return {
             "plan": plan.model_dump(mode="json"),
             "script": str(self.script),
             "args": list(self.o.args),
             "cwd": os.getcwd(),
-            "trial_dir": str((self.out / "trials" / f"{trial.number:04d}").resolve()),
+            "trial_dir": str(trial_dir.resolve()),
             "limits": {"timeout_s": self.o.trial_timeout, "memory_bytes": self.memory_limit},
-            "protocol": self._trial_protocol().model_dump(mode="json"),
+            "protocol": protocol.model_dump(mode="json"),
             "seed": self.o.seed or 0,
         }
-        pool.submit(request, tag=trial.number)
-        return "submitted"
 
     def _suggest(self, trial: Any) -> dict[str, Any]:
         """Ask Optuna for each free parameter that is active given those chosen before it."""
@@ -496,10 +568,10 @@ class Study:
         o = self.o
         if not o.prune or o.metric != "throughput" or o.direction != "maximize":
             return o.protocol
-        best = _best_trial(self.study)
-        if best is None or not best.value:
+        best = _best(self.study)
+        if best is None or not best[1]:
             return o.protocol
-        return o.protocol.model_copy(update={"stop_below": best.value * (1 - PRUNE_MARGIN)})
+        return o.protocol.model_copy(update={"stop_below": best[1] * (1 - PRUNE_MARGIN)})
 
     def _enqueue_starting_points(self) -> None:
         """Baseline first, then the known-good configurations, each once per study."""
@@ -550,9 +622,9 @@ class Study:
         p.running = running
         p.done, _ = self._counts(exclude=set())
         p.baseline_value = baseline_value(self.study)
-        best = _best_trial(self.study)
+        best = _best(self.study)
         if best is not None:
-            p.best_value, p.best_params = best.value, best.params
+            p.best_value, p.best_params = best[1], best[0].params
         if self.o.on_update:
             self.o.on_update(p)
 
@@ -671,16 +743,59 @@ def numerics_violated(study: Any, trial: Any, base: list[float] | None = None) -
     return deviation is not None and deviation > tolerance
 
 
-def _best_trial(study: Any) -> Any:
+def _measured(study: Any) -> list[tuple[Any, list[float], bool]]:
+    """Each configuration measured successfully: its first trial, the values of all its
+    measurements (re-measurements included; one whose losses left the baseline's counts for
+    nothing), and whether a re-measurement of it failed."""
     import optuna
 
     base = _baseline_losses(study)
-    done = [t for t in study.get_trials(deepcopy=False, states=[optuna.trial.TrialState.COMPLETE])
-            if t.user_attrs.get(A_DUP) is None and t.value is not None and not numerics_violated(study, t, base)]
-    if not done:
+    first: dict[str, Any] = {}
+    values: dict[str, list[float]] = {}
+    flaky: set[str] = set()
+    for t in study.get_trials(deepcopy=False):
+        if t.user_attrs.get(A_DUP) is not None or not t.state.is_finished():
+            continue
+        key = t.user_attrs.get(A_KEY) or f"#{t.number}"
+        again = t.user_attrs.get(A_CONFIRMS) is not None
+        if t.state == optuna.trial.TrialState.COMPLETE and t.value is not None \
+                and not numerics_violated(study, t, base):
+            values.setdefault(key, []).append(t.value)
+            if not again:
+                first.setdefault(key, t)
+        elif again:
+            flaky.add(key)
+    return [(t, values[key], key in flaky) for key, t in first.items()]
+
+
+def _ranked(study: Any) -> list[tuple[Any, list[float], bool]]:
+    """:func:`_measured`, best first: the configurations measured more than once (the finalists
+    of ``confirm``) by the mean of their measurements, then the others by their one measurement,
+    then those that failed when measured again. A configuration measured once is not compared
+    with the finalists' means: its one value is as lucky as theirs were before they were
+    measured again."""
+    import optuna
+
+    sign = -1.0 if study.direction == optuna.study.StudyDirection.MAXIMIZE else 1.0
+    return sorted(_measured(study), key=lambda m: (m[2], len(m[1]) < 2, sign * sum(m[1]) / len(m[1]),
+                                                   m[0].number))
+
+
+def _ranked_configurations(study: Any) -> list[Any]:
+    """The first trial of each configuration measured, best first by that first measurement."""
+    import optuna
+
+    sign = -1.0 if study.direction == optuna.study.StudyDirection.MAXIMIZE else 1.0
+    return [t for t, _, _ in sorted(_measured(study), key=lambda m: (sign * m[0].value, m[0].number))]
+
+
+def _best(study: Any) -> tuple[Any, float, list[float]] | None:
+    """The best configuration's first trial, the mean of its measurements, and the measurements."""
+    ranked = _ranked(study)
+    if not ranked:
         return None
-    pick = max if study.direction == optuna.study.StudyDirection.MAXIMIZE else min
-    return pick(done, key=lambda t: t.value)
+    t, values, _ = ranked[0]
+    return t, sum(values) / len(values), values
 
 
 def baseline_value(study: Any) -> float | None:
@@ -697,15 +812,16 @@ def baseline_value(study: Any) -> float | None:
 def best_config(study: Any, name: str, prov: dict[str, Any] | None = None) -> BestConfig | None:
     import optuna
 
-    t = _best_trial(study)
-    if t is None:
+    found = _best(study)
+    if found is None:
         return None
+    t, value, values = found
     result = TrialResult.model_validate_json(t.user_attrs[A_RESULT]) if A_RESULT in t.user_attrs else None
     base = baseline_value(study)
     maximize = study.direction == optuna.study.StudyDirection.MAXIMIZE
     speedup = None
-    if base and t.value:
-        speedup = t.value / base if maximize else base / t.value
+    if base and value:
+        speedup = value / base if maximize else base / value
     plan = result.plan if result else None
     m = result.measurement if result else None
     return BestConfig(
@@ -715,7 +831,7 @@ def best_config(study: Any, name: str, prov: dict[str, Any] | None = None) -> Be
         flags_env=plan.flags_env if plan else None,
         compiler_flags=plan.compiler_flags if plan else None,
         knobs={k: v for k, v in (plan.knobs.model_dump() if plan else {}).items() if v not in (None, False)},
-        metric=study.user_attrs.get("metric", "throughput"), value=t.value,
+        metric=study.user_attrs.get("metric", "throughput"), value=value, measurements=values,
         throughput=m.throughput if m else None, ci95_low=m.ci95_low if m else None,
         ci95_high=m.ci95_high if m else None, baseline_value=base, speedup=speedup,
         provenance=prov or study.user_attrs.get("provenance") or {},
@@ -739,7 +855,7 @@ def study_summaries(study: Any) -> list[TrialSummary]:
             log_tail=result.log_tail if result and not result.ok else None,
             wall_seconds=result.wall_seconds if result else None,
             compile_seconds=result.compile.compile_seconds if result else None,
-            duplicate_of=t.user_attrs.get(A_DUP), env=t.user_attrs.get("env") or {},
+            duplicate_of=t.user_attrs.get(A_DUP), confirms=t.user_attrs.get(A_CONFIRMS), env=t.user_attrs.get("env") or {},
             cached=bool(t.user_attrs.get("cached")),
             cache_hits=result.compile.cache_hits if result else None,
             cache_misses=result.compile.cache_misses if result else None,

@@ -266,3 +266,54 @@ def _first_sampler():
     import optuna
 
     return optuna.samplers.RandomSampler(seed=0)
+
+
+def test_a_noisy_replay_measures_a_configuration_twice_differently(landscape) -> None:
+    noisy = ReplayPool(landscape, noise_seed=1)
+    rec = next(r for r in landscape.records if r.ok and r.ci95_high > r.ci95_low)
+    plan = get_target(landscape.target).plan(rec.params)
+    values = []
+    for tag in (1, 2):
+        noisy.submit({"plan": plan.model_dump(mode="json")}, tag=tag)
+        (_, result_json, _), = noisy.wait(0)
+        m = TrialResult.model_validate_json(result_json).measurement
+        assert m.ci95_low < m.throughput < m.ci95_high
+        values.append(m.throughput)
+    assert values[0] != values[1] and rec.throughput not in values
+
+
+@pytest.mark.parametrize("path", RECORDED, ids=lambda p: p.stem)
+def test_confirm_measures_the_best_again_and_picks_the_best_mean(path, tmp_path) -> None:
+    import csv
+
+    import optuna
+
+    from autotune.study import A_CONFIRMS
+
+    if not path.exists():
+        pytest.skip(f"{path.name} is not recorded")
+    land = load_landscape(path)
+    result, pool = replay_study(land, trials=10, seed=3, noise_seed=3, confirm=2, workdir=tmp_path / "study")
+    study = optuna.load_study(study_name=result.study, storage=result.storage)
+    counted = [t for t in study.trials if t.user_attrs.get("counted")]
+    again = [t for t in study.trials if t.user_attrs.get(A_CONFIRMS) is not None]
+    assert len(counted) == 10 and len(pool.trials) == 12, "the re-measurements do not count as trials"
+    firsts = sorted((t for t in counted if t.state.name == "COMPLETE"), key=lambda t: -t.value)
+    assert sorted(t.user_attrs[A_CONFIRMS] for t in again) == sorted(t.number for t in firsts[:2])
+    for t in again:
+        m = TrialResult.model_validate_json(t.user_attrs["result"]).measurement
+        assert not m.pruned, "a re-measurement is measured whole"
+        assert t.value != study.trials[t.user_attrs[A_CONFIRMS]].value
+    means = {t.user_attrs[A_CONFIRMS]: (t.value + study.trials[t.user_attrs[A_CONFIRMS]].value) / 2 for t in again}
+    winner = max(means, key=means.get)
+    assert result.best.trial == winner
+    assert result.best.value == pytest.approx(means[winner])
+    assert result.best.measurements == [study.trials[winner].value, next(
+        t.value for t in again if t.user_attrs[A_CONFIRMS] == winner)]
+    rows = list(csv.DictReader(open(Path(result.out_dir) / "trials.csv")))
+    assert sorted(int(r["confirms"]) for r in rows if r["confirms"]) == sorted(means)
+
+    # The same study again: it holds its trials and its re-measurements; nothing runs.
+    again_result, again_pool = replay_study(land, trials=10, seed=3, noise_seed=4, confirm=2,
+                                            workdir=tmp_path / "study")
+    assert again_pool.trials == [] and again_result.best.trial == winner

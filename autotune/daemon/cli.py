@@ -74,7 +74,7 @@ def _run_options(*, trials: int, target: str, space: str | None, platform: str |
                  workers: int | None, cores_per_trial: int, study: str | None, trial_timeout: float,
                  timeout: float | None, sampler: str, seed: int | None, metric: str, direction: str,
                  memory_limit: str | None, fresh: bool, retry_failed: bool, loss_tolerance: float,
-                 numerics_guard: bool, prune: bool) -> tuple[Any, Path | None]:
+                 numerics_guard: bool, prune: bool, confirm: int) -> tuple[Any, Path | None]:
     """The job's :class:`RunOptions`, and the search-space file whose text travels in it."""
     from pydantic import ValidationError
 
@@ -95,7 +95,8 @@ def _run_options(*, trials: int, target: str, space: str | None, platform: str |
                          sets=parse_sets(set_), workers=workers, cores_per_trial=cores_per_trial, study=study,
                          trial_timeout=trial_timeout, timeout=timeout, sampler=sampler, seed=seed, metric=metric,
                          direction=direction, memory_limit=memory_limit, fresh=fresh, retry_failed=retry_failed,
-                         loss_tolerance=loss_tolerance, numerics_guard=numerics_guard, prune=prune)
+                         loss_tolerance=loss_tolerance, numerics_guard=numerics_guard, prune=prune,
+                         confirm=confirm)
     except ValidationError as exc:
         first = exc.errors()[0]
         where = ".".join(str(p) for p in first["loc"])
@@ -164,6 +165,7 @@ def submit(
     loss_tolerance: float = opt.LOSS_TOLERANCE,
     numerics_guard: bool = opt.NUMERICS_GUARD,
     prune: bool = opt.PRUNE,
+    confirm: int = opt.CONFIRM,
     server: str = _SERVER,
     token_file: Optional[Path] = _TOKEN,
     directory: Optional[Path] = typer.Option(None, "--dir", help="Directory to upload as the job's working "
@@ -182,7 +184,7 @@ def submit(
                           cores_per_trial=cores_per_trial, study=study, trial_timeout=trial_timeout, timeout=timeout,
                           sampler=sampler, seed=seed, metric=metric, direction=direction, memory_limit=memory_limit,
                           fresh=fresh, retry_failed=retry_failed, loss_tolerance=loss_tolerance,
-                          numerics_guard=numerics_guard, prune=prune)
+                          numerics_guard=numerics_guard, prune=prune, confirm=confirm)
     with _client(server, token_file) as client:
         spec = _job_spec(client, script, script_args or [], run, no_upload=no_upload, directory=directory)
         info = client.submit(spec)
@@ -311,6 +313,7 @@ def ensure(
     loss_tolerance: float = opt.LOSS_TOLERANCE,
     numerics_guard: bool = opt.NUMERICS_GUARD,
     prune: bool = opt.PRUNE,
+    confirm: int = opt.CONFIRM,
     server: Optional[str] = typer.Option(None, "--server", envvar=SERVER_ENV,
                                          help="Ask this daemon (or AUTOTUNE_SERVER); default: answer and tune here."),
     token_file: Optional[Path] = _TOKEN,
@@ -336,7 +339,7 @@ def ensure(
                                    trial_timeout=trial_timeout, timeout=timeout, sampler=sampler, seed=seed,
                                    metric=metric, direction=direction, memory_limit=memory_limit, fresh=False,
                                    retry_failed=retry_failed, loss_tolerance=loss_tolerance,
-                                   numerics_guard=numerics_guard, prune=prune)
+                                   numerics_guard=numerics_guard, prune=prune, confirm=confirm)
     started = time.monotonic()
     if server is None:
         result, code = ensure_local(script, script_args or [], run, out=out, storage=storage, space_file=space_file,

@@ -141,7 +141,8 @@ def ensure_local(script: Path, args: list[str], run: RunOptions, *, out: Path, s
                   timeout=run.timeout, sampler=run.sampler, seed=run.seed, metric=run.metric,
                   direction=run.direction, memory_limit=run.memory_limit, cache=cache,
                   retry_failed=run.retry_failed, loss_tolerance=run.loss_tolerance,
-                  numerics_guard=run.numerics_guard, prune=run.prune, on_update=on_update)
+                  numerics_guard=run.numerics_guard, prune=run.prune, confirm=run.confirm,
+                  on_update=on_update)
     if result.best is None:
         raise EnsureFailed(f"every trial of study {name} failed: nothing to write to {out}; "
                            f"see autotune show {name}", result.exit_code)

@@ -61,6 +61,7 @@ class RunOptions(BaseModel):
     loss_tolerance: float = Field(0.2, gt=0)
     numerics_guard: bool = True
     prune: bool = True
+    confirm: int = Field(0, ge=0, le=1000)
 
     @field_validator("sets")
     @classmethod

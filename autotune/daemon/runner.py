@@ -190,6 +190,8 @@ def job_argv(job: JobRecord, settings: DaemonSettings, workers: int) -> list[str
         argv.append("--no-numerics-guard")
     if not r.prune:
         argv.append("--no-prune")
+    if r.confirm:
+        argv.append(f"--confirm={r.confirm}")
     return [*argv, "--", *job.spec.args]
 
 

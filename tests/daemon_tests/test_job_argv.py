@@ -28,12 +28,14 @@ def test_defaults_are_autotune_runs_defaults(tmp_path: Path) -> None:
     params = _run_params(tmp_path, RunOptions())
     assert params["sampler"] == "autotune"
     assert params["prune"] is True and params["numerics_guard"] is True
+    assert params["confirm"] == 0
     assert list(params["script_args"]) == ["--epochs", "1"]
 
 
 @pytest.mark.parametrize("field, value, param, expected", [
     ("sampler", "tpe", "sampler", "tpe"),
     ("prune", False, "prune", False),
+    ("confirm", 3, "confirm", 3),
     ("numerics_guard", False, "numerics_guard", False),
     ("retry_failed", True, "retry_failed", True),
     ("trials", 7, "trials", 7),
