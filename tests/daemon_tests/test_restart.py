@@ -58,9 +58,11 @@ def _kill_tree(pid: int) -> None:
 def test_a_killed_daemon_restarts_with_its_queue_and_jobs(start_daemon, tmp_path) -> None:
     d = start_daemon("--slots", "2", "--max-concurrent-jobs", "1")
     ids = {}
-    for name in ("first", "second"):
+    for name, fresh in (("first", ()), ("second", ("--fresh",))):
+        # --fresh: the second job measures its trials instead of taking the first job's results
+        # from the daemon's cache (step 2 kills it while it measures).
         proc = autotune("submit", SCRIPTS / "tiny_train.py", "--server", d.url, "--trials", "3", "--workers", "2",
-                        "--study", name, *FAST, cwd=tmp_path)
+                        "--study", name, *fresh, *FAST, cwd=tmp_path)
         assert proc.returncode == 0, proc.stderr
         ids[name] = proc.stdout.strip()
     first, second = ids["first"], ids["second"]
