@@ -174,13 +174,9 @@ class ReplayPool:
             raise AutotuneError("replay pool: no free worker")
         plan = TrialPlan.model_validate(request["plan"])
         rec = self.landscape.get(plan.params)
-        charge = self.cache.charge(rec)
-        bar = (request.get("protocol") or {}).get("stop_below")
-        saved = early_stop_seconds(rec, bar) if bar else 0.0
-        if saved:
-            charge = Charge(charge.seconds - saved, charge.compile_seconds, charge.compile_cached)
+        charge, pruned = pruned_charge(rec, self.cache.charge(rec), (request.get("protocol") or {}).get("stop_below"))
         result = replayed_result(rec, plan, charge)
-        if saved and result.measurement is not None:
+        if pruned and result.measurement is not None:
             result.measurement.pruned = True
         if self._noise is not None and result.measurement is not None:
             m = result.measurement
@@ -356,11 +352,9 @@ def simulate(landscape: Landscape, sampler: Any, *, starting_points: list[dict[s
             continue
         dups = 0
         rec = landscape.get(params)
-        charge = cache.charge(rec)
         best = max((v for v in measured.values() if v is not None), default=None)
-        if early_stop is not None and best is not None:
-            saved = early_stop_seconds(rec, best * (1 - early_stop))
-            charge = Charge(charge.seconds - saved, charge.compile_seconds, charge.compile_cached)
+        bar = best * (1 - early_stop) if early_stop is not None and best is not None else None
+        charge, _ = pruned_charge(rec, cache.charge(rec), bar)
         clock = (trace.steps[-1].clock if trace.steps else 0.0) + charge.seconds
         trace.steps.append(Step(key, rec.throughput if rec.ok else None, charge.seconds, clock))
         trial.set_user_attr(A_RESULT, json.dumps({
@@ -383,6 +377,15 @@ def interval_sigma(r: ConfigRecord) -> float:
     if not r.ok or not r.ci95_low or not r.ci95_high or r.ci95_low <= 0:
         return 0.0
     return math.log(r.ci95_high / r.ci95_low) / (2 * 1.96)
+
+
+def pruned_charge(r: ConfigRecord, charge: Charge, bar: float | None) -> tuple[Charge, bool]:
+    """``charge`` less the measurement the harness's pruning saves against ``bar`` (None: no
+    pruning), and whether it pruned."""
+    saved = early_stop_seconds(r, bar) if bar else 0.0
+    if not saved:
+        return charge, False
+    return Charge(charge.seconds - saved, charge.compile_seconds, charge.compile_cached), True
 
 
 def early_stop_seconds(r: ConfigRecord, bar: float, min_windows: int = PRUNE_MIN_WINDOWS) -> float:

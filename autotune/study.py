@@ -382,12 +382,10 @@ class Study:
         if result_json is not None:
             result = TrialResult.model_validate_json(result_json)
             attrs[A_RESULT] = result_json
-            attrs["env"] = {**result.plan.env,
-                            **{k: v for k, v in result.placement.items() if k.startswith("NEURON_")}}
+            attrs["env"] = _trial_env(result)
             value = self._objective(result) if result.ok else None
             if value is None:
-                attrs[A_CATEGORY] = result.failure.category.value if result.failure else "script_error"
-                attrs["reason"] = result.failure.reason if result.failure else f"no {self.o.metric!r} reported"
+                attrs[A_CATEGORY], attrs["reason"] = self._failure(result)
         else:
             attrs[A_CATEGORY], attrs["reason"] = "crash", error or "the worker failed"
         state = optuna.trial.TrialState.COMPLETE if value is not None else optuna.trial.TrialState.FAIL
@@ -524,23 +522,27 @@ class Study:
         trial.set_user_attr(A_RESULT, result_json)
         if not from_cache and "result_key" in trial.user_attrs:
             self.cache.put_result(trial.user_attrs["result_key"], result)
-        env = {**result.plan.env, **{k: v for k, v in result.placement.items() if k.startswith("NEURON_")}}
-        trial.set_user_attr("env", env)
+        trial.set_user_attr("env", _trial_env(result))
         value = self._objective(result)
         if result.ok and value is not None:
             self._guard_numerics(trial, result)
             self.study.tell(trial, value)
             self.progress.last = f"trial {trial.number}: {value:,.1f} {self.o.metric}"
         else:
-            failure = result.failure
-            category = failure.category.value if failure else "script_error"
-            reason = failure.reason if failure else f"the script reported no {self.o.metric!r}"
+            category, reason = self._failure(result)
             trial.set_user_attr(A_CATEGORY, category)
             trial.set_user_attr("reason", reason)
             self.study.tell(trial, state=optuna.trial.TrialState.FAIL)
             self.progress.failed += 1
             self.progress.last = f"trial {trial.number}: failed ({category})"
         self.write_outputs()  # after every trial: a killed driver loses nothing measured
+
+    def _failure(self, result: TrialResult) -> tuple[str, str]:
+        """The category and reason of a trial that gave no value."""
+        failure = result.failure
+        if failure is None:
+            return "script_error", f"the script reported no {self.o.metric!r}"
+        return failure.category.value, failure.reason
 
     def _guard_numerics(self, trial: Any, result: TrialResult) -> None:
         """Record how far this trial's first losses are from the baseline's (a constraint)."""
@@ -743,6 +745,18 @@ def numerics_violated(study: Any, trial: Any, base: list[float] | None = None) -
     return deviation is not None and deviation > tolerance
 
 
+def _trial_env(result: TrialResult) -> dict[str, str]:
+    """The env a trial ran with: its plan's, and the NeuronCores its placement gave it."""
+    return {**result.plan.env, **{k: v for k, v in result.placement.items() if k.startswith("NEURON_")}}
+
+
+def _sign(study: Any) -> float:
+    """-1 when the study maximises (so that sorting ascending puts the best first), else 1."""
+    import optuna
+
+    return -1.0 if study.direction == optuna.study.StudyDirection.MAXIMIZE else 1.0
+
+
 def _measured(study: Any) -> list[tuple[Any, list[float], bool]]:
     """Each configuration measured successfully: its first trial, the values of all its
     measurements (re-measurements included; one whose losses left the baseline's counts for
@@ -774,18 +788,14 @@ def _ranked(study: Any) -> list[tuple[Any, list[float], bool]]:
     then those that failed when measured again. A configuration measured once is not compared
     with the finalists' means: its one value is as lucky as theirs were before they were
     measured again."""
-    import optuna
-
-    sign = -1.0 if study.direction == optuna.study.StudyDirection.MAXIMIZE else 1.0
+    sign = _sign(study)
     return sorted(_measured(study), key=lambda m: (m[2], len(m[1]) < 2, sign * sum(m[1]) / len(m[1]),
                                                    m[0].number))
 
 
 def _ranked_configurations(study: Any) -> list[Any]:
     """The first trial of each configuration measured, best first by that first measurement."""
-    import optuna
-
-    sign = -1.0 if study.direction == optuna.study.StudyDirection.MAXIMIZE else 1.0
+    sign = _sign(study)
     return [t for t, _, _ in sorted(_measured(study), key=lambda m: (sign * m[0].value, m[0].number))]
 
 

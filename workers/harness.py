@@ -210,10 +210,11 @@ class StepClock:
 
     # -- result ----------------------------------------------------------------------------
     def measurement(self) -> Measurement | None:
-        est = estimate(without_compiles(self.windows))
+        steady = without_compiles(self.windows)
+        est = estimate(steady)
         if est is None:
             return None
-        used = without_compiles(self.windows)[est.truncated:]
+        used = steady[est.truncated:]
         steps = sum(w.steps for w in used)
         return Measurement(
             throughput=est.throughput,
