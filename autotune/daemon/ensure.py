@@ -24,6 +24,7 @@ from pydantic import BaseModel
 from autotune.daemon.records import RunOptions
 from autotune.errors import AutotuneError
 from autotune.outputs import BestConfig, write_atomic
+from autotune.storage import rdb_storage
 
 
 class EnsureResult(BaseModel):
@@ -157,7 +158,7 @@ def _read_storage(url: str) -> Any:
 
     optuna.logging.set_verbosity(optuna.logging.WARNING)
     try:
-        return optuna.storages.RDBStorage(url)
+        return rdb_storage(url)
     except Exception as exc:  # SQLAlchemy raises many types for a bad URL or a corrupt file
         first = str(exc).strip().splitlines()[0][:200] if str(exc).strip() else type(exc).__name__
         raise AutotuneError(f"cannot open storage {url}: {first}") from None

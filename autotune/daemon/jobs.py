@@ -17,6 +17,7 @@ import sqlalchemy as sa
 
 from autotune.daemon.records import EXIT_CANCELLED, JobSpec, JobState
 from autotune.errors import AutotuneError
+from autotune.storage import create_schema
 
 _metadata = sa.MetaData()
 
@@ -81,7 +82,7 @@ class JobStore:
             self.engine = sa.create_engine(url, future=True, pool_pre_ping=True)
             if self.engine.dialect.name == "sqlite":
                 sa.event.listen(self.engine, "connect", _sqlite_pragmas)
-            _metadata.create_all(self.engine)
+            create_schema(url, lambda: _metadata.create_all(self.engine))
         except ModuleNotFoundError as exc:
             raise AutotuneError(f"storage {url.split('://')[0]}: the database driver is not installed "
                                 f"({exc.name}); install it, e.g. pip install psycopg2-binary") from None

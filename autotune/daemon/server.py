@@ -49,6 +49,7 @@ from autotune.daemon.records import (
 from autotune.daemon.runner import DaemonSettings, JobFiles, JobRunner, Slots
 from autotune.errors import AutotuneError
 from autotune.outputs import BestConfig
+from autotune.storage import rdb_storage
 
 #: Uploads that no job claimed within this time are removed.
 UPLOAD_TTL_S = 3600.0
@@ -123,7 +124,7 @@ class Daemon:
         self.store = JobStore(storage)
         optuna.logging.set_verbosity(optuna.logging.WARNING)
         try:
-            self.studies = optuna.storages.RDBStorage(storage)
+            self.studies = rdb_storage(storage)
         except Exception as exc:  # SQLAlchemy raises many types for a bad URL
             raise AutotuneError(f"cannot open storage {self.store.redacted_url}: {str(exc).splitlines()[0][:200]}") from None
         self.settings = DaemonSettings(storage=storage, cache=open_cache(config.cache).path, jobs_dir=jobs_dir,

@@ -1,0 +1,76 @@
+"""Creating the study database when several processes open it at once.
+
+Optuna's ``RDBStorage`` creates its tables and writes its schema version the first time a database is
+opened, without a lock: two drivers started together on a fresh SQLite file can both try, and the
+loser fails with ``table studies already exists`` or ``UNIQUE constraint failed:
+alembic_version.version_num``. For a local SQLite file the creation is serialized with an advisory
+lock on the file's folder; for any backend, an attempt that lost that race is made again, by which
+time the schema is there and opening it only reads it.
+"""
+
+from __future__ import annotations
+
+import os
+import time
+from contextlib import contextmanager
+from pathlib import Path
+from typing import Any, Callable, Iterator, TypeVar
+
+T = TypeVar("T")
+
+# What a backend says when another process created the same table or version row first.
+_LOST_RACE = ("already exists", "UNIQUE constraint failed", "duplicate key", "Duplicate entry")
+_ATTEMPTS = 5
+
+
+def sqlite_path(url: str) -> Path | None:
+    """The file of a ``sqlite:///`` URL; None for another backend or an in-memory database."""
+    if not url.startswith("sqlite:///") or url == "sqlite:///:memory:":
+        return None
+    return Path(url[len("sqlite:///"):])
+
+
+@contextmanager
+def schema_lock(url: str) -> Iterator[None]:
+    """Hold an exclusive lock while the database at ``url`` is created (SQLite files only).
+
+    The lock is taken on the folder rather than on a lock file, so that nothing is left beside the
+    database; ``flock`` is released when the descriptor closes, even if the process dies.
+    """
+    path = sqlite_path(url)
+    try:
+        import fcntl
+    except ImportError:  # not POSIX: rely on the retry alone
+        fcntl = None  # type: ignore[assignment]
+    if path is None or fcntl is None:
+        yield
+        return
+    path.parent.mkdir(parents=True, exist_ok=True)
+    fd = os.open(path.parent, os.O_RDONLY)
+    try:
+        fcntl.flock(fd, fcntl.LOCK_EX)
+        yield
+    finally:
+        os.close(fd)
+
+
+def create_schema(url: str, create: Callable[[], T]) -> T:
+    """``create()`` (which opens the database at ``url`` and creates what is missing), under
+    :func:`schema_lock`, made again if another process created the same schema first."""
+    attempt = 1
+    while True:
+        try:
+            with schema_lock(url):
+                return create()
+        except Exception as exc:  # SQLAlchemy's IntegrityError / OperationalError, by backend
+            if attempt == _ATTEMPTS or not any(s in str(exc) for s in _LOST_RACE):
+                raise
+            time.sleep(0.2 * attempt)
+            attempt += 1
+
+
+def rdb_storage(url: str, **kwargs: Any) -> Any:
+    """Optuna's ``RDBStorage`` on ``url``, safe to call from several processes on a new database."""
+    import optuna
+
+    return create_schema(url, lambda: optuna.storages.RDBStorage(url, **kwargs))
