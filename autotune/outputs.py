@@ -68,6 +68,12 @@ class BestConfig(BaseModel):
     speedup: float | None = None
     provenance: dict[str, Any] = Field(default_factory=dict)
 
+    def relative_spread(self) -> float | None:
+        """Half the width of the first measurement's 95% interval over its throughput."""
+        if self.ci95_low is None or self.ci95_high is None or not self.throughput:
+            return None
+        return (self.ci95_high - self.ci95_low) / 2 / self.throughput
+
     def env_lines(self) -> list[str]:
         """``export`` lines: the env vars, the parameters as JSON for ``autotune.params()``, and
         one ``AUTOTUNE_<KNOB>`` per runtime knob for scripts that read their own settings."""

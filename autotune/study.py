@@ -46,6 +46,9 @@ GRACE_S = 20
 A_KEY, A_RESULT, A_CATEGORY, A_DUP, A_COUNTED = "config_key", "result", "category", "duplicate_of", "counted"
 #: On a re-measurement (StudyOptions.confirm): the number of the trial it measures again.
 A_CONFIRMS = "confirms"
+#: A best measured once whose 95% interval is wider than this (half-width over throughput) gets a
+#: note suggesting --confirm; the recorded landscapes' median is 6%.
+WIDE_INTERVAL = 0.10
 
 EXIT_OK, EXIT_BAD_INPUT, EXIT_ALL_FAILED = 0, 2, 3
 
@@ -610,10 +613,16 @@ class Study:
             if t.state == "FAIL" and t.category and t.duplicate_of is None:
                 by_cat[t.category] = by_cat.get(t.category, 0) + 1
         code = EXIT_OK if best is not None else EXIT_ALL_FAILED
+        notes = list(self.notes)
+        spread = best.relative_spread() if best is not None and len(best.measurements) < 2 else None
+        if spread is not None and spread > WIDE_INTERVAL:
+            notes.append(f"trial {best.trial}'s 95% interval is {best.ci95_low:,.1f} .. {best.ci95_high:,.1f} "
+                         f"(±{spread:.0%}): one measurement may be a lucky draw; --confirm 2 measures the "
+                         "two best configurations again")
         return StudyResult(study=self.name, storage=self.storage_url, target=self.target.name,
                            out_dir=str(self.out), best=best, baseline_value=baseline_value(self.study),
                            trials=trials, failures_by_category=by_cat, ran=self.ran, reused=self.reused,
-                           notes=self.notes, exit_code=code)
+                           notes=notes, exit_code=code)
 
     def write_outputs(self) -> None:
         trials = self.summaries()

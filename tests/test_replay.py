@@ -40,7 +40,7 @@ known_good:
 COLD, WARM = 20.0, 3.0
 
 
-def _record(index: int, params: dict, persists_twin: bool) -> ConfigRecord:
+def _record(index: int, params: dict, persists_twin: bool, spread: float = 0.01) -> ConfigRecord:
     compiled = params["mode"] != "eager"
     if params.get("cpp_simdlen") and params["batch_size"] == 32:
         return ConfigRecord(index=index, params=params, status="failed", category="compile_error",
@@ -49,8 +49,8 @@ def _record(index: int, params: dict, persists_twin: bool) -> ConfigRecord:
         * (1.1 if params.get("cpp_simdlen") else 1.0) * (0.9 if params["num_workers"] else 1.0)
     cached = compiled and params["num_workers"] == 1 and persists_twin
     compile_s = (WARM if cached else COLD) if compiled else 0.0
-    return ConfigRecord(index=index, params=params, status="ok", throughput=throughput, ci95_low=throughput * 0.99,
-                        ci95_high=throughput * 1.01, step_time_median=params["batch_size"] / throughput,
+    return ConfigRecord(index=index, params=params, status="ok", throughput=throughput, ci95_low=throughput * (1 - spread),
+                        ci95_high=throughput * (1 + spread), step_time_median=params["batch_size"] / throughput,
                         samples_per_step=params["batch_size"], steps_measured=50, windows=10, converged=True,
                         warmup_steps=3, compile_seconds=compile_s, warmup_seconds=compile_s + 1.0,
                         measure_seconds=2.0, wall_seconds=10.0 + compile_s, graphs_compiled=1 if compiled else 0,
@@ -58,7 +58,7 @@ def _record(index: int, params: dict, persists_twin: bool) -> ConfigRecord:
                         cache_misses=0 if cached else (1 if compiled else None))
 
 
-def write_landscape(path: Path, *, persists: bool = True, drop: int | None = None) -> Path:
+def write_landscape(path: Path, *, persists: bool = True, drop: int | None = None, spread: float = 0.01) -> Path:
     space = parse_space(SPACE)
     configs = enumerate_space(space)
     header = {"kind": "header", "format": 1, "target": "inductor", "script": "examples/vit_train.py", "args": [],
@@ -66,7 +66,7 @@ def write_landscape(path: Path, *, persists: bool = True, drop: int | None = Non
     lines = [json.dumps(header)]
     for i, params in enumerate(configs):
         if i != drop:
-            lines.append(json.dumps(_record(i, params, persists).to_json()))
+            lines.append(json.dumps(_record(i, params, persists, spread).to_json()))
     path.write_text("\n".join(lines) + "\n")
     return path
 
@@ -167,6 +167,18 @@ def test_an_exhaustive_replayed_study_finds_the_recorded_best(landscape, tmp_pat
     assert pool.clock == pytest.approx(sum(t.charge.seconds for t in pool.trials))
     failed = sum(not r.ok for r in landscape.records)
     assert result.failures_by_category == {"compile_error": failed}
+
+
+def test_a_best_measured_once_with_a_wide_interval_gets_a_note(tmp_path) -> None:
+    def notes(spread: float, **options) -> list[str]:
+        land = load_landscape(write_landscape(tmp_path / f"{spread}.jsonl", spread=spread))
+        result, _ = replay_study(land, trials=4, workdir=tmp_path / f"{spread}-{len(options)}", **options)
+        return [n for n in result.notes if "--confirm" in n]
+
+    [wide] = notes(0.3)
+    assert "±30%" in wide and "lucky draw" in wide
+    assert notes(0.05) == []
+    assert notes(0.3, confirm=1) == [], "measured twice, the best is a mean"
 
 
 def test_a_replayed_study_prunes_what_cannot_win_and_keeps_its_values(landscape, tmp_path) -> None:
