@@ -32,12 +32,15 @@ def sqlite_path(url: str) -> Path | None:
 
 @contextmanager
 def schema_lock(url: str) -> Iterator[None]:
-    """Hold an exclusive lock while the database at ``url`` is created (SQLite files only).
+    """Hold an exclusive lock while the database at ``url`` is created (SQLite files only, whose
+    folder is made first).
 
     The lock is taken on the folder rather than on a lock file, so that nothing is left beside the
     database; ``flock`` is released when the descriptor closes, even if the process dies.
     """
     path = sqlite_path(url)
+    if path is not None:
+        path.parent.mkdir(parents=True, exist_ok=True)
     try:
         import fcntl
     except ImportError:  # not POSIX: rely on the retry alone
@@ -45,7 +48,6 @@ def schema_lock(url: str) -> Iterator[None]:
     if path is None or fcntl is None:
         yield
         return
-    path.parent.mkdir(parents=True, exist_ok=True)
     fd = os.open(path.parent, os.O_RDONLY)
     try:
         fcntl.flock(fd, fcntl.LOCK_EX)

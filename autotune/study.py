@@ -35,7 +35,7 @@ from autotune.numerics import DEFAULT_LOSS_TOLERANCE, constraint_value, loss_dev
 from autotune.outputs import BestConfig, TrialSummary, check_writable, write_outputs
 from autotune.records import MeasurementProtocol, TrialResult
 from autotune.space import Parameter, SearchSpace
-from autotune.storage import rdb_storage, sqlite_path
+from autotune.storage import rdb_storage
 from autotune.trial import check_script, load_trial_space, parse_size, validate_for
 from autotune.targets import Target, resolve_target
 
@@ -695,8 +695,6 @@ def _open_storage(url: str) -> Any:
     if "://" not in url:
         raise InvalidConfigError(f"storage {url!r} is not a database URL; e.g. sqlite:///autotune.db or "
                                  "postgresql://user@host/db")
-    if (path := sqlite_path(url)) is not None:
-        path.parent.mkdir(parents=True, exist_ok=True)
     try:
         # Two drivers on one SQLite file wait for each other's writes rather than fail at once.
         engine = {"connect_args": {"timeout": 60}} if url.startswith("sqlite") else None

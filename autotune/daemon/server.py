@@ -119,9 +119,7 @@ class Daemon:
         except OSError as exc:
             raise AutotuneError(f"cannot write to {jobs_dir}: {exc.strerror}; choose another --jobs-dir") from None
         storage = config.storage or default_storage()
-        if storage.startswith("sqlite:///"):
-            Path(storage[len("sqlite:///"):]).parent.mkdir(parents=True, exist_ok=True)
-        self.store = JobStore(storage)
+        self.store = JobStore(storage)  # it makes a SQLite file's folder (autotune.storage)
         optuna.logging.set_verbosity(optuna.logging.WARNING)
         try:
             self.studies = rdb_storage(storage)
