@@ -109,7 +109,7 @@ def trial(
     """
     from autotune.records import MeasurementProtocol
     from autotune.trial import default_trial_dir, parse_sets, parse_size, prepare_trial, run_prepared
-    from workers.launcher import TrialLimits
+    from autotune.workers.launcher import TrialLimits
 
     if timeout <= 0:
         raise InvalidConfigError("--timeout must be positive")

@@ -267,7 +267,7 @@ def record(o: RecordOptions, on_config: Callable[[ConfigRecord, int], None] | No
     from autotune.provenance import provenance
     from autotune.targets import resolve_target
     from autotune.trial import check_script
-    from workers.launcher import TrialLimits, run_trial
+    from autotune.workers.launcher import TrialLimits, run_trial
 
     script = check_script(o.script)
     space = load_space(o.space)

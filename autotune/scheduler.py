@@ -114,7 +114,7 @@ class WorkerPool:
     """Ray actors that run trial requests; :meth:`wait` yields finished ones."""
 
     def __init__(self, placement: Placement) -> None:
-        from workers.ray_worker import worker_class
+        from autotune.workers.ray_worker import worker_class
 
         self.placement = placement
         self._cls = worker_class(neuron_cores=placement.neuron_cores_per_worker,

@@ -25,7 +25,6 @@ from __future__ import annotations
 import math
 import re
 from dataclasses import dataclass, field
-import importlib.util
 from pathlib import Path
 from typing import Any, Literal
 
@@ -335,16 +334,10 @@ def builtin_space(name: str) -> SearchSpace:
 
 
 def _spaces_root() -> Path:
-    # A source checkout or an editable install has the folder next to the package; a wheel
-    # installs it as the namespace package ``search_spaces``.
-    beside = Path(__file__).resolve().parent.parent / "search_spaces"
-    if beside.is_dir():
-        return beside
-    spec = importlib.util.find_spec("search_spaces")
-    for location in (spec.submodule_search_locations or []) if spec else []:
-        if Path(location).is_dir():
-            return Path(location)
-    raise SpaceError("the built-in search spaces are missing; reinstall autotune")
+    # The repository's ``search_spaces/`` folder is installed as ``autotune.search_spaces``.
+    from importlib.resources import files
+
+    return Path(str(files("autotune.search_spaces")))
 
 
 def _to_bool(value: Any) -> bool:

@@ -17,7 +17,7 @@ from autotune.errors import AutotuneError, InvalidConfigError, ScriptError
 from autotune.records import MeasurementProtocol, TrialPlan, TrialResult
 from autotune.space import SearchSpace, builtin_space, load_space
 from autotune.targets import Target, resolve_target
-from workers.launcher import TrialLimits, run_trial
+from autotune.workers.launcher import TrialLimits, run_trial
 
 
 def check_script(path: str | Path) -> Path:

@@ -1,6 +1,6 @@
 """The harness: runs inside the trial process, around the user's unmodified script.
 
-``python -m workers.harness SPEC.json`` reads a :class:`TrialSpec`, installs its interceptions,
+``python -m autotune.workers.harness SPEC.json`` reads a :class:`TrialSpec`, installs its interceptions,
 runs the script as ``__main__`` and writes a :class:`HarnessReport` to ``spec.result_path``.
 
 What it intercepts, and why:
@@ -43,7 +43,7 @@ from autotune.records import (
     Measurement,
     TrialSpec,
 )
-from workers import isa_probe
+from autotune.workers import isa_probe
 
 
 class TrialComplete(BaseException):
@@ -689,7 +689,7 @@ def main(argv: list[str] | None = None) -> None:
     argv = sys.argv[1:] if argv is None else argv
     _exit_with_parent()
     if len(argv) != 1:
-        sys.stderr.write("usage: python -m workers.harness SPEC.json\n")
+        sys.stderr.write("usage: python -m autotune.workers.harness SPEC.json\n")
         sys.exit(2)
     spec = TrialSpec.model_validate_json(Path(argv[0]).read_text())
     code = run(spec)

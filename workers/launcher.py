@@ -1,6 +1,6 @@
 """Runs one trial in its own process group, with a hard timeout and a host-memory limit.
 
-The trial process is ``python -m workers.harness SPEC.json``; it starts with the plan's env vars
+The trial process is ``python -m autotune.workers.harness SPEC.json``; it starts with the plan's env vars
 and writes its report next to the spec. Whatever happens to it (a segfault, ``os._exit``, an
 abort inside a compiler, a hang, a memory blow-up) ends here as a :class:`TrialResult` with a
 failure category and the tail of its log: this function does not raise for a failed trial.
@@ -29,7 +29,6 @@ from autotune.records import (
     TrialSpec,
 )
 
-_PROJECT_ROOT = str(Path(__file__).resolve().parent.parent)
 LOG_TAIL_LINES = 40
 PSS_EVERY_S = 2.0
 
@@ -75,7 +74,7 @@ def run_trial(
     peak = 0
     with open(log_path, "wb") as log:
         proc = subprocess.Popen(
-            [sys.executable, "-m", "workers.harness", str(spec_path)],
+            [sys.executable, "-m", "autotune.workers.harness", str(spec_path)],
             cwd=spec.cwd, env=env, stdin=subprocess.DEVNULL, stdout=log, stderr=subprocess.STDOUT,
             start_new_session=True,  # its own process group: a kill reaches the children too
         )
@@ -137,7 +136,6 @@ def trial_env(plan: TrialPlan, base_env: dict[str, str] | None = None) -> dict[s
     """The environment of a trial process: the caller's, then the plan's env vars."""
     env = dict(os.environ if base_env is None else base_env)
     env.update(plan.env)
-    env["PYTHONPATH"] = os.pathsep.join(p for p in (_PROJECT_ROOT, env.get("PYTHONPATH")) if p)
     env["PYTHONUNBUFFERED"] = "1"
     if plan.knobs.threads:
         for var in ("OMP_NUM_THREADS", "MKL_NUM_THREADS", "OPENBLAS_NUM_THREADS"):

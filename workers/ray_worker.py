@@ -68,7 +68,7 @@ class TrialWorker:
     def run(self, request: dict[str, Any]) -> str:
         """Run one trial; ``request`` and the result are JSON-able so any Ray version carries them."""
         from autotune.records import MeasurementProtocol, TrialPlan
-        from workers.launcher import TrialLimits, run_trial
+        from autotune.workers.launcher import TrialLimits, run_trial
 
         plan = TrialPlan.model_validate(request["plan"])
         result = run_trial(

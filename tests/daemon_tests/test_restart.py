@@ -38,7 +38,7 @@ def _wait_for_trial_processes(pid: int, running: Callable[[], int], timeout: flo
     """Until every trial in flight has its process (so its driver has recorded its heartbeat)."""
     deadline = time.monotonic() + timeout
     while time.monotonic() < deadline:
-        harnesses = [p for p in _tree(pid) if "workers.harness" in _cmdline(p)]
+        harnesses = [p for p in _tree(pid) if "autotune.workers.harness" in _cmdline(p)]
         if harnesses and len(harnesses) >= running():
             time.sleep(2)
             return

@@ -14,7 +14,7 @@ import pytest
 
 from autotune.study import numerics_violated, tune
 from autotune.targets.inductor import InductorTarget
-from workers.launcher import TrialLimits, run_trial
+from autotune.workers.launcher import TrialLimits, run_trial
 
 SCRIPTS = Path(__file__).resolve().parents[1] / "scripts"
 pytestmark = pytest.mark.slow
@@ -87,7 +87,7 @@ def test_a_trial_killed_from_outside_is_a_crash(tmp_path):
     victim = None
     for _ in range(200):
         victim = next((p for p in psutil.process_iter(["cmdline"])
-                       if "workers.harness" in " ".join(p.info["cmdline"] or [])
+                       if "autotune.workers.harness" in " ".join(p.info["cmdline"] or [])
                        and str(tmp_path) in " ".join(p.info["cmdline"] or [])), None)
         if victim:
             break

@@ -10,7 +10,7 @@ import pytest
 
 from autotune.records import MeasurementProtocol, TrialResult
 from autotune.trial import prepare_trial
-from workers.launcher import TrialLimits, run_trial
+from autotune.workers.launcher import TrialLimits, run_trial
 
 #: Measures for at most 2 s after warm-up: enough for a figure, short enough for a test suite.
 QUICK = MeasurementProtocol(max_measure_seconds=2.0, max_measure_steps=400)

@@ -7,7 +7,7 @@ import platform
 
 import pytest
 
-from workers import isa_probe
+from autotune.workers import isa_probe
 
 cpu_vec_isa = pytest.importorskip("torch._inductor.cpu_vec_isa")
 
