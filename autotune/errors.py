@@ -27,3 +27,12 @@ class ScriptError(AutotuneError):
 
 class TargetError(AutotuneError):
     """An unknown target, or one that cannot run on this machine."""
+
+
+class MissingPackageError(AutotuneError):
+    """An optional package that this use needs is not installed; the message names the install command."""
+
+    def __init__(self, package: str, needed_for: str, install: str) -> None:
+        super().__init__(f"{needed_for} needs the package {package}, which is not installed here; "
+                         f"install it with: {install}")
+        self.package = package

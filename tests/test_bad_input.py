@@ -86,3 +86,23 @@ def test_a_corrupted_database_is_refused_and_left_as_it_was(work) -> None:
     assert_rejected(proc, "cannot open storage")
     assert hashlib.sha256(db.read_bytes()).hexdigest() == digest
     assert_nothing_written(cwd, before)
+
+
+# torch_xla hidden from the CLI's process, as on a CUDA machine without torch-xla: ``find_spec``
+# answers None for a name that ``sys.modules`` maps to None, and an import of it fails.
+HIDE_TORCH_XLA = ("import sys; sys.modules['torch_xla'] = None; sys.argv[0] = 'autotune'; "
+                  "from autotune.cli import main; main()")
+XLA_SCRIPT = str(Path(__file__).resolve().parents[1] / "examples" / "vit_xla_train.py")
+
+
+@pytest.mark.parametrize("args", [
+    ["run", TINY, "--target", "xla", "--trials", "1"],
+    ["trial", TINY, "--target", "xla"],
+    ["run", XLA_SCRIPT, "--trials", "1"],  # --target auto, and the script imports torch_xla
+], ids=["run --target xla", "trial --target xla", "auto on a torch_xla script"])
+def test_a_missing_optional_package_is_named_with_its_install_command(work, args: list[str]) -> None:
+    cwd, before = work
+    proc = subprocess.run([sys.executable, "-c", HIDE_TORCH_XLA, *args], cwd=cwd, capture_output=True,
+                          text=True, timeout=120)
+    assert_rejected(proc, "torch-xla", "pip install torch==2.9.0 torch-xla==2.9.0")
+    assert_nothing_written(cwd, before)

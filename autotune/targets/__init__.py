@@ -6,11 +6,11 @@ import ast
 from importlib.util import find_spec
 from pathlib import Path
 
-from autotune.errors import TargetError
+from autotune.errors import MissingPackageError, TargetError
 from autotune.targets.base import Target
 from autotune.targets.inductor import InductorTarget
 from autotune.targets.neuron import NeuronTarget, neuron_present
-from autotune.targets.xla import XlaTarget
+from autotune.targets.xla import TORCH_XLA_INSTALL, XlaTarget
 
 TARGETS: dict[str, type[Target]] = {
     "neuron": NeuronTarget,
@@ -48,13 +48,18 @@ def detect_target(script: str | Path) -> str:
         source = Path(script).read_text(errors="replace")
     except OSError:
         source = ""
-    if imports_torch_xla(source) and find_spec("torch_xla") is not None:
+    if imports_torch_xla(source):
+        if find_spec("torch_xla") is None:
+            raise MissingPackageError("torch-xla", f"{Path(script).name} (it imports torch_xla)", TORCH_XLA_INSTALL)
         return "xla"
     return "inductor"
 
 
 def resolve_target(name: str, script: str | Path) -> Target:
-    return get_target(detect_target(script) if name == "auto" else name)
+    """The target a run asks for (``auto``: :func:`detect_target`), its packages checked."""
+    target = get_target(detect_target(script) if name == "auto" else name)
+    target.require()
+    return target
 
 
 __all__ = ["TARGETS", "Target", "get_target", "detect_target", "resolve_target"]

@@ -59,6 +59,14 @@ class Target(abc.ABC):
         """Whether this target can run trials on this machine."""
         return True
 
+    def require(self) -> None:
+        """Raise :class:`~autotune.errors.MissingPackageError` when a package the trials need is absent.
+
+        The Neuron target runs without torch-neuronx on purpose (its contract tests, and compiling
+        on a CPU host); a target whose trials cannot run at all without a package says so here,
+        before a study starts.
+        """
+
     def versions(self) -> dict[str, str]:
         """Versions of the packages and compilers that decide this target's results."""
         return {}

@@ -9,7 +9,7 @@ from __future__ import annotations
 
 from typing import Any, Mapping
 
-from autotune.errors import InvalidConfigError
+from autotune.errors import InvalidConfigError, MissingPackageError
 from autotune.records import CompileSpec, TrialPlan
 from autotune.targets.base import Target, common_knobs, package_version
 
@@ -25,6 +25,8 @@ XLA_BOOL_FLAGS: dict[str, str] = {
 OPT_LEVEL_FLAG = "--xla_backend_optimization_level"
 
 PRECISIONS = ("fp32", "bf16_model", "bf16_autocast", "xla_use_bf16")
+#: torch-xla needs exactly its own torch version; the ``cpu`` extra pins the pair that works here.
+TORCH_XLA_INSTALL = "pip install torch==2.9.0 torch-xla==2.9.0 (or, in a checkout: pip install -e \".[cpu]\")"
 
 
 def xla_flags(params: Mapping[str, Any]) -> list[str]:
@@ -105,6 +107,10 @@ class XlaTarget(Target):
         from importlib.util import find_spec
 
         return find_spec("torch_xla") is not None
+
+    def require(self) -> None:
+        if not self.available():
+            raise MissingPackageError("torch-xla", "the xla target", TORCH_XLA_INSTALL)
 
     def versions(self) -> dict[str, str]:
         return {k: v for k in ("torch", "torch-xla") if (v := package_version(k))}
