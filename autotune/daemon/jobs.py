@@ -83,6 +83,9 @@ class JobStore:
             if self.engine.dialect.name == "sqlite":
                 sa.event.listen(self.engine, "connect", _sqlite_pragmas)
             create_schema(url, lambda: _metadata.create_all(self.engine))
+            # Close the connection that created the schema: a process that exits without closing
+            # its SQLite connections leaves the WAL files beside the database.
+            self.engine.dispose()
         except ModuleNotFoundError as exc:
             raise AutotuneError(f"storage {url.split('://')[0]}: the database driver is not installed "
                                 f"({exc.name}); install it, e.g. pip install psycopg2-binary") from None
