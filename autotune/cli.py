@@ -181,7 +181,7 @@ def run(
     from autotune.study import Study, StudyOptions
     from autotune.trial import parse_sets
 
-    progress = _StudyDisplay(enabled=not json_out and err.is_terminal)
+    progress = _StudyDisplay(live=not json_out and err.is_terminal)
     options = StudyOptions(
         script=script, args=script_args or [], trials=trials, target=target, space=space, platform=platform,
         sets=parse_sets(set_), workers=workers, cores_per_trial=cores_per_trial, ray_address=ray_address,
@@ -221,14 +221,20 @@ def _stdout_reserved(reserve: bool) -> Iterator[None]:
 
 
 class _StudyDisplay:
-    """A live line on stderr: trials done and running, best so far and its speedup."""
+    """Progress of a study on stderr.
 
-    def __init__(self, enabled: bool) -> None:
-        self.enabled = enabled
+    On a terminal, one live line: trials done and running, best so far and its speedup. Anywhere
+    else (a log file, a CI job, a Ray job, a pipeline) one line per finished trial, flushed at once,
+    so that a long study is not silent until its final table.
+    """
+
+    def __init__(self, live: bool) -> None:
+        self.live_wanted = live
         self.live: Any = None
+        self.printed = 0
 
     def __enter__(self) -> "_StudyDisplay":
-        if self.enabled:
+        if self.live_wanted:
             from rich.live import Live
 
             self.live = Live("starting Ray and the study...", console=err, refresh_per_second=4, transient=True)
@@ -240,12 +246,21 @@ class _StudyDisplay:
             self.live.__exit__(*exc)
 
     def update(self, p: Any) -> None:
-        if self.live is None:
-            return
-        best = f"best {p.best_value:,.1f} {p.metric}" if p.best_value is not None else "no result yet"
+        from autotune.rendering import format_value
+
+        best = f"best {format_value(p.best_value, p.metric)}" if p.best_value is not None else "no result yet"
         speed = f" ({p.speedup:.2f}x baseline)" if p.speedup else ""
-        self.live.update(f"[bold]{p.study}[/bold]  {p.done}/{p.wanted} done, {p.running} running, "
-                         f"{p.failed} failed, {p.reused} reused  |  {best}{speed}  [dim]{p.last}[/dim]")
+        if self.live is not None:
+            self.live.update(f"[bold]{p.study}[/bold]  {p.done}/{p.wanted} done, {p.running} running, "
+                             f"{p.failed} failed, {p.reused} reused  |  {best}{speed}  [dim]{p.last}[/dim]")
+            return
+        for t in p.finished[self.printed:]:
+            config = " ".join(f"{k}={v}" for k, v in t.changed.items()) or "baseline"
+            value = format_value(t.value, p.metric) if t.value is not None else "-"
+            sys.stderr.write(f"[{time.strftime('%H:%M:%S')}] trial {t.number} ({p.done}/{p.wanted}): {value}, "
+                             f"{t.status}; {config} | {best}{speed}\n")
+        sys.stderr.flush()
+        self.printed = len(p.finished)
 
 
 @app.command(context_settings={"help_option_names": ["-h", "--help"]})
@@ -288,7 +303,8 @@ def show(
         return
     from autotune.rendering import render_trials
 
-    render_trials(study, trials, baseline_value(st), best_config(st, study), Console(), all_trials=True)
+    render_trials(study, trials, baseline_value(st), best_config(st, study), Console(),
+                  metric=st.user_attrs.get("metric", "throughput"), all_trials=True)
 
 
 cache_app = typer.Typer(help="Inspect and manage the cache of compiled artifacts and results.",

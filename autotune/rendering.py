@@ -8,6 +8,15 @@ from rich.text import Text
 
 from autotune.records import TrialResult
 
+#: Units of the metrics autotune measures itself; a metric the script reports is named instead.
+METRIC_UNITS = {"throughput": "samples/s"}
+
+
+def format_value(value: float, metric: str) -> str:
+    """``850.8 samples/s`` for throughput, ``0.912 accuracy`` for a metric the script reports."""
+    unit = METRIC_UNITS.get(metric)
+    return f"{value:,.1f} {unit}" if unit else f"{value:,.6g} {metric}"
+
 
 def fmt_bytes(n: int | None) -> str:
     if n is None:
@@ -87,13 +96,14 @@ def render_trial(result: TrialResult, console: Console) -> None:
 
 
 def render_trials(study: str, trials: list, baseline: float | None, best, console: Console, *,
-                  top: int = 10, all_trials: bool = False) -> None:
+                  metric: str = "throughput", top: int = 10, all_trials: bool = False) -> None:
     ok = [t for t in trials if t.state == "COMPLETE" and t.duplicate_of is None and t.confirms is None
           and not t.numerics_violated]
     ok.sort(key=lambda t: -(t.value or 0))
     table = Table(title=f"{study}: {'all trials' if all_trials else f'top {min(top, len(ok))} configurations'}")
-    for col in ("trial", "value", "95% CI", "speedup", "parameters"):
-        table.add_column(col, justify="right" if col in ("trial", "value", "speedup") else "left")
+    value_col = f"{metric} ({METRIC_UNITS[metric]})" if metric in METRIC_UNITS else metric
+    for col in ("trial", value_col, "95% CI", "speedup", "parameters"):
+        table.add_column(col, justify="left" if col in ("95% CI", "parameters") else "right")
     rows = sorted(trials, key=lambda t: t.number) if all_trials else ok[:top]
     for t in rows:
         ci = f"{t.ci95_low:,.1f} .. {t.ci95_high:,.1f}" if t.ci95_low is not None else ""
@@ -132,13 +142,14 @@ def render_trials(study: str, trials: list, baseline: float | None, best, consol
         speed = f", {best.speedup:.2f}x the baseline" if best.speedup else ""
         again = (f" (mean of {len(best.measurements)} measurements: "
                  f"{', '.join(f'{v:,.1f}' for v in best.measurements)})" if len(best.measurements) > 1 else "")
-        console.print(f"[bold green]best:[/bold green] trial {best.trial}, {best.value:,.1f} {best.metric}{again}{speed}")
+        console.print(f"[bold green]best:[/bold green] trial {best.trial}, {format_value(best.value, best.metric)}"
+                      f"{again}{speed}")
         if best.compiler_flags:
             console.print(f"  {best.flags_env}={best.compiler_flags}")
 
 
 def render_study(result, console: Console) -> None:
-    render_trials(result.study, result.trials, result.baseline_value, result.best, console)
+    render_trials(result.study, result.trials, result.baseline_value, result.best, console, metric=result.metric)
     console.print(f"measured {result.ran} trials now, reused {result.reused} earlier results; "
                   f"files in {result.out_dir}/ (best.json, best.env, trials.csv)")
     for note in result.notes:

@@ -34,6 +34,7 @@ from autotune.measurement import PRUNE_MARGIN
 from autotune.numerics import DEFAULT_LOSS_TOLERANCE, constraint_value, loss_deviation
 from autotune.outputs import BestConfig, TrialSummary, check_writable, write_outputs
 from autotune.records import MeasurementProtocol, TrialResult
+from autotune.rendering import format_value
 from autotune.space import Parameter, SearchSpace
 from autotune.storage import rdb_storage
 from autotune.trial import check_script, load_trial_space, parse_size, validate_for
@@ -68,6 +69,8 @@ class StudyResult(BaseModel):
     storage: str
     target: str
     out_dir: str
+    #: What the values are: ``throughput`` (samples/s) or a metric the script reports.
+    metric: str = "throughput"
     best: BestConfig | None = None
     baseline_value: float | None = None
     trials: list[TrialSummary] = Field(default_factory=list)
@@ -126,6 +129,19 @@ class StudyOptions:
     on_update: Callable[[StudyProgress], None] | None = None
 
 
+@dataclass(frozen=True)
+class FinishedTrial:
+    """One trial as it ended, for a progress line: what ran, what it gave, how it ended."""
+
+    number: int
+    #: The parameters that differ from the baseline's (empty for the baseline itself).
+    changed: dict[str, Any]
+    value: float | None
+    #: ``ok``, ``pruned``, ``diverged`` or ``failed (<category>)``, with ``, remembered`` when the
+    #: result came from the cache and ``, measured again`` for a re-measurement; or ``same as trial N``.
+    status: str
+
+
 @dataclass
 class StudyProgress:
     study: str
@@ -140,6 +156,8 @@ class StudyProgress:
     baseline_value: float | None = None
     metric: str = "throughput"
     last: str = ""
+    #: Every trial finished by this driver, in the order they ended.
+    finished: list[FinishedTrial] = field(default_factory=list)
 
     @property
     def speedup(self) -> float | None:
@@ -400,9 +418,17 @@ class Study:
         if value is None:
             self.notes.append(f"trial {original.number}'s configuration failed when measured again "
                               f"({attrs[A_CATEGORY]}): it is not taken as the best")
-            self.progress.last = f"trial {original.number} again: failed ({attrs[A_CATEGORY]})"
+            self._finished(original.number, original.params, None,
+                           f"failed ({attrs[A_CATEGORY]}), measured again")
         else:
-            self.progress.last = f"trial {original.number} again: {value:,.1f} {self.o.metric}"
+            self._finished(original.number, original.params, value, "ok, measured again")
+
+    def _finished(self, number: int, params: dict[str, Any], value: float | None, status: str) -> None:
+        """Record a trial's end for the progress displays, and the live line's last event."""
+        changed = {k: v for k, v in params.items() if self.baseline_params.get(k) != v}
+        self.progress.finished.append(FinishedTrial(number, changed, value, status))
+        shown = f"{format_value(value, self.o.metric)} " if value is not None else ""
+        self.progress.last = f"trial {number}: {shown}{status}"
 
     def _counts(self, exclude: set[int]) -> tuple[int, int]:
         """Trials measured so far (in any run of this study), and trials running in other drivers."""
@@ -427,6 +453,7 @@ class Study:
             trial.set_user_attr(A_CATEGORY, "invalid_config")
             trial.set_user_attr("reason", str(exc))
             self.study.tell(trial, state=optuna.trial.TrialState.FAIL)
+            self._finished(trial.number, trial.params, None, "failed (invalid_config)")
             return "invalid"
         key = config_key(params)
         trial.set_user_attr(A_KEY, key)
@@ -442,6 +469,7 @@ class Study:
                 self.study.tell(trial, state=optuna.trial.TrialState.FAIL)
             self.reused += 1
             self.progress.reused += 1
+            self._finished(trial.number, params, earlier.value, f"same as trial {earlier.number}")
             return "reused"
         from autotune.cache import result_key
 
@@ -520,7 +548,7 @@ class Study:
             trial.set_user_attr("reason", error or "the worker failed")
             self.study.tell(trial, state=optuna.trial.TrialState.FAIL)
             self.progress.failed += 1
-            self.progress.last = f"trial {trial.number}: failed (crash)"
+            self._finished(trial.number, trial.params, None, "failed (crash)")
             return
         result = TrialResult.model_validate_json(result_json)
         trial.set_user_attr(A_RESULT, result_json)
@@ -531,14 +559,19 @@ class Study:
         if result.ok and value is not None:
             self._guard_numerics(trial, result)
             self.study.tell(trial, value)
-            self.progress.last = f"trial {trial.number}: {value:,.1f} {self.o.metric}"
+            status = "pruned" if result.measurement and result.measurement.pruned else "ok"
+            if trial.user_attrs.get("numerics_constraint", 0) > 0:
+                status = "diverged"
+            self._finished(trial.number, result.plan.params, value,
+                           f"{status}, remembered" if from_cache else status)
         else:
             category, reason = self._failure(result)
             trial.set_user_attr(A_CATEGORY, category)
             trial.set_user_attr("reason", reason)
             self.study.tell(trial, state=optuna.trial.TrialState.FAIL)
             self.progress.failed += 1
-            self.progress.last = f"trial {trial.number}: failed ({category})"
+            self._finished(trial.number, result.plan.params, None,
+                           f"failed ({category})" + (", remembered" if from_cache else ""))
         self.write_outputs()  # after every trial: a killed driver loses nothing measured
 
     def _failure(self, result: TrialResult) -> tuple[str, str]:
@@ -620,7 +653,7 @@ class Study:
                          f"(±{spread:.0%}): one measurement may be a lucky draw; --confirm 2 measures the "
                          "two best configurations again")
         return StudyResult(study=self.name, storage=self.storage_url, target=self.target.name,
-                           out_dir=str(self.out), best=best, baseline_value=baseline_value(self.study),
+                           out_dir=str(self.out), metric=self.o.metric, best=best, baseline_value=baseline_value(self.study),
                            trials=trials, failures_by_category=by_cat, ran=self.ran, reused=self.reused,
                            notes=notes, exit_code=code)
 

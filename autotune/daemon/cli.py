@@ -16,6 +16,7 @@ from rich.console import Console
 
 from autotune import cli_options as opt
 from autotune.errors import InvalidConfigError
+from autotune.rendering import format_value
 
 err = Console(stderr=True, highlight=False, soft_wrap=True)
 SERVER_ENV = "AUTOTUNE_SERVER"
@@ -128,7 +129,7 @@ def _job_spec(client: Any, script: Path, args: list[str], run: Any, *, no_upload
 def _progress_line(info: Any) -> str:
     best = ""
     if info.best_value is not None:
-        best = f" | best {info.best_value:,.1f} {info.metric}" + (f" ({info.speedup:.2f}x baseline)"
+        best = f" | best {format_value(info.best_value, info.metric)}" + (f" ({info.speedup:.2f}x baseline)"
                                                                    if info.speedup else "")
     if info.state.value == "queued":
         return f"{info.id} queued" + (f" ({info.message})" if info.message else "")
@@ -377,7 +378,7 @@ def _local_progress() -> Any:
         return None
 
     def show(p: Any) -> None:
-        best = f"best {p.best_value:,.1f} {p.metric}" if p.best_value is not None else "no result yet"
+        best = f"best {format_value(p.best_value, p.metric)}" if p.best_value is not None else "no result yet"
         err.print(f"{p.study}: {p.done}/{p.wanted} done, {p.running} running, {p.failed} failed | {best}")
 
     return show

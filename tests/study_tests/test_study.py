@@ -141,3 +141,27 @@ def test_a_killed_driver_resumes_keeping_completed_trials(tmp_path) -> None:
     counted = [t for t in result.trials if t.state in ("COMPLETE", "FAIL") and t.duplicate_of is None
                and (t.value is not None or t.category)]
     assert len([t for t in counted if t.state == "COMPLETE"]) >= 5
+
+
+def test_run_into_a_log_prints_a_line_per_trial_as_it_ends(tmp_path) -> None:
+    """Output sent to a file or a pipe (a CI log, a Ray job): each trial's line arrives while the
+    study runs, with its value in samples/s, its status and the best so far."""
+    space = tmp_path / "space.yaml"
+    space.write_text(TWO_POINT_SPACE)
+    cmd = [sys.executable, "-m", "autotune.cli", "run", str(SCRIPTS / "tiny_train.py"), "--trials", "2",
+           "--target", "inductor", "--space", str(space), "--seed", "0"]
+    driver = subprocess.Popen(cmd, cwd=tmp_path, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    try:
+        first = driver.stderr.readline()
+        running_after_first = driver.poll() is None
+        rest = driver.communicate(timeout=300)[1]
+    finally:
+        driver.kill()
+    assert driver.returncode == 0, first + rest
+    assert running_after_first, "the first trial's line came only when the study had ended"
+    lines = [ln for ln in (first + rest).splitlines() if " trial " in ln]
+    assert len(lines) == 2, first + rest
+    assert "trial 0 (1/2): " in lines[0] and "; baseline | best " in lines[0], lines[0]
+    assert "trial 1 (2/2): " in lines[1] and "batch_size=" in lines[1], lines[1]
+    for line in lines:
+        assert line.count("samples/s") == 2 and (", ok;" in line or ", pruned;" in line), line
