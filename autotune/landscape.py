@@ -31,9 +31,6 @@ from autotune.space import Parameter, SearchSpace, load_space, parse_space
 
 FORMAT_VERSION = 1
 
-#: Targets whose compiled artifacts a later process on the same machine loads instead of compiling.
-#: XLA on CPU writes its persistent cache but cannot read it back (measured, see PRODUCT.md).
-_CACHE_PERSISTS = {"inductor": True, "neuron": True, "xla": False}
 _RECORDED_ENV = ("OMP_NUM_THREADS", "MKL_NUM_THREADS", "PJRT_DEVICE", "XLA_FLAGS", "NEURON_CC_FLAGS")
 
 
@@ -53,9 +50,7 @@ def enumerate_space(space: SearchSpace) -> list[dict[str, Any]]:
     as the study's sampler offers it. Parameters whose ``when`` does not hold are left out.
     Configurations the space or its target rejects are left out too (the study never runs them).
     """
-    from autotune.study import _in_dependency_order
-
-    order = _in_dependency_order(space)
+    order = space.in_dependency_order()
     for p in order:
         if p.choices is None and p.name not in space.fixed:
             raise SpaceError(f"{space.source}: parameter {p.name!r} is a range; a landscape needs every "
@@ -291,7 +286,7 @@ def record(o: RecordOptions, on_config: Callable[[ConfigRecord, int], None] | No
             "script": os.path.relpath(script, Path.cwd()) if script.is_relative_to(Path.cwd()) else str(script),
             "args": list(o.args), "space_source": str(o.space), "space_yaml": Path(o.space).read_text(),
             "protocol": o.protocol.model_dump(mode="json"), "trial_timeout_s": o.trial_timeout,
-            "compile_cache_persists": compile_cache_persists(target.name),
+            "compile_cache_persists": target.compile_cache_persists(),
             # What of the recording's environment decides its figures (threads on a shared machine).
             "env": {k: os.environ[k] for k in _RECORDED_ENV if k in os.environ},
             "configurations": len(configs), "started_at": time.time(),
@@ -318,13 +313,6 @@ def record(o: RecordOptions, on_config: Callable[[ConfigRecord, int], None] | No
         if on_config:
             on_config(rec, len(configs))
     return load_landscape(out)
-
-
-def compile_cache_persists(target: str) -> bool:
-    """Whether a later process on this machine loads ``target``'s compiled graphs from its cache."""
-    if target == "xla":
-        return os.environ.get("PJRT_DEVICE", "CPU").upper() != "CPU"
-    return _CACHE_PERSISTS.get(target, False)
 
 
 def _check_same_recording(header: dict[str, Any], o: RecordOptions, target: str) -> None:

@@ -307,7 +307,6 @@ def simulate(landscape: Landscape, sampler: Any, *, starting_points: list[dict[s
         A_DUP,
         A_KEY,
         A_RESULT,
-        _in_dependency_order,
         _suggest_one,
     )
     from autotune.targets import get_target
@@ -315,7 +314,7 @@ def simulate(landscape: Landscape, sampler: Any, *, starting_points: list[dict[s
     optuna.logging.set_verbosity(optuna.logging.WARNING)
     space = landscape.space
     target = get_target(space.target)
-    order = _in_dependency_order(space)
+    order = space.in_dependency_order()
     study = optuna.create_study(direction="maximize", sampler=sampler)
     for params in starting_points or []:
         full = {p.name: params.get(p.name) for p in space.free_parameters if p.is_active(params)}

@@ -196,6 +196,24 @@ class SearchSpace:
     def free_parameters(self) -> list[Parameter]:
         return [p for n, p in self.parameters.items() if n not in self.fixed]
 
+    def in_dependency_order(self) -> list[Parameter]:
+        """The parameters, each after those its ``when`` names (the order a study asks them in)."""
+        placed: list[Parameter] = []
+        names: set[str] = set()
+        pending = list(self.parameters.values())
+        while pending:
+            progress = False
+            for p in list(pending):
+                if all(dep in names for dep in p.when):
+                    placed.append(p)
+                    names.add(p.name)
+                    pending.remove(p)
+                    progress = True
+            if not progress:
+                raise SpaceError(f"{self.source}: the 'when' conditions of "
+                                 f"{', '.join(p.name for p in pending)} depend on each other in a cycle")
+        return placed
+
 
 def load_space(path: str | Path) -> SearchSpace:
     path = Path(path)

@@ -305,9 +305,9 @@ class AutotuneSampler(BaseSampler):
         self.failure_model = failure_model
         self.runtime_only = set(runtime_only_params)
         if compile_cache_persists is None:
-            from autotune.landscape import compile_cache_persists as persists
+            from autotune.targets import get_target
 
-            compile_cache_persists = persists(space.target)
+            compile_cache_persists = get_target(space.target).compile_cache_persists()
         self.cache_persists = compile_cache_persists
         self.free: list[Parameter] = [p for p in space.parameters.values() if p.name not in space.fixed]
         self.categorical = all(p.choices is not None for p in self.free)

@@ -512,7 +512,7 @@ class Study:
     def _suggest(self, trial: Any) -> dict[str, Any]:
         """Ask Optuna for each free parameter that is active given those chosen before it."""
         chosen: dict[str, Any] = dict(self.space.fixed)
-        for p in _in_dependency_order(self.space):
+        for p in self.space.in_dependency_order():
             if p.name in self.space.fixed or not p.is_active(chosen):
                 continue
             chosen[p.name] = _suggest_one(trial, p)
@@ -914,25 +914,6 @@ def study_summaries(study: Any) -> list[TrialSummary]:
             losses=result.losses[:5] if result else [],
         ))
     return out
-
-
-def _in_dependency_order(space: SearchSpace) -> list[Parameter]:
-    """Parameters so that each comes after those its ``when`` names."""
-    placed: list[Parameter] = []
-    names: set[str] = set()
-    pending = list(space.parameters.values())
-    while pending:
-        progress = False
-        for p in list(pending):
-            if all(dep in names for dep in p.when):
-                placed.append(p)
-                names.add(p.name)
-                pending.remove(p)
-                progress = True
-        if not progress:
-            raise AutotuneError(f"{space.source}: the 'when' conditions of "
-                                f"{', '.join(p.name for p in pending)} depend on each other in a cycle")
-    return placed
 
 
 def _suggest_one(trial: Any, p: Parameter) -> Any:

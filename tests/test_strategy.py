@@ -22,7 +22,6 @@ from autotune.study import (
     A_COUNTED,
     A_KEY,
     A_RESULT,
-    _in_dependency_order,
     _suggest_one,
     config_key,
 )
@@ -49,7 +48,7 @@ def drive(sampler: AutotuneSampler, space, trials: int, objective=speed) -> list
     """Ask and tell as the study does; returns the configurations in the order measured."""
     optuna.logging.set_verbosity(optuna.logging.WARNING)
     study = optuna.create_study(direction="maximize", sampler=sampler)
-    order = _in_dependency_order(space)
+    order = space.in_dependency_order()
     measured = []
     for _ in range(trials):
         trial = study.ask()

@@ -59,6 +59,11 @@ class Target(abc.ABC):
         """Whether this target can run trials on this machine."""
         return True
 
+    def compile_cache_persists(self) -> bool:
+        """Whether a later process on this machine loads this target's compiled graphs from its
+        cache instead of compiling them again."""
+        return False
+
     def require(self) -> None:
         """Raise :class:`~autotune.errors.MissingPackageError` when a package the trials need is absent.
 

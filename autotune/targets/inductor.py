@@ -72,5 +72,8 @@ class InductorTarget(Target):
         # 33 s to 7 s, far better than torch.compiler's mega-cache on CPU (16 s).
         return {"TORCHINDUCTOR_CACHE_DIR": f"{root}/inductor"}, []
 
+    def compile_cache_persists(self) -> bool:
+        return True
+
     def versions(self) -> dict[str, str]:
         return {k: v for k in ("torch",) if (v := package_version(k))}

@@ -581,6 +581,9 @@ class NeuronTarget(Target):
     def available(self) -> bool:
         return neuron_present()
 
+    def compile_cache_persists(self) -> bool:
+        return True
+
     def versions(self) -> dict[str, str]:
         return {k: v for k in ("torch", "torch-neuronx", "torch-xla", "neuronx-cc")
                 if (v := package_version(k))}

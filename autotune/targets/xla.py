@@ -7,6 +7,7 @@ bf16 by ``torch.autocast("xla")``, or the deprecated ``XLA_USE_BF16``), ``MpDevi
 
 from __future__ import annotations
 
+import os
 from typing import Any, Mapping
 
 from autotune.errors import InvalidConfigError, MissingPackageError
@@ -94,8 +95,6 @@ class XlaTarget(Target):
                          flags_env="XLA_FLAGS" if ours else None, knobs=knobs, notes=notes)
 
     def cache_env(self, root: str, params: Mapping[str, Any]) -> tuple[dict[str, str], list[str]]:
-        import os
-
         device = os.environ.get("PJRT_DEVICE", "CPU").upper()
         if device == "CPU":
             # Measured here: torch-xla 2.9 writes its persistent cache on CPU but cannot read it
@@ -107,6 +106,10 @@ class XlaTarget(Target):
         from importlib.util import find_spec
 
         return find_spec("torch_xla") is not None
+
+    def compile_cache_persists(self) -> bool:
+        # XLA on CPU writes its persistent cache but cannot read it back (measured here).
+        return os.environ.get("PJRT_DEVICE", "CPU").upper() != "CPU"
 
     def require(self) -> None:
         if not self.available():
