@@ -6,10 +6,10 @@ Each landscape under ``landscapes/`` (``autotune landscape record``) is replayed
 * ``random``: Optuna's ``RandomSampler``;
 * ``tpe``: Optuna's ``TPESampler()`` as it comes (no seeding, no pruning);
 * ``autotune``: what ``autotune run`` does by default: the baseline (trial 0) and the space's
-  known-good configurations first, then :class:`autotune.strategy.AutotuneSampler`, each
+  known-good configurations first, then :class:`autotune.search.strategy.AutotuneSampler`, each
   measurement stopped once it is clearly behind the best so far (``--prune``).
 
-Every strategy goes through the same replay loop (:func:`autotune.replay.simulate`: the study's own
+Every strategy goes through the same replay loop (:func:`autotune.landscapes.replay.simulate`: the study's own
 suggestion and duplicate rules, a configuration measured before is answered for free and not
 counted) and the same simulated clock (recorded wall time per trial; a compile is charged at the
 cached price only when the same graphs were compiled earlier in the replay and the target's cache
@@ -19,7 +19,7 @@ measured, and the ratio autotune / default TPE. The targets: autotune needs at m
 grid's trials and at most half of default TPE's simulated wall time, on every landscape.
 
 ``--ablations`` adds the variants the strategy was chosen from, each differing from ``autotune``
-in one respect (what each showed is in :mod:`autotune.strategy`'s docstring). ``--jitter`` is a
+in one respect (what each showed is in :mod:`autotune.search.strategy`'s docstring). ``--jitter`` is a
 robustness check: each seed replays a landscape whose throughputs are redrawn within their
 recorded 95% intervals, so that a strategy is not judged on where the recorded noise happened to
 put the best alone.
@@ -66,9 +66,9 @@ import warnings  # noqa: E402
 
 import optuna  # noqa: E402
 
-from autotune.landscape import Landscape, enumerate_space, load_landscape, summary  # noqa: E402
-from autotune.measurement import PRUNE_MARGIN  # noqa: E402
-from autotune.replay import CompileCacheModel, interval_sigma, simulate, study_starting_points  # noqa: E402
+from autotune.landscapes.landscape import Landscape, enumerate_space, load_landscape, summary  # noqa: E402
+from autotune.measurement.windows import PRUNE_MARGIN  # noqa: E402
+from autotune.landscapes.replay import CompileCacheModel, interval_sigma, simulate, study_starting_points  # noqa: E402
 
 WITHIN = 0.02
 SEEDS = 30
@@ -102,7 +102,7 @@ def _tpe_default(space: Any, seed: int) -> Any:
 
 
 def _tpe_study(space: Any, seed: int) -> Any:
-    """The sampler ``autotune run --sampler tpe`` builds (autotune/study.py)."""
+    """The sampler ``autotune run --sampler tpe`` builds (autotune/study/loop.py)."""
     import optuna
 
     return optuna.samplers.TPESampler(multivariate=True, group=True, constant_liar=True, seed=seed,
@@ -110,7 +110,7 @@ def _tpe_study(space: Any, seed: int) -> Any:
 
 
 def _autotune_sampler(space: Any, seed: int, **kwargs: Any) -> Any:
-    from autotune.strategy import AutotuneSampler
+    from autotune.search.strategy import AutotuneSampler
 
     return AutotuneSampler(space, seed=seed, **kwargs)
 
@@ -128,7 +128,7 @@ MAIN = [
     Strategy("tpe", _tpe_default),
     Strategy("autotune", _autotune(), start="study", early_stop=PRUNED),
 ]
-#: Each differs from ``autotune`` in one respect (see autotune/strategy.py for what each means).
+#: Each differs from ``autotune`` in one respect (see autotune/search/strategy.py for what each means).
 ABLATIONS = [
     Strategy("tpe as autotune run --sampler tpe uses it", _tpe_study, start="study", early_stop=PRUNED),
     Strategy("autotune, baseline only (no known-good)", _autotune(), start="baseline", early_stop=PRUNED),
@@ -236,7 +236,7 @@ def _confirm_one(args: tuple[str, int, int]) -> Reported:
         cost[key] = model.charge(r).seconds
     ratio, extra = {}, {}
     for k in CONFIRM_KS:
-        # As the study picks (autotune/study.py, _ranked): the best mean among the configurations
+        # As the study picks (autotune/study/loop.py, _ranked): the best mean among the configurations
         # measured twice; the best single measurement when none was.
         means = {key: (v + again[key]) / 2 for key, v in ranked[:k]} or dict(ranked[:1])
         pick = max(means, key=means.get)

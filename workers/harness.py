@@ -33,8 +33,8 @@ from pathlib import Path
 from typing import Any, Callable
 
 from autotune import api
-from autotune.failures import classify
-from autotune.measurement import Window, cannot_win, estimate, percentile, without_compiles
+from autotune.measurement.failures import classify
+from autotune.measurement.windows import Window, cannot_win, estimate, percentile, without_compiles
 from autotune.records import (
     CompileSpec,
     Failure,

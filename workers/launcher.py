@@ -18,7 +18,7 @@ from pathlib import Path
 
 import psutil
 
-from autotune.failures import classify
+from autotune.measurement.failures import classify
 from autotune.records import (
     Failure,
     FailureCategory,

@@ -11,7 +11,7 @@ import httpx
 
 from autotune.daemon.records import DaemonHealth, EnsureReply, JobInfo, JobSpec, UploadInfo
 from autotune.errors import AutotuneError
-from autotune.outputs import BestConfig
+from autotune.study.outputs import BestConfig
 
 DEFAULT_SERVER = "http://127.0.0.1:8765"
 

@@ -23,8 +23,8 @@ from pydantic import BaseModel
 
 from autotune.daemon.records import RunOptions
 from autotune.errors import AutotuneError
-from autotune.outputs import BestConfig, write_atomic
-from autotune.storage import rdb_storage
+from autotune.study.outputs import BestConfig, write_atomic
+from autotune.study.storage import rdb_storage
 
 
 class EnsureResult(BaseModel):
@@ -82,7 +82,7 @@ def stored_best(storage: Any, study_name: str, trials: int) -> BestConfig | None
     """
     import optuna
 
-    from autotune.study import A_COUNTED, best_config
+    from autotune.study.loop import A_COUNTED, best_config
 
     try:
         study = optuna.load_study(study_name=study_name, storage=storage)
@@ -118,7 +118,7 @@ def ensure_local(script: Path, args: list[str], run: RunOptions, *, out: Path, s
     """Answer from the local storage, or tune here; returns the result and the exit code.
 
     ``space_file`` is the search-space file whose text is ``run.space_yaml``, if any."""
-    from autotune.study import default_storage, tune
+    from autotune.study.loop import default_storage, tune
     from autotune.targets import resolve_target
     from autotune.trial import check_script
 

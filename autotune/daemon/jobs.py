@@ -17,7 +17,7 @@ import sqlalchemy as sa
 
 from autotune.daemon.records import EXIT_CANCELLED, JobSpec, JobState
 from autotune.errors import AutotuneError
-from autotune.storage import create_schema
+from autotune.study.storage import create_schema
 
 _metadata = sa.MetaData()
 

@@ -12,7 +12,7 @@ from typing import Literal
 
 from pydantic import BaseModel, Field, field_validator
 
-from autotune.outputs import BestConfig
+from autotune.study.outputs import BestConfig
 
 #: Study names, job ids: plain tokens (they appear in URLs and log lines).
 NAME_PATTERN = r"^[A-Za-z0-9][A-Za-z0-9._@+-]{0,127}$"

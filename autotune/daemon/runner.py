@@ -1,6 +1,6 @@
 """Runs the queued jobs: one ``autotune run`` process per job, started, watched, stopped.
 
-Each job is its own process group (``python -m autotune.daemon.job_process ... run ...``), built
+Each job is its own process group (``python -m autotune.cli.job_process ... run ...``), built
 as an argv list; its stdout (the study's JSON result) and stderr go to files in the job's
 directory, and it writes its exit code to a file when it ends. So a job does not depend on the
 daemon that started it: a daemon that is killed and started again *adopts* the job processes that
@@ -71,7 +71,7 @@ class Slots:
         self._resources: dict[str, float] = {"CPU": float(os.cpu_count() or 1)}
         self._read_at = -1e9
         if fixed is None and ray_address:
-            from autotune.scheduler import connect
+            from autotune.execution.scheduler import connect
 
             connect(ray_address)  # an AutotuneError with the fix when the cluster is unreachable
             self._refresh()
@@ -159,7 +159,7 @@ def job_argv(job: JobRecord, settings: DaemonSettings, workers: int) -> list[str
     files = JobFiles(Path(job.directory))
     r = job.spec.run
     script, _ = job_workdir(job, files)
-    argv = [sys.executable, "-m", "autotune.daemon.job_process", str(files.exit_code),
+    argv = [sys.executable, "-m", "autotune.cli.job_process", str(files.exit_code),
             "run", str(script),
             f"--trials={r.trials}", f"--target={r.target}", f"--study={job.study}",
             f"--storage={settings.storage}", f"--cache={settings.cache}", f"--out={files.out}",

@@ -48,8 +48,8 @@ from autotune.daemon.records import (
 )
 from autotune.daemon.runner import DaemonSettings, JobFiles, JobRunner, Slots
 from autotune.errors import AutotuneError
-from autotune.outputs import BestConfig
-from autotune.storage import rdb_storage
+from autotune.study.outputs import BestConfig
+from autotune.study.storage import rdb_storage
 
 #: Uploads that no job claimed within this time are removed.
 UPLOAD_TTL_S = 3600.0
@@ -110,7 +110,7 @@ class Daemon:
         import optuna
 
         from autotune.cache import open_cache
-        from autotune.study import default_storage
+        from autotune.study.loop import default_storage
 
         self.config = config
         jobs_dir = (config.jobs_dir or Path(".autotune") / "jobs").resolve()
@@ -119,7 +119,7 @@ class Daemon:
         except OSError as exc:
             raise AutotuneError(f"cannot write to {jobs_dir}: {exc.strerror}; choose another --jobs-dir") from None
         storage = config.storage or default_storage()
-        self.store = JobStore(storage)  # it makes a SQLite file's folder (autotune.storage)
+        self.store = JobStore(storage)  # it makes a SQLite file's folder (autotune.study.storage)
         optuna.logging.set_verbosity(optuna.logging.WARNING)
         try:
             self.studies = rdb_storage(storage)
@@ -211,7 +211,7 @@ class Daemon:
     def _add_progress(self, info: JobInfo) -> None:
         import optuna
 
-        from autotune.study import A_COUNTED, A_DUP, best_config
+        from autotune.study.loop import A_COUNTED, A_DUP, best_config
 
         try:
             study = optuna.load_study(study_name=info.study, storage=self.studies)
@@ -358,7 +358,7 @@ def create_app(daemon: Daemon) -> FastAPI:
     def best(job_id: str = JobId) -> BestConfig:
         import optuna
 
-        from autotune.study import best_config
+        from autotune.study.loop import best_config
 
         job = daemon.job(job_id)
         try:

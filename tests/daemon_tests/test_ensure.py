@@ -9,7 +9,7 @@ from pathlib import Path
 import optuna
 import pytest
 
-from autotune.outputs import BestConfig
+from autotune.study.outputs import BestConfig
 
 from .conftest import FAST, SCRIPTS, autotune
 

@@ -8,7 +8,7 @@ from pathlib import Path
 
 import pytest
 
-from autotune.study import tune
+from autotune.study.loop import tune
 from autotune.targets.neuron import NeuronTarget
 
 SCRIPTS = Path(__file__).resolve().parents[1] / "scripts"

@@ -8,8 +8,8 @@ from pathlib import Path
 import optuna
 import pytest
 
-from autotune.outputs import BestConfig
-from autotune.study import A_CONFIRMS, A_COUNTED, A_KEY, best_config, tune
+from autotune.study.outputs import BestConfig
+from autotune.study.loop import A_CONFIRMS, A_COUNTED, A_KEY, best_config, tune
 
 from .test_study import SCRIPTS, TWO_POINT_SPACE
 

@@ -12,7 +12,7 @@ import optuna
 import psutil
 import pytest
 
-from autotune.study import numerics_violated, tune
+from autotune.study.loop import numerics_violated, tune
 from autotune.targets.inductor import InductorTarget
 from autotune.workers.launcher import TrialLimits, run_trial
 

@@ -12,8 +12,8 @@ from pathlib import Path
 import optuna
 import pytest
 
-from autotune.outputs import BestConfig
-from autotune.study import StudyResult, tune
+from autotune.study.outputs import BestConfig
+from autotune.study.loop import StudyResult, tune
 
 ROOT = Path(__file__).resolve().parents[2]
 EXAMPLES = ROOT / "examples"

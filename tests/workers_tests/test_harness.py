@@ -14,7 +14,7 @@ from pathlib import Path
 
 import pytest
 
-from autotune.measurement import PRUNE_MIN_WINDOWS
+from autotune.measurement.windows import PRUNE_MIN_WINDOWS
 from autotune.records import MeasurementProtocol, TrialResult
 
 pytestmark = pytest.mark.slow

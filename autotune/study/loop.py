@@ -30,13 +30,13 @@ from typing import Any, Callable
 from pydantic import BaseModel, Field
 
 from autotune.errors import AutotuneError, InvalidConfigError
-from autotune.measurement import PRUNE_MARGIN
-from autotune.numerics import DEFAULT_LOSS_TOLERANCE, constraint_value, loss_deviation
-from autotune.outputs import BestConfig, TrialSummary, check_writable, write_outputs
+from autotune.measurement.windows import PRUNE_MARGIN
+from autotune.study.numerics import DEFAULT_LOSS_TOLERANCE, constraint_value, loss_deviation
+from autotune.study.outputs import BestConfig, TrialSummary, check_writable, write_outputs
 from autotune.records import MeasurementProtocol, TrialResult
 from autotune.rendering import format_value
 from autotune.space import Parameter, SearchSpace
-from autotune.storage import rdb_storage
+from autotune.study.storage import rdb_storage
 from autotune.trial import check_script, load_trial_space, parse_size, validate_for
 from autotune.targets import Target, resolve_target
 
@@ -123,7 +123,7 @@ class StudyOptions:
     confirm: int = 0
     #: Builds the pool that runs trials instead of Ray actors; it gets the :class:`Study` and must
     #: offer ``free``, ``submit(request, tag)``, ``wait(timeout)`` and ``shutdown()`` as
-    #: :class:`autotune.scheduler.WorkerPool` does (a replay of a recorded landscape, say).
+    #: :class:`autotune.execution.scheduler.WorkerPool` does (a replay of a recorded landscape, say).
     pool_factory: Callable[[Study], Any] | None = None
     #: Called after each finished trial (progress displays).
     on_update: Callable[[StudyProgress], None] | None = None
@@ -271,8 +271,8 @@ class Study:
                                               n_startup_trials=5)
         if self.o.sampler == "autotune":
             # The default: expected improvement over the configurations not measured yet, times
-            # the chance each runs (autotune/strategy.py; bench/search_bench.py).
-            from autotune.strategy import AutotuneSampler
+            # the chance each runs (autotune/search/strategy.py; bench/search_bench.py).
+            from autotune.search.strategy import AutotuneSampler
 
             return AutotuneSampler(self.space, seed=seed)
         if self.o.sampler == "random":
@@ -284,7 +284,7 @@ class Study:
     # -- the loop --------------------------------------------------------------------------------
     def run(self) -> StudyResult:
         from autotune.provenance import provenance
-        from autotune.scheduler import connect
+        from autotune.execution.scheduler import connect
 
         from autotune.cache import environment_of, model_of
 
@@ -686,7 +686,7 @@ class _LazyPool:
         self.pool: Any = None
 
     def _start(self) -> Any:
-        from autotune.scheduler import WorkerPool, connect, plan_placement
+        from autotune.execution.scheduler import WorkerPool, connect, plan_placement
 
         if self.pool is None:
             o = self.study.o

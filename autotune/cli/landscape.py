@@ -9,7 +9,7 @@ from typing import Optional
 import typer
 from rich.console import Console
 
-from autotune.cli import app
+from autotune.cli.app import app
 from autotune.errors import InvalidConfigError
 
 landscape_app = typer.Typer(help="Record every configuration of a small space (a landscape) and replay "
@@ -36,7 +36,7 @@ def record_cmd(
 
     Configurations already in OUT are skipped, so a killed recording continues where it stopped.
     """
-    from autotune.landscape import (
+    from autotune.landscapes.landscape import (
         RecordOptions,
         enumerate_space,
         load_landscape,
@@ -72,7 +72,7 @@ def show_cmd(
     json_out: bool = typer.Option(False, "--json", help="Print the summary as JSON."),
 ) -> None:
     """Counts, failures by category and the best configuration of a recorded landscape."""
-    from autotune.landscape import load_landscape, summary
+    from autotune.landscapes.landscape import load_landscape, summary
 
     landscape = load_landscape(path)
     s = summary(landscape)
@@ -104,8 +104,8 @@ def replay_cmd(
     answered with its recorded result and costs its recorded wall time, its compile charged only
     when the same graphs were not compiled earlier in the replay (and the target's cache persists).
     """
-    from autotune.landscape import load_landscape
-    from autotune.replay import replay_study
+    from autotune.landscapes.landscape import load_landscape
+    from autotune.landscapes.replay import replay_study
 
     landscape = load_landscape(path)
     chosen = {"sampler": sampler} if sampler else {}

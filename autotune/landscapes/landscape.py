@@ -12,7 +12,7 @@ in the order the grid enumerates them (the file order of the space's parameters 
      "graphs_compiled": 3, "cache_hits": 0, "cache_misses": 3, ...}
 
 Recording is resumable: configurations already in the file are skipped, so a killed recording
-continues where it stopped. Replaying a landscape is :mod:`autotune.replay`'s job.
+continues where it stopped. Replaying a landscape is :mod:`autotune.landscapes.replay`'s job.
 """
 
 from __future__ import annotations
@@ -37,7 +37,7 @@ _RECORDED_ENV = ("OMP_NUM_THREADS", "MKL_NUM_THREADS", "PJRT_DEVICE", "XLA_FLAGS
 def config_key(params: dict[str, Any]) -> str:
     """The canonical key of a configuration: sorted JSON of its set parameters (``None`` dropped).
 
-    Equal to :func:`autotune.study.config_key` of the canonical (validated) parameters.
+    Equal to :func:`autotune.study.loop.config_key` of the canonical (validated) parameters.
     """
     return json.dumps({k: params[k] for k in sorted(params) if params[k] is not None},
                       sort_keys=True, separators=(",", ":"))

@@ -1,4 +1,4 @@
-"""The ``autotune`` command line."""
+"""``autotune trial``, ``run``, ``best`` and ``show``: one configuration, a study, a stored study."""
 
 from __future__ import annotations
 
@@ -6,77 +6,16 @@ import contextlib
 import json
 import os
 import sys
-import threading
 import time
 from pathlib import Path
-from typing import Any, Callable, Iterator, Optional, TypeVar
+from typing import Any, Iterator, Optional
 
 import typer
 from rich.console import Console
 
-from autotune import cli_options as opt
-from autotune.errors import AutotuneError, InvalidConfigError
-
-app = typer.Typer(
-    name="autotune",
-    help="Tune compiler flags and runtime knobs of an unmodified PyTorch script "
-         "(AWS Neuron, torch-xla, torch.compile).",
-    no_args_is_help=True,
-    add_completion=False,
-    pretty_exceptions_enable=False,
-)
-err = Console(stderr=True)
-T = TypeVar("T")
-
-# Exit codes: 0 success, 1 a trial failed, 2 bad input, 3 every trial of a study failed.
-EXIT_TRIAL_FAILED = 1
-
-
-def with_progress(label: str, work: Callable[[], T], *, log: Path | None = None, quiet: bool = False) -> T:
-    """Run ``work`` in a thread while a spinner shows the elapsed time and the log's last line."""
-    if quiet or not err.is_terminal:
-        return work()
-    box: dict[str, Any] = {}
-    thread = threading.Thread(target=lambda: box.update(value=_call(work)), daemon=True)
-    started = time.monotonic()
-    thread.start()
-    with err.status(label) as status:
-        while thread.is_alive():
-            thread.join(0.25)
-            last = _last_line(log) if log else ""
-            status.update(f"{label} [dim]{time.monotonic() - started:5.0f} s[/dim]  {last[:100]}")
-    value = box["value"]
-    if isinstance(value, _Raised):
-        raise value.exc
-    return value
-
-
-class _Raised:
-    def __init__(self, exc: BaseException) -> None:
-        self.exc = exc
-
-
-def _call(work: Callable[[], T]) -> T | _Raised:
-    try:
-        return work()
-    except BaseException as exc:  # re-raised on the main thread
-        return _Raised(exc)
-
-
-def _last_line(path: Path) -> str:
-    try:
-        with open(path, "rb") as fh:
-            fh.seek(0, 2)
-            fh.seek(max(0, fh.tell() - 2048))
-            lines = fh.read().decode(errors="replace").strip().splitlines()
-        return lines[-1].strip() if lines else ""
-    except OSError:
-        return ""
-
-
-@app.callback(context_settings={"help_option_names": ["-h", "--help"]})
-def _root() -> None:
-    """Tune compiler flags and runtime knobs of an unmodified PyTorch script."""
+from autotune.cli import options as opt
+from autotune.cli.app import EXIT_TRIAL_FAILED, app, err, with_progress
+from autotune.errors import InvalidConfigError
 
 
 @app.command(context_settings={"help_option_names": ["-h", "--help"]})
@@ -178,7 +117,7 @@ def run(
 
     Exit code 0 when a best configuration was found, 2 for bad input, 3 when every trial failed.
     """
-    from autotune.study import Study, StudyOptions
+    from autotune.study.loop import Study, StudyOptions
     from autotune.trial import parse_sets
 
     progress = _StudyDisplay(live=not json_out and err.is_terminal)
@@ -270,7 +209,7 @@ def best(
     storage: Optional[str] = typer.Option(None, help="Optuna storage URL (default: sqlite under .autotune/)."),
 ) -> None:
     """Print the best configuration of a stored study (json, env lines, or the compiler flags)."""
-    from autotune.study import best_config, load_study
+    from autotune.study.loop import best_config, load_study
 
     if format not in ("json", "env", "flags"):
         raise InvalidConfigError(f"--format {format!r}: choose json, env or flags")
@@ -294,7 +233,7 @@ def show(
     json_out: bool = typer.Option(False, "--json", help="Print the trials as JSON."),
 ) -> None:
     """Show every trial of a stored study: values, speedups, failures with category and log tail."""
-    from autotune.study import baseline_value, best_config, load_study, study_summaries
+    from autotune.study.loop import baseline_value, best_config, load_study, study_summaries
 
     st = load_study(study, storage)
     trials = study_summaries(st)
@@ -306,87 +245,3 @@ def show(
     render_trials(study, trials, baseline_value(st), best_config(st, study), Console(),
                   metric=st.user_attrs.get("metric", "throughput"), all_trials=True)
 
-
-cache_app = typer.Typer(help="Inspect and manage the cache of compiled artifacts and results.",
-                        no_args_is_help=True)
-app.add_typer(cache_app, name="cache")
-
-
-@cache_app.command("stats")
-def cache_stats_cmd(
-    cache: Optional[Path] = typer.Option(None, help="Cache root (default: ~/.cache/autotune)."),
-    json_out: bool = typer.Option(False, "--json", help="Print the figures as JSON."),
-) -> None:
-    """Entries by target, compile-cache hits and misses, sizes; done/failed/locked Neuron entries."""
-    from autotune.cache import cache_stats, open_cache
-    from autotune.rendering import fmt_bytes
-
-    stats = cache_stats(open_cache(cache))
-    if json_out:
-        typer.echo(json.dumps(stats.to_json()))
-        return
-    out = Console()
-    out.print(f"[bold]cache[/bold] {stats.root}")
-    for name, figures in stats.sections.items():
-        parts = [f"{k}={fmt_bytes(v) if k == 'bytes' else v}" for k, v in figures.items()]
-        out.print(f"  {name:22s} " + ", ".join(parts))
-
-
-@cache_app.command("prune")
-def cache_prune_cmd(
-    cache: Optional[Path] = typer.Option(None, help="Cache root (default: ~/.cache/autotune)."),
-    max_size: Optional[str] = typer.Option(None, help="Remove the oldest entries until under this size, e.g. 20GiB."),
-    older_than: Optional[str] = typer.Option(None, help="Remove entries older than this, e.g. 30d or 12h."),
-) -> None:
-    """Remove old entries; entries locked by a running compile are kept."""
-    from autotune.cache import open_cache, parse_age, prune
-    from autotune.rendering import fmt_bytes
-    from autotune.trial import parse_size
-
-    if max_size is None and older_than is None:
-        raise InvalidConfigError("give --max-size, --older-than or both")
-    removed, freed = prune(open_cache(cache), max_size=parse_size(max_size) if max_size else None,
-                           older_than=parse_age(older_than) if older_than else None)
-    typer.echo(f"removed {removed} entries, freed {fmt_bytes(freed)}")
-
-
-@cache_app.command("clear")
-def cache_clear_cmd(
-    cache: Optional[Path] = typer.Option(None, help="Cache root (default: ~/.cache/autotune)."),
-    yes: bool = typer.Option(False, "--yes", "-y", help="Do not ask for confirmation."),
-) -> None:
-    """Remove every compiled artifact and remembered result under the cache root."""
-    from autotune.cache import clear, open_cache
-    from autotune.rendering import fmt_bytes
-
-    root = open_cache(cache)
-    if not yes:
-        if not sys.stdin.isatty():
-            raise InvalidConfigError("autotune cache clear removes everything under the cache; pass --yes")
-        typer.confirm(f"remove everything under {root.path}?", abort=True)
-    typer.echo(f"cleared {root.path}, freed {fmt_bytes(clear(root))}")
-
-
-import autotune.landscape_cli  # noqa: E402,F401  registers `autotune landscape`
-
-
-import autotune.daemon.cli  # noqa: E402,F401  (registers serve, submit, status, cancel, logs, ensure)
-
-
-def main() -> None:
-    try:
-        app()
-    except AutotuneError as exc:
-        err.print(f"[red]error:[/red] {exc}", highlight=False, soft_wrap=True)
-        sys.exit(exc.exit_code)
-    except KeyboardInterrupt:
-        err.print("interrupted")
-        sys.exit(130)
-
-
-if __name__ == "__main__":
-    # Run as ``python -m autotune.cli`` this file is ``__main__``, a second copy of the module; the
-    # commands of autotune.daemon and autotune.landscape_cli register on the importable one.
-    from autotune.cli import main as _main
-
-    _main()

@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import pytest
 
-from autotune.failures import classify, classify_text
+from autotune.measurement.failures import classify, classify_text
 from autotune.records import Failure, FailureCategory as C
 
 LOGS: list[tuple[str, str, C]] = [

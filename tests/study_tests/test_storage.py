@@ -10,7 +10,7 @@ from pathlib import Path
 import pytest
 import sqlalchemy as sa
 
-from autotune.storage import create_schema, sqlite_path
+from autotune.study.storage import create_schema, sqlite_path
 
 OPENER = """
 import sys, time
@@ -26,7 +26,7 @@ print("opened")
 """
 
 
-@pytest.mark.parametrize("module, call", [("storage", "rdb_storage"), ("daemon.jobs", "JobStore")])
+@pytest.mark.parametrize("module, call", [("study.storage", "rdb_storage"), ("daemon.jobs", "JobStore")])
 def test_processes_creating_one_database_at_once_all_open_it(tmp_path, module, call):
     # Without the lock about one pair in three lost the race on this machine ("UNIQUE constraint
     # failed: alembic_version.version_num" or "table studies already exists"); four rounds of three

@@ -1,8 +1,8 @@
 """Replay: run a study against a recorded landscape instead of real trials.
 
 Kernel Tuner's simulation runner, for this project: :class:`ReplayPool` has the interface of
-:class:`autotune.scheduler.WorkerPool` (``free``, ``submit``, ``wait``, ``shutdown``), so the real
-driver (:class:`autotune.study.Study`, through its ``pool_factory`` option), its sampler and its
+:class:`autotune.execution.scheduler.WorkerPool` (``free``, ``submit``, ``wait``, ``shutdown``), so the real
+driver (:class:`autotune.study.loop.Study`, through its ``pool_factory`` option), its sampler and its
 duplicate handling run unchanged; only the trials are answered from the recording. Each
 configuration gets the :class:`~autotune.records.TrialResult` the recording measured (same
 throughput, same confidence interval, same failure category).
@@ -18,7 +18,7 @@ first in a replay.
 
 :func:`simulate` is the same loop without the Optuna storage and the files a study writes, for
 comparing strategies over many seeds in seconds (``bench/search_bench.py``); it uses the study's
-own suggestion code and the samplers of :mod:`autotune.strategy`.
+own suggestion code and the samplers of :mod:`autotune.search.strategy`.
 """
 
 from __future__ import annotations
@@ -34,8 +34,8 @@ from pathlib import Path
 from typing import Any
 
 from autotune.errors import AutotuneError
-from autotune.landscape import ConfigRecord, Landscape, config_key, load_landscape
-from autotune.measurement import PRUNE_MIN_WINDOWS, t975
+from autotune.landscapes.landscape import ConfigRecord, Landscape, config_key, load_landscape
+from autotune.measurement.windows import PRUNE_MIN_WINDOWS, t975
 from autotune.records import (
     CompileStats,
     Failure,
@@ -207,16 +207,16 @@ class ReplayPool:
 def replay_study(landscape: Landscape | str | Path, *, trials: int | None = None, workdir: str | Path | None = None,
                  workers: int = 1, exhaustive: bool = False, study_class: type | None = None,
                  noise_seed: int | None = None, **options: Any) -> tuple[Any, ReplayPool]:
-    """Run :class:`autotune.study.Study` (the real driver) on ``landscape``; returns its result and the pool.
+    """Run :class:`autotune.study.loop.Study` (the real driver) on ``landscape``; returns its result and the pool.
 
     The study's storage, outputs and cache go under ``workdir`` (a temporary folder by default),
     so nothing measured elsewhere is reused. ``trials`` defaults to the landscape's size;
     ``workers`` trials run at once on the simulated clock. ``exhaustive``: every configuration
     is enqueued in file order (as the space's known-good list), a grid through the real driver.
-    ``study_class`` replaces :class:`~autotune.study.Study` (a subclass with another sampler, say).
+    ``study_class`` replaces :class:`~autotune.study.loop.Study` (a subclass with another sampler, say).
     ``noise_seed``: measurements are redrawn within their intervals (:class:`ReplayPool`).
     """
-    from autotune.study import Study, StudyOptions
+    from autotune.study.loop import Study, StudyOptions
 
     land = landscape if isinstance(landscape, Landscape) else load_landscape(landscape)
     work = Path(workdir) if workdir else Path(tempfile.mkdtemp(prefix="autotune-replay-"))
@@ -285,7 +285,7 @@ class Trace:
 def simulate(landscape: Landscape, sampler: Any, *, starting_points: list[dict[str, Any]] | None = None,
              max_trials: int | None = None, max_duplicates: int = 50, stop_at: float | None = None,
              early_stop: float | None = None) -> Trace:
-    """A study on ``landscape`` driven as :class:`autotune.study.Study` drives one, in memory.
+    """A study on ``landscape`` driven as :class:`autotune.study.loop.Study` drives one, in memory.
 
     Same suggestion code (parameters asked in dependency order, ``null`` defaults offered as
     "unset"), same duplicate rule (a configuration measured before is told its earlier result and
@@ -302,7 +302,7 @@ def simulate(landscape: Landscape, sampler: Any, *, starting_points: list[dict[s
     import optuna
 
     from autotune.errors import InvalidConfigError
-    from autotune.study import (
+    from autotune.study.loop import (
         A_COUNTED,
         A_DUP,
         A_KEY,
@@ -388,7 +388,7 @@ def pruned_charge(r: ConfigRecord, charge: Charge, bar: float | None) -> tuple[C
 
 
 def early_stop_seconds(r: ConfigRecord, bar: float, min_windows: int = PRUNE_MIN_WINDOWS) -> float:
-    """Measurement seconds the harness's sequential test (:func:`autotune.measurement.cannot_win`)
+    """Measurement seconds the harness's sequential test (:func:`autotune.measurement.windows.cannot_win`)
     would have saved on ``r`` against ``bar``.
 
     The windows of the recording are taken as independent with the spread its 95% interval
@@ -406,7 +406,7 @@ def early_stop_seconds(r: ConfigRecord, bar: float, min_windows: int = PRUNE_MIN
 
 
 def study_starting_points(space: Any, known_good: bool = True) -> list[dict[str, Any]]:
-    """The configurations :class:`autotune.study.Study` enqueues first: the baseline, then
+    """The configurations :class:`autotune.study.loop.Study` enqueues first: the baseline, then
     (``known_good``) the space's known-good configurations."""
     from autotune.errors import InvalidConfigError
 

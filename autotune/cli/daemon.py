@@ -1,7 +1,8 @@
 """The daemon's commands on the ``autotune`` CLI: ``serve``, ``submit``, ``status``, ``cancel``,
 ``logs``, ``ensure``, and ``best JOB --server URL``.
 
-Registered on the app of :mod:`autotune.cli`, which imports this module once at its end.
+Registered on the app of :mod:`autotune.cli.app`; ``best`` is the command of
+:mod:`autotune.cli.commands`, wrapped.
 """
 
 from __future__ import annotations
@@ -14,16 +15,15 @@ from typing import Any, Optional
 import typer
 from rich.console import Console
 
-from autotune import cli_options as opt
+from autotune.cli import commands  # noqa: F401  (registers ``best``, which _wrap_best wraps)
+from autotune.cli import options as opt
+from autotune.cli.app import app
 from autotune.errors import InvalidConfigError
 from autotune.rendering import format_value
 
 err = Console(stderr=True, highlight=False, soft_wrap=True)
 SERVER_ENV = "AUTOTUNE_SERVER"
 CONTEXT = {"help_option_names": ["-h", "--help"]}
-
-
-from autotune.cli import app  # noqa: E402
 
 # Options shared by the client commands.
 _SERVER = typer.Option("http://127.0.0.1:8765", "--server", envvar=SERVER_ENV,
@@ -387,7 +387,7 @@ def _local_progress() -> Any:
 def _wrap_best() -> None:
     """``autotune best`` reads a stored study; with ``--server`` it reads a daemon's job instead.
 
-    The command stays the one :mod:`autotune.cli` defines: its callback is wrapped, and called as
+    The command stays the one :mod:`autotune.cli.commands` defines: its callback is wrapped, and called as
     it is whenever ``--server`` is not given.
     """
     for info in app.registered_commands:

@@ -9,7 +9,7 @@ from pathlib import Path
 
 import pytest
 
-SCRIPTS = Path(__file__).resolve().parent / "scripts"
+SCRIPTS = Path(__file__).resolve().parents[1] / "scripts"
 TINY = str(SCRIPTS / "tiny_train.py")
 
 
@@ -92,7 +92,7 @@ def test_a_corrupted_database_is_refused_and_left_as_it_was(work) -> None:
 # answers None for a name that ``sys.modules`` maps to None, and an import of it fails.
 HIDE_TORCH_XLA = ("import sys; sys.modules['torch_xla'] = None; sys.argv[0] = 'autotune'; "
                   "from autotune.cli import main; main()")
-XLA_SCRIPT = str(Path(__file__).resolve().parents[1] / "examples" / "vit_xla_train.py")
+XLA_SCRIPT = str(Path(__file__).resolve().parents[2] / "examples" / "vit_xla_train.py")
 
 
 @pytest.mark.parametrize("args", [

@@ -7,7 +7,7 @@ import random
 
 import pytest
 
-from autotune.measurement import (
+from autotune.measurement.windows import (
     PRUNE_MIN_WINDOWS,
     Window,
     cannot_win,

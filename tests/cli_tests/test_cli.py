@@ -15,7 +15,7 @@ from rich.console import Console
 from autotune.records import FailureCategory, Measurement, TrialPlan, TrialResult
 from autotune.rendering import render_trial
 
-SCRIPTS = Path(__file__).resolve().parent / "scripts"
+SCRIPTS = Path(__file__).resolve().parents[1] / "scripts"
 
 QUICK_LOOP = """
     import time

@@ -1,6 +1,6 @@
 """The process of one daemon job: ``autotune run``, with its exit code written to a file.
 
-``python -m autotune.daemon.job_process EXIT_FILE run SCRIPT ...``. The daemon that started the
+``python -m autotune.cli.job_process EXIT_FILE run SCRIPT ...``. The daemon that started the
 job may be gone when it ends (a restarted daemon adopts running jobs, and cannot ``wait()`` for a
 process that is not its child), so the exit code goes to ``EXIT_FILE``. A job killed by a signal
 writes nothing, which is how the daemon tells "ended" from "died".
@@ -15,7 +15,7 @@ from pathlib import Path
 
 def main() -> None:
     if len(sys.argv) < 3:
-        sys.exit("usage: python -m autotune.daemon.job_process EXIT_FILE run SCRIPT [OPTIONS]")
+        sys.exit("usage: python -m autotune.cli.job_process EXIT_FILE run SCRIPT [OPTIONS]")
     exit_file = Path(sys.argv[1])
     exit_file.unlink(missing_ok=True)
     sys.argv = ["autotune", *sys.argv[2:]]

@@ -8,7 +8,7 @@ from pathlib import Path
 import pytest
 
 from autotune.errors import AutotuneError, SpaceError
-from autotune.landscape import (
+from autotune.landscapes.landscape import (
     RecordOptions,
     enumerate_space,
     load_landscape,
@@ -18,7 +18,7 @@ from autotune.landscape import (
 from autotune.records import MeasurementProtocol
 from autotune.space import load_space, parse_space
 
-REPO = Path(__file__).resolve().parents[1]
+REPO = Path(__file__).resolve().parents[2]
 TINY = REPO / "tests" / "scripts" / "tiny_train.py"
 
 SPACE = """\

@@ -8,10 +8,10 @@ from pathlib import Path
 import pytest
 
 from autotune.errors import AutotuneError
-from autotune.landscape import ConfigRecord, config_key, enumerate_space, load_landscape
-from autotune.measurement import PRUNE_MARGIN
+from autotune.landscapes.landscape import ConfigRecord, config_key, enumerate_space, load_landscape
+from autotune.measurement.windows import PRUNE_MARGIN
 from autotune.records import TrialResult
-from autotune.replay import (
+from autotune.landscapes.replay import (
     ReplayPool,
     compile_key,
     replay_study,
@@ -21,7 +21,7 @@ from autotune.replay import (
 from autotune.space import parse_space
 from autotune.targets import get_target
 
-REPO = Path(__file__).resolve().parents[1]
+REPO = Path(__file__).resolve().parents[2]
 RECORDED = [REPO / "landscapes" / "xla-vit.jsonl", REPO / "landscapes" / "inductor-vit.jsonl"]
 
 SPACE = """\
@@ -197,8 +197,8 @@ def test_a_replayed_study_prunes_what_cannot_win_and_keeps_its_values(landscape,
 
 def test_the_in_memory_replay_drives_a_sampler_as_the_study_does(landscape, tmp_path) -> None:
     """``simulate`` (the benchmark's loop) and the real study propose the same configurations."""
-    from autotune.strategy import AutotuneSampler
-    from autotune.study import Study
+    from autotune.search.strategy import AutotuneSampler
+    from autotune.study.loop import Study
 
     class AutotuneStudy(Study):
         def _sampler(self):
@@ -219,8 +219,8 @@ def test_the_in_memory_replay_drives_a_sampler_as_the_study_does(landscape, tmp_
 def test_autotune_run_replays_as_the_benchmark_does(path, tmp_path) -> None:
     """The real study with its defaults on a recorded landscape takes the benchmark's ``autotune``
     path: the baseline and the known-good configurations, then autotune's sampler, pruning."""
-    from autotune.strategy import AutotuneSampler
-    from autotune.study import StudyOptions
+    from autotune.search.strategy import AutotuneSampler
+    from autotune.study.loop import StudyOptions
 
     assert StudyOptions.__dataclass_fields__["sampler"].default == "autotune"
     if not path.exists():
@@ -300,7 +300,7 @@ def test_confirm_measures_the_best_again_and_picks_the_best_mean(path, tmp_path)
 
     import optuna
 
-    from autotune.study import A_CONFIRMS
+    from autotune.study.loop import A_CONFIRMS
 
     if not path.exists():
         pytest.skip(f"{path.name} is not recorded")

@@ -8,9 +8,9 @@ import numpy as np
 import optuna
 import pytest
 
-from autotune.landscape import enumerate_space
+from autotune.landscapes.landscape import enumerate_space
 from autotune.space import builtin_space, parse_space
-from autotune.strategy import (
+from autotune.search.strategy import (
     AutotuneSampler,
     CategoricalGP,
     _distance_table,
@@ -18,7 +18,7 @@ from autotune.strategy import (
     culprit_probability,
     success_probability,
 )
-from autotune.study import (
+from autotune.study.loop import (
     A_COUNTED,
     A_KEY,
     A_RESULT,

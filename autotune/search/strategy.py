@@ -70,7 +70,7 @@ What decided the defaults:
   replay without known-good seeding needed 13 trials instead of 6 without it.
 * Pruning saves little on these landscapes (the measurements are capped at 5 s, and compiles
   dominate), and nothing on inductor, where the best comes third.
-* Re-measuring the top few at the end (``autotune run --confirm K``, in :mod:`autotune.study`)
+* Re-measuring the top few at the end (``autotune run --confirm K``, in :mod:`autotune.study.loop`)
   is judged by ``search_bench.py --confirm``, where each measurement is a draw within its
   recorded interval: measuring the best two again raises the share of 12-trial studies whose
   reported best is truly within 2% from 86% to 92% (inductor) and 80% to 88% (xla); a third
@@ -93,7 +93,7 @@ from scipy import optimize, special, stats
 
 from autotune.space import Parameter, SearchSpace
 
-#: User attributes the study keeps on each Optuna trial (see :mod:`autotune.study`).
+#: User attributes the study keeps on each Optuna trial (see :mod:`autotune.study.loop`).
 _A_KEY, _A_RESULT, _A_DUP, _A_COUNTED, _A_CATEGORY = "config_key", "result", "duplicate_of", "counted", "category"
 #: Enumerate the space when it has at most this many configurations; sample it when larger.
 MAX_ENUMERATED = 20000
@@ -412,7 +412,7 @@ class AutotuneSampler(BaseSampler):
 
     def _candidates(self, history: list[Any]) -> list[dict[str, Any]]:
         if self._enumerated is None:
-            from autotune.landscape import enumerate_space
+            from autotune.landscapes.landscape import enumerate_space
 
             size = math.prod(self.sizes) if self.sizes else 1
             self._enumerated = enumerate_space(self.space) if size <= MAX_ENUMERATED else []

@@ -1,0 +1,29 @@
+"""The ``autotune`` command line.
+
+:mod:`.app` holds the Typer app; each module beside it registers a group of commands on it:
+:mod:`.commands` (trial, run, best, show), :mod:`.cache`, :mod:`.landscape`, and :mod:`.daemon`
+(serve, submit, status, cancel, logs, ensure, and ``best --server``). This is the top layer: it
+may import every other part of autotune, and nothing imports it.
+"""
+
+from __future__ import annotations
+
+import sys
+
+from autotune.cli import cache, commands, daemon, landscape  # noqa: F401  (each registers its commands)
+from autotune.cli.app import app, err
+from autotune.errors import AutotuneError
+
+
+def main() -> None:
+    try:
+        app()
+    except AutotuneError as exc:
+        err.print(f"[red]error:[/red] {exc}", highlight=False, soft_wrap=True)
+        sys.exit(exc.exit_code)
+    except KeyboardInterrupt:
+        err.print("interrupted")
+        sys.exit(130)
+
+
+__all__ = ["app", "main"]

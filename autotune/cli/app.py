@@ -1,0 +1,77 @@
+"""The ``autotune`` Typer app, its error console and what every command module shares.
+
+Each command module (:mod:`.commands`, :mod:`.cache`, :mod:`.landscape`, :mod:`.daemon`) registers
+its commands on :data:`app`; :mod:`autotune.cli` imports them all and runs the app.
+"""
+
+from __future__ import annotations
+
+import threading
+import time
+from pathlib import Path
+from typing import Any, Callable, TypeVar
+
+import typer
+from rich.console import Console
+
+app = typer.Typer(
+    name="autotune",
+    help="Tune compiler flags and runtime knobs of an unmodified PyTorch script "
+         "(AWS Neuron, torch-xla, torch.compile).",
+    no_args_is_help=True,
+    add_completion=False,
+    pretty_exceptions_enable=False,
+)
+err = Console(stderr=True)
+T = TypeVar("T")
+
+# Exit codes: 0 success, 1 a trial failed, 2 bad input, 3 every trial of a study failed.
+EXIT_TRIAL_FAILED = 1
+
+
+def with_progress(label: str, work: Callable[[], T], *, log: Path | None = None, quiet: bool = False) -> T:
+    """Run ``work`` in a thread while a spinner shows the elapsed time and the log's last line."""
+    if quiet or not err.is_terminal:
+        return work()
+    box: dict[str, Any] = {}
+    thread = threading.Thread(target=lambda: box.update(value=_call(work)), daemon=True)
+    started = time.monotonic()
+    thread.start()
+    with err.status(label) as status:
+        while thread.is_alive():
+            thread.join(0.25)
+            last = _last_line(log) if log else ""
+            status.update(f"{label} [dim]{time.monotonic() - started:5.0f} s[/dim]  {last[:100]}")
+    value = box["value"]
+    if isinstance(value, _Raised):
+        raise value.exc
+    return value
+
+
+class _Raised:
+    def __init__(self, exc: BaseException) -> None:
+        self.exc = exc
+
+
+def _call(work: Callable[[], T]) -> T | _Raised:
+    try:
+        return work()
+    except BaseException as exc:  # re-raised on the main thread
+        return _Raised(exc)
+
+
+def _last_line(path: Path) -> str:
+    try:
+        with open(path, "rb") as fh:
+            fh.seek(0, 2)
+            fh.seek(max(0, fh.tell() - 2048))
+            lines = fh.read().decode(errors="replace").strip().splitlines()
+        return lines[-1].strip() if lines else ""
+    except OSError:
+        return ""
+
+
+@app.callback(context_settings={"help_option_names": ["-h", "--help"]})
+def _root() -> None:
+    """Tune compiler flags and runtime knobs of an unmodified PyTorch script."""
+
