@@ -36,14 +36,9 @@ def record_cmd(
 
     Configurations already in OUT are skipped, so a killed recording continues where it stopped.
     """
-    from autotune.landscapes.landscape import (
-        RecordOptions,
-        enumerate_space,
-        load_landscape,
-        record,
-        summary,
-    )
+    from autotune.landscapes.landscape import RecordOptions, load_landscape, record, summary
     from autotune.records import MeasurementProtocol
+    from autotune.search.configurations import enumerate_space
     from autotune.space import load_space
 
     if trial_timeout <= 0 or max_seconds <= 0 or min_windows < 1:

@@ -34,7 +34,8 @@ from pathlib import Path
 from typing import Any
 
 from autotune.errors import AutotuneError
-from autotune.landscapes.landscape import ConfigRecord, Landscape, config_key, load_landscape
+from autotune.landscapes.landscape import ConfigRecord, Landscape, load_landscape
+from autotune.search.configurations import config_key
 from autotune.measurement.windows import PRUNE_MIN_WINDOWS, t975
 from autotune.records import (
     CompileStats,

@@ -412,7 +412,7 @@ class AutotuneSampler(BaseSampler):
 
     def _candidates(self, history: list[Any]) -> list[dict[str, Any]]:
         if self._enumerated is None:
-            from autotune.landscapes.landscape import enumerate_space
+            from autotune.search.configurations import enumerate_space
 
             size = math.prod(self.sizes) if self.sizes else 1
             self._enumerated = enumerate_space(self.space) if size <= MAX_ENUMERATED else []

@@ -8,14 +8,9 @@ from pathlib import Path
 import pytest
 
 from autotune.errors import AutotuneError, SpaceError
-from autotune.landscapes.landscape import (
-    RecordOptions,
-    enumerate_space,
-    load_landscape,
-    record,
-    summary,
-)
+from autotune.landscapes.landscape import RecordOptions, load_landscape, record, summary
 from autotune.records import MeasurementProtocol
+from autotune.search.configurations import enumerate_space
 from autotune.space import load_space, parse_space
 
 REPO = Path(__file__).resolve().parents[2]

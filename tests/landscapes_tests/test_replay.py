@@ -8,7 +8,8 @@ from pathlib import Path
 import pytest
 
 from autotune.errors import AutotuneError
-from autotune.landscapes.landscape import ConfigRecord, config_key, enumerate_space, load_landscape
+from autotune.landscapes.landscape import ConfigRecord, load_landscape
+from autotune.search.configurations import config_key, enumerate_space
 from autotune.measurement.windows import PRUNE_MARGIN
 from autotune.records import TrialResult
 from autotune.landscapes.replay import (

@@ -8,7 +8,7 @@ import numpy as np
 import optuna
 import pytest
 
-from autotune.landscapes.landscape import enumerate_space
+from autotune.search.configurations import enumerate_space
 from autotune.space import builtin_space, parse_space
 from autotune.search.strategy import (
     AutotuneSampler,
