@@ -10,7 +10,7 @@ from __future__ import annotations
 import json
 import math
 import os
-from typing import Any, Callable, Protocol
+from typing import Any, Protocol
 
 
 class TrialContext(Protocol):
@@ -84,5 +84,3 @@ def step(samples: int | None = None) -> None:
     if _context is not None:
         _context.on_step(samples)
 
-
-OnReport = Callable[[dict[str, float]], None]

@@ -5,7 +5,6 @@ Everything that can be rejected is rejected here, before a process starts.
 
 from __future__ import annotations
 
-import hashlib
 import os
 import re
 import time
@@ -37,13 +36,6 @@ def check_script(path: str | Path) -> Path:
     except ValueError as exc:
         raise ScriptError(f"{path} is not a Python script ({exc})") from None
     return p.resolve()
-
-
-def script_hash(path: str | Path, args: list[str] | None = None) -> str:
-    h = hashlib.sha256(Path(path).read_bytes())
-    for a in args or []:
-        h.update(b"\0" + a.encode())
-    return h.hexdigest()[:16]
 
 
 def parse_sets(items: list[str] | None) -> dict[str, str]:

@@ -13,8 +13,6 @@ from autotune.daemon.records import DaemonHealth, EnsureReply, JobInfo, JobSpec,
 from autotune.errors import AutotuneError
 from autotune.study.outputs import BestConfig
 
-DEFAULT_SERVER = "http://127.0.0.1:8765"
-
 
 class DaemonError(AutotuneError):
     """The daemon cannot be reached, or refused a request."""

@@ -36,7 +36,6 @@ comes from (Neuron documentation page names):
   ``backend="neuron"``, ``torch.autocast(device_type="neuron")``, ``NEURON_COMPILER_OPT_LEVEL``
   (written ``-O<n>``, as torch-neuronx reads it), ``TORCH_NEURONX_NEFF_CACHE_DIR`` (default
   ``/tmp/neff_cache``).
-* "Neuron LS User Guide": the ``neuron-ls --json-output`` fields.
 
 Spelling choices: valued flags are written ``--long-name=value``, the long names of the CLI
 reference (``--optlevel=3``, not ``-O3``; ``--logical-nc-config=2``, not ``-lnc 2``), because one
@@ -46,7 +45,6 @@ hit the same compile-cache entry (its key hashes the flag string as given).
 
 from __future__ import annotations
 
-import json
 import os
 import re
 from dataclasses import dataclass
@@ -101,14 +99,6 @@ _CHOICES: dict[str, tuple[Any, ...]] = {
 _BOOL_PARAMS = ("mixed_precision_accumulation", "fast_loading", "stochastic_rounding")
 #: Integer parameters and their smallest value.
 _INT_PARAMS = {"batch_size": 1, "num_workers": 0, "batches_per_execution": 1}
-
-#: Peaks per chip, for an MFU figure (PRODUCT.md; Trainium, Inferentia2 and Trainium2 architecture
-#: pages). Trn1 and Inf2 both carry NeuronCore-v2 chips.
-PEAK_BF16_TFLOPS: dict[str, float] = {"trn1": 190.0, "inf2": 190.0, "trn2": 667.0}
-PEAK_HBM_BYTES: dict[str, int] = {"trn1": 32 * 2**30, "inf2": 32 * 2**30, "trn2": 96 * 2**30}
-PEAK_HBM_BYTES_PER_SECOND: dict[str, float] = {
-    "trn1": 820.0 * 2**30, "inf2": 820.0 * 2**30, "trn2": 2.9e12,
-}
 
 #: Platform families and the built-in space of each.
 PLATFORM_SPACES: dict[str, str] = {
@@ -375,64 +365,6 @@ def compile_cache_env(cache_root: str, compiler_version: str | None, path: str) 
         version = re.sub(r"[^\w.+-]", "_", compiler_version) if compiler_version else "unknown"
         return {"TORCH_NEURONX_NEFF_CACHE_DIR": os.path.join(cache_root, f"neff-{version}")}
     raise InvalidConfigError(f"path {path!r} is not one of {', '.join(PATHS)}")
-
-
-@dataclass(frozen=True)
-class NeuronDevice:
-    """One Neuron device as ``neuron-ls --json-output`` lists it."""
-
-    index: int
-    nc_count: int
-    memory_size: int  # bytes
-    neuroncore_ids: tuple[int, ...]
-    #: Physical cores per logical core (Trn2 and later only).
-    logical_neuroncore_config: int | None = None
-
-
-def _core_ids(raw: Any) -> tuple[int, ...]:
-    # The guide calls the field a "range or list"; the JSON it shows is a list of ints.
-    if isinstance(raw, str):
-        ids: list[int] = []
-        for part in raw.replace(" ", "").split(","):
-            low, _, high = part.partition("-")
-            ids.extend(range(int(low), int(high or low) + 1))
-        return tuple(ids)
-    return tuple(int(i) for i in raw)
-
-
-def parse_neuron_ls(json_text: str) -> list[NeuronDevice]:
-    """The devices in the output of ``neuron-ls --json-output`` (a JSON list, one object each).
-
-    Older ``neuron-ls`` versions do not print ``neuroncore_ids``; the cores are then numbered on
-    from the previous device's, which is how the runtime numbers them.
-    """
-    try:
-        doc = json.loads(json_text)
-    except json.JSONDecodeError as exc:
-        raise ValueError(f"neuron-ls did not print JSON: {exc}") from None
-    if not isinstance(doc, list):
-        raise ValueError("neuron-ls --json-output printed no list of devices")
-    devices: list[NeuronDevice] = []
-    next_core = 0
-    for entry in doc:
-        if not isinstance(entry, dict):
-            raise ValueError(f"neuron-ls device entry {entry!r} is not an object")
-        try:
-            nc_count = int(entry["nc_count"])
-            ids = (_core_ids(entry["neuroncore_ids"]) if entry.get("neuroncore_ids") is not None
-                   else tuple(range(next_core, next_core + nc_count)))
-            lnc = entry.get("logical_neuroncore_config")
-            devices.append(NeuronDevice(
-                index=int(entry.get("neuron_device", len(devices))),
-                nc_count=nc_count,
-                memory_size=int(entry["memory_size"]),
-                neuroncore_ids=ids,
-                logical_neuroncore_config=int(lnc) if lnc is not None else None,
-            ))
-        except (KeyError, TypeError, ValueError) as exc:
-            raise ValueError(f"neuron-ls device entry {entry!r} is not understood: {exc!r}") from None
-        next_core = max(ids, default=next_core - 1) + 1
-    return devices
 
 
 # ---------------------------------------------------------------------------------------------

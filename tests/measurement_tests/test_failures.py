@@ -1,6 +1,6 @@
 """Failure classification on the strings compilers and runtimes really print.
 
-The log lines are the documented messages (PRODUCT.md; the Neuron runtime troubleshooting guide,
+The log lines are the documented messages (the Neuron runtime troubleshooting guide,
 the Neuron compiler's error banners, torch-neuronx, XLA) inside the surroundings they come with:
 timestamps, log prefixes, exceptions.
 """

@@ -6,7 +6,6 @@ process must be started with; ``test_neuron_device.py`` runs the same plans on a
 
 from __future__ import annotations
 
-import json
 import random
 
 import pytest
@@ -17,13 +16,10 @@ from autotune.space import builtin_space
 from autotune.targets import get_target
 from autotune.targets import neuron
 from autotune.targets.neuron import (
-    PEAK_BF16_TFLOPS,
-    NeuronDevice,
     NeuronTarget,
     canonical_flags,
     compile_cache_env,
     neuron_present,
-    parse_neuron_ls,
 )
 
 SPACES = ("neuron-trn1", "neuron-inf2", "neuron-trn2")
@@ -508,89 +504,3 @@ def test_cache_rejections() -> None:
         compile_cache_env("s3://bucket/cache", "2.21.1.0", "native")
     with pytest.raises(InvalidConfigError, match="path 'eager'"):
         compile_cache_env("/cache", None, "eager")
-
-
-# --- neuron-ls -----------------------------------------------------------------------------
-
-# The shape of `neuron-ls --json-output` on a trn2.48xlarge, as the Neuron LS User Guide prints it
-# (two of its sixteen devices).
-NEURON_LS_TRN2 = """
-[
-    {
-        "neuron_device": 0,
-        "bdf": "cc:00.0",
-        "cpu_affinity": "48-95,144-191",
-        "numa_node": "1",
-        "connected_to": [12, 3, 4, 1],
-        "nc_count": 4,
-        "logical_neuroncore_config": 2,
-        "memory_size": 103079215104,
-        "neuroncore_ids": [0, 1, 2, 3],
-        "neuron_processes": [
-            {"pid": 113985, "command": "neuron-bench exec --run-as-cc-neff --...",
-             "neuron_runtime_version": "2.0.0"}
-        ]
-    },
-    {
-        "neuron_device": 15,
-        "bdf": "f7:00.0",
-        "cpu_affinity": "48-95,144-191",
-        "numa_node": "1",
-        "connected_to": [11, 14, 3, 12],
-        "nc_count": 4,
-        "logical_neuroncore_config": 2,
-        "memory_size": 103079215104,
-        "neuroncore_ids": [60, 61, 62, 63],
-        "neuron_processes": []
-    }
-]
-"""
-
-# A trn1.2xlarge with a neuron-ls that predates neuroncore_ids and logical_neuroncore_config.
-NEURON_LS_TRN1_OLD = json.dumps([
-    {"neuron_device": 0, "bdf": "00:1e.0", "connected_to": None, "nc_count": 2,
-     "memory_size": 34359738368, "neuron_processes": []},
-    {"neuron_device": 1, "bdf": "00:1f.0", "connected_to": None, "nc_count": 2,
-     "memory_size": 34359738368, "neuron_processes": []},
-])
-
-
-def test_parse_neuron_ls_trn2() -> None:
-    devices = parse_neuron_ls(NEURON_LS_TRN2)
-    assert devices == [
-        NeuronDevice(index=0, nc_count=4, memory_size=96 * 2**30, neuroncore_ids=(0, 1, 2, 3),
-                     logical_neuroncore_config=2),
-        NeuronDevice(index=15, nc_count=4, memory_size=96 * 2**30, neuroncore_ids=(60, 61, 62, 63),
-                     logical_neuroncore_config=2),
-    ]
-
-
-def test_parse_neuron_ls_numbers_cores_when_ids_are_missing() -> None:
-    devices = parse_neuron_ls(NEURON_LS_TRN1_OLD)
-    assert [d.neuroncore_ids for d in devices] == [(0, 1), (2, 3)]
-    assert [d.memory_size for d in devices] == [32 * 2**30, 32 * 2**30]
-    assert devices[0].logical_neuroncore_config is None
-
-
-def test_parse_neuron_ls_core_id_ranges() -> None:
-    text = json.dumps([{"neuron_device": 0, "nc_count": 4, "memory_size": 1, "neuroncore_ids": "4-7"}])
-    assert parse_neuron_ls(text)[0].neuroncore_ids == (4, 5, 6, 7)
-
-
-def test_parse_neuron_ls_empty_and_broken() -> None:
-    assert parse_neuron_ls("[]") == []
-    with pytest.raises(ValueError, match="did not print JSON"):
-        parse_neuron_ls("neuron-ls: error: no neuron device found")
-    with pytest.raises(ValueError, match="no list"):
-        parse_neuron_ls('{"error": "no driver"}')
-    with pytest.raises(ValueError, match="not understood"):
-        parse_neuron_ls('[{"neuron_device": 0}]')
-    with pytest.raises(ValueError, match="not an object"):
-        parse_neuron_ls("[1]")
-
-
-def test_peaks() -> None:
-    assert PEAK_BF16_TFLOPS == {"trn1": 190.0, "inf2": 190.0, "trn2": 667.0}
-    assert neuron.PEAK_HBM_BYTES["trn2"] == 96 * 2**30
-    assert neuron.PEAK_HBM_BYTES_PER_SECOND["trn1"] == 820 * 2**30
-    assert neuron.PEAK_HBM_BYTES_PER_SECOND["trn2"] == 2.9e12
