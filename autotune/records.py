@@ -97,6 +97,23 @@ class MeasurementProtocol(BaseModel):
     stop_below: float | None = None
 
 
+class TrialRequest(BaseModel):
+    """One trial as the driver hands it to a worker: what crosses the Ray boundary (as JSON)."""
+
+    plan: TrialPlan
+    script: str
+    args: list[str] = Field(default_factory=list)
+    #: The working directory of the trial process (the driver's, so relative paths mean the same).
+    cwd: str | None = None
+    trial_dir: str
+    #: Hard timeout of the trial process tree, seconds.
+    timeout_s: float = 1800.0
+    #: Host-memory limit of the trial's process tree; ``None``: 80% of the worker's machine.
+    memory_bytes: int | None = None
+    protocol: MeasurementProtocol = Field(default_factory=MeasurementProtocol)
+    seed: int = 0
+
+
 class TrialSpec(BaseModel):
     """Everything the trial process needs, written by the launcher and read by the harness."""
 

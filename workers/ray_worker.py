@@ -65,18 +65,17 @@ class TrialWorker:
     def info(self) -> dict[str, str]:
         return dict(self.placement)
 
-    def run(self, request: dict[str, Any]) -> str:
-        """Run one trial; ``request`` and the result are JSON-able so any Ray version carries them."""
-        from autotune.records import MeasurementProtocol, TrialPlan
+    def run(self, request_json: str) -> str:
+        """Run one trial: a :class:`TrialRequest` in, a :class:`TrialResult` out, both as JSON so
+        that any Ray version carries them."""
+        from autotune.records import TrialRequest
         from autotune.workers.launcher import TrialLimits, run_trial
 
-        plan = TrialPlan.model_validate(request["plan"])
+        request = TrialRequest.model_validate_json(request_json)
         result = run_trial(
-            plan, request["script"], request.get("args") or [],
-            trial_dir=request["trial_dir"], cwd=request.get("cwd"),
-            limits=TrialLimits(**request.get("limits", {})),
-            protocol=MeasurementProtocol.model_validate(request.get("protocol") or {}),
-            seed=request.get("seed", 0),
+            request.plan, request.script, request.args, trial_dir=request.trial_dir, cwd=request.cwd,
+            limits=TrialLimits(timeout_s=request.timeout_s, memory_bytes=request.memory_bytes),
+            protocol=request.protocol, seed=request.seed,
         )
         result.placement = dict(self.placement)
         return result.model_dump_json()

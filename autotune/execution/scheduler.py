@@ -14,6 +14,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from autotune.errors import AutotuneError
+from autotune.records import TrialRequest
 
 
 @dataclass
@@ -103,7 +104,7 @@ def plan_placement(target: str, *, workers: int | None, cores_per_trial: int) ->
 
 @dataclass
 class _Running:
-    request: dict[str, Any]
+    request: TrialRequest
     worker: Any
     ref: Any
     attempts: int
@@ -131,9 +132,9 @@ class WorkerPool:
     def free(self) -> int:
         return len(self.idle)
 
-    def submit(self, request: dict[str, Any], tag: Any, attempts: int = 1) -> None:
+    def submit(self, request: TrialRequest, tag: Any, attempts: int = 1) -> None:
         worker = self.idle.pop()
-        ref = worker.run.remote(request)
+        ref = worker.run.remote(request.model_dump_json())
         self.running[ref] = _Running(request, worker, ref, attempts, tag)
 
     def wait(self, timeout: float) -> list[tuple[Any, str | None, str | None]]:

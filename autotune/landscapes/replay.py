@@ -10,7 +10,7 @@ throughput, same confidence interval, same failure category).
 Time is simulated. A trial costs its recorded wall time, except that its compile is charged at
 the warm (cached) price when an earlier trial of this replay compiled the same graphs and the
 target's compile cache is read back across processes on the recording machine (inductor's
-``TORCHINDUCTOR_CACHE_DIR``, the Neuron compile cache; not XLA on CPU, see PRODUCT.md). "The same
+``TORCHINDUCTOR_CACHE_DIR``, the Neuron compile cache; not XLA on CPU: :meth:`autotune.targets.base.Target.compile_cache_persists`). "The same
 graphs" means the same configuration up to parameters that only the runtime sees
 (:data:`RUNTIME_ONLY_PARAMS`). Conversely a configuration whose recording hit the cache (a
 configuration recorded after its compile twin) is charged its twin's cold compile when it comes
@@ -43,6 +43,7 @@ from autotune.records import (
     FailureCategory,
     Measurement,
     TrialPlan,
+    TrialRequest,
     TrialResult,
 )
 
@@ -170,13 +171,12 @@ class ReplayPool:
     def free(self) -> int:
         return self.workers - len(self._running)
 
-    def submit(self, request: dict[str, Any], tag: Any) -> None:
+    def submit(self, request: TrialRequest, tag: Any) -> None:
         if self.free <= 0:
             raise AutotuneError("replay pool: no free worker")
-        plan = TrialPlan.model_validate(request["plan"])
-        rec = self.landscape.get(plan.params)
-        charge, pruned = pruned_charge(rec, self.cache.charge(rec), (request.get("protocol") or {}).get("stop_below"))
-        result = replayed_result(rec, plan, charge)
+        rec = self.landscape.get(request.plan.params)
+        charge, pruned = pruned_charge(rec, self.cache.charge(rec), request.protocol.stop_below)
+        result = replayed_result(rec, request.plan, charge)
         if pruned and result.measurement is not None:
             result.measurement.pruned = True
         if self._noise is not None and result.measurement is not None:

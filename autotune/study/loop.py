@@ -33,7 +33,7 @@ from autotune.errors import AutotuneError, InvalidConfigError
 from autotune.measurement.windows import PRUNE_MARGIN
 from autotune.study.numerics import DEFAULT_LOSS_TOLERANCE, constraint_value, loss_deviation
 from autotune.study.outputs import BestConfig, TrialSummary, check_writable, write_outputs
-from autotune.records import MeasurementProtocol, TrialResult
+from autotune.records import MeasurementProtocol, TrialPlan, TrialRequest, TrialResult
 from autotune.rendering import format_value
 from autotune.space import Parameter, SearchSpace
 from autotune.study.storage import rdb_storage
@@ -495,19 +495,13 @@ class Study:
         return "submitted"
 
     def _request(self, params: dict[str, Any], trial_dir: Path, protocol: MeasurementProtocol,
-                 plan: Any = None) -> dict[str, Any]:
+                 plan: TrialPlan | None = None) -> TrialRequest:
         """What a worker needs to run one trial of ``params``."""
-        plan = plan or self.target.cached_plan(params, str(self.cache.path))
-        return {
-            "plan": plan.model_dump(mode="json"),
-            "script": str(self.script),
-            "args": list(self.o.args),
-            "cwd": os.getcwd(),
-            "trial_dir": str(trial_dir.resolve()),
-            "limits": {"timeout_s": self.o.trial_timeout, "memory_bytes": self.memory_limit},
-            "protocol": protocol.model_dump(mode="json"),
-            "seed": self.o.seed or 0,
-        }
+        return TrialRequest(
+            plan=plan or self.target.cached_plan(params, str(self.cache.path)), script=str(self.script),
+            args=list(self.o.args), cwd=os.getcwd(), trial_dir=str(trial_dir.resolve()),
+            timeout_s=self.o.trial_timeout, memory_bytes=self.memory_limit, protocol=protocol,
+            seed=self.o.seed or 0)
 
     def _suggest(self, trial: Any) -> dict[str, Any]:
         """Ask Optuna for each free parameter that is active given those chosen before it."""
@@ -702,10 +696,10 @@ class _LazyPool:
     def free(self) -> int:
         return self.pool.free if self.pool is not None else 1
 
-    def submit(self, request: dict[str, Any], tag: Any) -> None:
+    def submit(self, request: TrialRequest, tag: Any) -> None:
         pool = self._start()
         if self.study.threads:  # parallel CPU trials share the machine's cores
-            request["plan"]["knobs"]["threads"] = self.study.threads
+            request.plan.knobs.threads = self.study.threads
         pool.submit(request, tag)
 
     def wait(self, timeout: float) -> list[tuple[Any, str | None, str | None]]:

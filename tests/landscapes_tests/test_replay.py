@@ -11,7 +11,7 @@ from autotune.errors import AutotuneError
 from autotune.landscapes.landscape import ConfigRecord, load_landscape
 from autotune.search.configurations import config_key, enumerate_space
 from autotune.measurement.windows import PRUNE_MARGIN
-from autotune.records import TrialResult
+from autotune.records import TrialRequest, TrialResult
 from autotune.landscapes.replay import (
     ReplayPool,
     compile_key,
@@ -77,8 +77,8 @@ def landscape(tmp_path: Path):
     return load_landscape(write_landscape(tmp_path / "synthetic.jsonl"))
 
 
-def _request(params: dict) -> dict:
-    return {"plan": get_target("inductor").plan(params).model_dump(mode="json"), "trial_dir": "/nonexistent"}
+def _request(params: dict, target: str = "inductor") -> TrialRequest:
+    return TrialRequest(plan=get_target(target).plan(params), script="replayed.py", trial_dir="/nonexistent")
 
 
 def _run(pool: ReplayPool, params: dict) -> TrialResult:
@@ -245,8 +245,7 @@ def test_a_recorded_landscape_replays_exactly(path) -> None:
     assert len(land.records) == land.header["configurations"] >= 48
     pool = ReplayPool(land)
     for rec in land.records:
-        plan = get_target(land.target).plan(rec.params)
-        pool.submit({"plan": plan.model_dump(mode="json")}, tag=rec.index)
+        pool.submit(_request(rec.params, land.target), tag=rec.index)
         (_, result_json, _), = pool.wait(0)
         result = TrialResult.model_validate_json(result_json)
         assert result.ok == rec.ok
@@ -284,10 +283,9 @@ def _first_sampler():
 def test_a_noisy_replay_measures_a_configuration_twice_differently(landscape) -> None:
     noisy = ReplayPool(landscape, noise_seed=1)
     rec = next(r for r in landscape.records if r.ok and r.ci95_high > r.ci95_low)
-    plan = get_target(landscape.target).plan(rec.params)
     values = []
     for tag in (1, 2):
-        noisy.submit({"plan": plan.model_dump(mode="json")}, tag=tag)
+        noisy.submit(_request(rec.params, landscape.target), tag=tag)
         (_, result_json, _), = noisy.wait(0)
         m = TrialResult.model_validate_json(result_json).measurement
         assert m.ci95_low < m.throughput < m.ci95_high
