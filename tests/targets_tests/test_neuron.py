@@ -14,7 +14,8 @@ from autotune.errors import InvalidConfigError, TargetError
 from autotune.records import CompileSpec
 from autotune.space import builtin_space
 from autotune.targets import get_target
-from autotune.targets import neuron
+from autotune.targets.neuron import platform as neuron_platform
+from autotune.targets.neuron import target as neuron_target
 from autotune.targets.neuron import (
     NeuronTarget,
     canonical_flags,
@@ -436,7 +437,7 @@ def test_platform_from_instance_type(target: NeuronTarget, monkeypatch: pytest.M
                                      tmp_path) -> None:
     monkeypatch.delenv("AUTOTUNE_NEURON_PLATFORM", raising=False)
     product = tmp_path / "product_name"
-    monkeypatch.setattr(neuron, "_DMI_PRODUCT_NAME", product)
+    monkeypatch.setattr(neuron_platform, "_DMI_PRODUCT_NAME", product)
     product.write_text("trn2.48xlarge\n")
     assert target.space_name() == "neuron-trn2"
     product.write_text("Standard PC (Q35 + ICH9, 2009)\n")
@@ -449,14 +450,14 @@ def test_platform_from_instance_type(target: NeuronTarget, monkeypatch: pytest.M
 
 
 def test_neuron_present(monkeypatch: pytest.MonkeyPatch) -> None:
-    monkeypatch.setattr(neuron.os.path, "exists", lambda p: False)
-    monkeypatch.setattr(neuron, "find_spec", lambda name: None)
+    monkeypatch.setattr(neuron_platform.os.path, "exists", lambda p: False)
+    monkeypatch.setattr(neuron_platform, "find_spec", lambda name: None)
     assert neuron_present() is False
     assert NeuronTarget().available() is False
-    monkeypatch.setattr(neuron, "find_spec", lambda name: object() if name == "torch_neuronx" else None)
+    monkeypatch.setattr(neuron_platform, "find_spec", lambda name: object() if name == "torch_neuronx" else None)
     assert neuron_present() is True
-    monkeypatch.setattr(neuron, "find_spec", lambda name: None)
-    monkeypatch.setattr(neuron.os.path, "exists", lambda p: p == "/dev/neuron0")
+    monkeypatch.setattr(neuron_platform, "find_spec", lambda name: None)
+    monkeypatch.setattr(neuron_platform.os.path, "exists", lambda p: p == "/dev/neuron0")
     assert neuron_present() is True
 
 
@@ -472,7 +473,7 @@ def test_neuron_present_does_not_import_torch() -> None:
 
 def test_versions_lists_installed_packages(monkeypatch: pytest.MonkeyPatch) -> None:
     installed = {"torch": "2.9.0", "torch-neuronx": "2.9.0.2.11.19912", "neuronx-cc": "2.21.33363.0"}
-    monkeypatch.setattr(neuron, "package_version", installed.get)
+    monkeypatch.setattr(neuron_target, "package_version", installed.get)
     assert NeuronTarget().versions() == installed
 
 

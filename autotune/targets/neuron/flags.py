@@ -1,0 +1,246 @@
+"""``NEURON_CC_FLAGS``: the parameters of the Neuron target and the one spelling of each flag.
+
+Equal configurations must produce byte-identical flag strings (the compile cache keys on the
+string as given), so every flag is written in one canonical form and order here.
+"""
+
+from __future__ import annotations
+
+import re
+from dataclasses import dataclass
+from typing import Any, Callable, Literal, Mapping
+
+from autotune.errors import InvalidConfigError
+
+FLAGS_ENV = "NEURON_CC_FLAGS"
+
+PATHS = ("xla", "native")
+MODEL_TYPES = ("generic", "transformer", "unet-inference")
+OPT_LEVELS = (1, 2, 3)
+COMPILER_TARGETS = ("trn1", "trn1n", "inf2", "trn2")
+AUTO_CASTS = ("none", "matmult", "all")
+AUTO_CAST_TYPES = ("bf16", "fp16", "tf32", "fp8_e4m3")
+LNC_VALUES = (1, 2)
+PRECISIONS = ("fp32", "bf16_model", "bf16_autocast", "xla_use_bf16")
+
+#: Parameters that only mean something on one path, with what to use on the other instead.
+XLA_ONLY: dict[str, str] = {
+    "optlevel": "use native_opt_level (NEURON_COMPILER_OPT_LEVEL) on the native path",
+    "target": "the native path detects the target itself",
+    "lnc": "use logical_nc_config (NEURON_LOGICAL_NC_CONFIG) on the native path",
+    "batches_per_execution": "MpDeviceLoader is an XLA-path tool; torch.compile decides the graphs "
+                             "on the native path",
+}
+NATIVE_ONLY: dict[str, str] = {
+    "native_opt_level": "use optlevel (--optlevel in NEURON_CC_FLAGS) on the xla path",
+    "logical_nc_config": "use lnc (--logical-nc-config in NEURON_CC_FLAGS) on the xla path",
+}
+_SHARED_PARAMS = (
+    "path", "batch_size", "num_workers", "precision", "model_type", "auto_cast", "auto_cast_type",
+    "mixed_precision_accumulation", "fast_loading", "stochastic_rounding",
+)
+KNOWN_PARAMS = frozenset((*_SHARED_PARAMS, *XLA_ONLY, *NATIVE_ONLY))
+_CHOICES: dict[str, tuple[Any, ...]] = {
+    "path": PATHS,
+    "model_type": MODEL_TYPES,
+    "optlevel": OPT_LEVELS,
+    "native_opt_level": OPT_LEVELS,
+    "target": COMPILER_TARGETS,
+    "auto_cast": AUTO_CASTS,
+    "auto_cast_type": AUTO_CAST_TYPES,
+    "lnc": LNC_VALUES,
+    "logical_nc_config": LNC_VALUES,
+    "precision": PRECISIONS,
+}
+_BOOL_PARAMS = ("mixed_precision_accumulation", "fast_loading", "stochastic_rounding")
+#: Integer parameters and their smallest value.
+_INT_PARAMS = {"batch_size": 1, "num_workers": 0, "batches_per_execution": 1}
+
+# ---------------------------------------------------------------------------------------------
+# NEURON_CC_FLAGS
+
+
+@dataclass(frozen=True)
+class CompilerFlag:
+    """One compiler setting: the spelling we write and every spelling a user may have written."""
+
+    key: str
+    canonical: str
+    aliases: tuple[str, ...]
+    takes_value: bool = True
+
+
+#: The compiler settings this module writes, in the canonical order of NEURON_CC_FLAGS (the
+#: synopsis order of the CLI reference).
+COMPILER_FLAGS: tuple[CompilerFlag, ...] = (
+    CompilerFlag("target", "--target", ("--target",)),
+    CompilerFlag("model_type", "--model-type", ("--model-type",)),
+    CompilerFlag("auto_cast", "--auto-cast", ("--auto-cast",)),
+    CompilerFlag("auto_cast_type", "--auto-cast-type", ("--auto-cast-type",)),
+    # "--lnc" is not in the CLI reference's synopsis but is what its NCC_EARG001 page shows.
+    CompilerFlag("lnc", "--logical-nc-config", ("--logical-nc-config", "-lnc", "--lnc")),
+    # "--O" is how earlier versions of the CLI reference spelled the option.
+    CompilerFlag("optlevel", "--optlevel", ("--optlevel", "-O", "--O")),
+    CompilerFlag("mixed_precision_accumulation", "--enable-mixed-precision-accumulation",
+                 ("--enable-mixed-precision-accumulation", "--disable-mixed-precision-accumulation"),
+                 takes_value=False),
+    CompilerFlag("fast_loading", "--enable-fast-loading-neuron-binaries",
+                 ("--enable-fast-loading-neuron-binaries",), takes_value=False),
+)
+_FLAG_BY_KEY = {flag.key: flag for flag in COMPILER_FLAGS}
+_DISABLE_MIXED_PRECISION_ACCUMULATION = "--disable-mixed-precision-accumulation"
+
+#: Space parameters that set a compiler setting, and the setting. lnc and logical_nc_config are
+#: the same compiler option; the runtime variable that must match it is set beside (see plan).
+PARAM_FLAG_KEYS: dict[str, str] = {
+    "target": "target",
+    "model_type": "model_type",
+    "auto_cast": "auto_cast",
+    "auto_cast_type": "auto_cast_type",
+    "lnc": "lnc",
+    "logical_nc_config": "lnc",
+    "optlevel": "optlevel",
+    "mixed_precision_accumulation": "mixed_precision_accumulation",
+    "fast_loading": "fast_loading",
+}
+#: Parameters that set a compiler setting through another env var: a user's flag for that setting
+#: is dropped from NEURON_CC_FLAGS so that it cannot override ours.
+_CLAIMED_ELSEWHERE = {"native_opt_level": "optlevel"}
+
+#: Flags read by neuron_cc_wrapper (the XLA path's compile cache), never by the compiler; whether a
+#: flag takes a value.
+WRAPPER_FLAGS: dict[str, bool] = {
+    "--cache_dir": True, "--no_cache": False, "--retry_failed_compilation": False, "--log_level": True,
+}
+
+# A token runs to the next unquoted whitespace; quotes are kept as written, so that the string we
+# hand back splits (the way torch-neuronx splits it) into the same arguments the user's did.
+_TOKEN = re.compile(r"""(?:[^\s'"]+|'[^']*'|"[^"]*")+""")
+_GLUED_OPTLEVEL = re.compile(r"^-O(\d+)$")
+
+
+@dataclass(frozen=True)
+class ExportedFlag:
+    """One flag of an exported ``NEURON_CC_FLAGS``, as :func:`parse_user_flags` understood it."""
+
+    #: A compiler setting of COMPILER_FLAGS, a flag of the cache wrapper, or any other flag.
+    kind: Literal["known", "wrapper", "other"]
+    #: What two occurrences of the same flag share: the setting's key, or the flag's name.
+    key: str
+    #: The value of a known setting (a string, or a bool for on/off settings).
+    value: Any = None
+    #: The user's text, for wrapper and other flags.
+    text: str = ""
+
+
+def _tokens(flags: str) -> list[str]:
+    # Whatever no token covers is a quote that never closes.
+    if _TOKEN.sub("", flags).strip():
+        raise InvalidConfigError(
+            f"{FLAGS_ENV} has an unterminated quote: {flags!r}; fix the exported {FLAGS_ENV}"
+        )
+    return _TOKEN.findall(flags)
+
+
+def _match_known(token: str) -> tuple[CompilerFlag, Any] | None:
+    """The known setting ``token`` starts, and its value (``None``: the value is the next token)."""
+    glued = _GLUED_OPTLEVEL.match(token)
+    if glued:
+        return _FLAG_BY_KEY["optlevel"], glued.group(1)
+    for flag in COMPILER_FLAGS:
+        for alias in flag.aliases:
+            if not flag.takes_value and token == alias:
+                return flag, alias != _DISABLE_MIXED_PRECISION_ACCUMULATION
+            if flag.takes_value and token == alias:
+                return flag, None
+            if flag.takes_value and token.startswith(alias + "="):
+                return flag, token[len(alias) + 1:]
+    return None
+
+
+def parse_user_flags(flags: str) -> list[ExportedFlag]:
+    """Split an exported ``NEURON_CC_FLAGS`` into flags, recognising every spelling of ours."""
+    tokens = _tokens(flags)
+    parsed: list[ExportedFlag] = []
+    i = 0
+    while i < len(tokens):
+        token = tokens[i]
+        i += 1
+        known = _match_known(token)
+        if known is not None:
+            flag, value = known
+            if value is None:
+                if i == len(tokens):
+                    raise InvalidConfigError(
+                        f"{FLAGS_ENV} ends with {token} and no value; give it one or remove it"
+                    )
+                value, i = tokens[i], i + 1
+            parsed.append(ExportedFlag("known", flag.key, value=value))
+            continue
+        name = token.split("=", 1)[0]
+        group = [token]
+        if name in WRAPPER_FLAGS:
+            if WRAPPER_FLAGS[name] and "=" not in token and i < len(tokens):
+                group.append(tokens[i])
+                i += 1
+            parsed.append(ExportedFlag("wrapper", name, text=" ".join(group)))
+            continue
+        # An option we do not know: the words up to the next option are its values.
+        while i < len(tokens) and not tokens[i].startswith("-"):
+            group.append(tokens[i])
+            i += 1
+        parsed.append(ExportedFlag("other", name, text=" ".join(group)))
+    return parsed
+
+
+def _render(key: str, value: Any) -> str | None:
+    flag = _FLAG_BY_KEY[key]
+    if key == "mixed_precision_accumulation":
+        return flag.canonical if value else _DISABLE_MIXED_PRECISION_ACCUMULATION
+    if key == "fast_loading":
+        # There is no flag that turns fast loading off: off is the flag's absence.
+        return flag.canonical if value else None
+    return f"{flag.canonical}={value}"
+
+
+def _last_occurrences(flags: list[ExportedFlag],
+                      same: Callable[[ExportedFlag], str]) -> list[ExportedFlag]:
+    """``flags`` with only the last of each group of equal ones (``same`` says which), in order.
+
+    The compiler and its wrapper let the right-most occurrence of an option win, so keeping the
+    last one keeps the meaning.
+    """
+    last = {same(flag): index for index, flag in enumerate(flags)}
+    return [flag for index, flag in enumerate(flags) if last[same(flag)] == index]
+
+
+def canonical_flags(params: Mapping[str, Any], user_flags: str = "") -> str:
+    """The ``NEURON_CC_FLAGS`` string for ``params`` merged into the flags the user exported.
+
+    One fixed order and no duplicates, so that equal configurations give byte-identical strings:
+    the compile cache hashes the string as given. Every compiler setting this module knows is
+    written in its one canonical spelling at its canonical place, whoever set it; ours replace
+    the user's, whatever spelling the user used (``-O3``, ``-lnc 2``). Flags this module does not
+    know follow in the user's order, exactly as written (only exact repeats are dropped: a
+    repeated option might legitimately take several values). The wrapper's own flags
+    (``--cache_dir=`` ...) come last. Unset (``None``) parameters write nothing.
+    """
+    ours: dict[str, Any] = {}
+    for name, key in PARAM_FLAG_KEYS.items():
+        if params.get(name) is not None:
+            ours[key] = params[name]
+    claimed = set(ours) | {
+        key for name, key in _CLAIMED_ELSEWHERE.items() if params.get(name) is not None
+    }
+
+    parsed = parse_user_flags(user_flags)
+    settings: dict[str, Any] = {}
+    for flag in parsed:
+        if flag.kind == "known" and flag.key not in claimed:
+            settings[flag.key] = flag.value
+    settings.update(ours)
+    others = _last_occurrences([f for f in parsed if f.kind == "other"], lambda f: f.text)
+    wrapper = _last_occurrences([f for f in parsed if f.kind == "wrapper"], lambda f: f.key)
+
+    rendered = [_render(flag.key, settings[flag.key]) for flag in COMPILER_FLAGS if flag.key in settings]
+    return " ".join([r for r in rendered if r] + [f.text for f in others] + [f.text for f in wrapper])

@@ -1,0 +1,175 @@
+"""The Neuron target: a configuration checked, planned (env vars, flags, knobs) and versioned."""
+
+from __future__ import annotations
+
+from typing import Any, Mapping
+
+from autotune.errors import InvalidConfigError, TargetError
+from autotune.records import CompileSpec, TrialPlan
+from autotune.targets.base import Target, common_knobs, package_version
+from autotune.targets.neuron.cache import compile_cache_env
+from autotune.targets.neuron.flags import (
+    _BOOL_PARAMS,
+    _CHOICES,
+    _INT_PARAMS,
+    FLAGS_ENV,
+    KNOWN_PARAMS,
+    NATIVE_ONLY,
+    XLA_ONLY,
+    canonical_flags,
+    parse_user_flags,
+)
+from autotune.targets.neuron.platform import PLATFORM_SPACES, detect_platform, neuron_present, platform_family
+
+# ---------------------------------------------------------------------------------------------
+# The target
+
+
+class NeuronTarget(Target):
+    name = "neuron"
+    spaces = ("neuron-trn1", "neuron-inf2", "neuron-trn2")
+
+    def space_name(self, platform: str | None = None) -> str:
+        """trn1/trn1n -> neuron-trn1, inf2 -> neuron-inf2, trn2/trn3 -> neuron-trn2 (instance
+        types such as ``trn1.32xlarge`` work too); ``None`` detects this machine's platform."""
+        family = platform_family(platform) if platform is not None else detect_platform()
+        if family is None:
+            raise TargetError(
+                f"unknown Neuron platform {platform!r}; choose one of {', '.join(PLATFORM_SPACES)}"
+            )
+        return PLATFORM_SPACES[family]
+
+    def check(self, params: Mapping[str, Any]) -> None:
+        given = {k: v for k, v in params.items() if v is not None}
+        unknown = sorted(set(given) - KNOWN_PARAMS)
+        if unknown:
+            raise InvalidConfigError(
+                f"unknown parameter(s) {', '.join(unknown)} for target neuron; "
+                f"known parameters: {', '.join(sorted(KNOWN_PARAMS))}"
+            )
+        for name, choices in _CHOICES.items():
+            value = given.get(name)
+            # bool is an int and 3.0 == 3: both would pass a plain ``in``.
+            if value is not None and (type(value) is not type(choices[0]) or value not in choices):
+                hint = "; the value is spelled matmult" if value == "matmul" else ""
+                raise InvalidConfigError(
+                    f"{name} {value!r} is not one of {', '.join(map(str, choices))}{hint}"
+                )
+        for name in _BOOL_PARAMS:
+            if name in given and not isinstance(given[name], bool):
+                raise InvalidConfigError(f"{name} must be true or false, not {given[name]!r}")
+        for name, low in _INT_PARAMS.items():
+            value = given.get(name)
+            if value is not None and (isinstance(value, bool) or not isinstance(value, int) or value < low):
+                raise InvalidConfigError(f"{name} must be an integer of at least {low}, not {value!r}")
+
+        path = given.get("path", "xla")
+        wrong_path = XLA_ONLY if path == "native" else NATIVE_ONLY
+        for name, instead in wrong_path.items():
+            if name in given:
+                raise InvalidConfigError(
+                    f"{name} does not apply to the {path} path: {instead}; remove {name} or change path"
+                )
+        if path == "native":
+            if given.get("precision") == "xla_use_bf16":
+                raise InvalidConfigError(
+                    "precision xla_use_bf16 sets XLA_USE_BF16, which only the xla path reads; "
+                    "use bf16_model or bf16_autocast on the native path"
+                )
+            if given.get("auto_cast", "none") != "none":
+                raise InvalidConfigError(
+                    f"auto_cast {given['auto_cast']!r}: the native path keeps the compiler's auto-cast "
+                    "at none; remove auto_cast and use precision bf16_model or bf16_autocast instead"
+                )
+        if "auto_cast_type" in given and given.get("auto_cast", "none") == "none":
+            raise InvalidConfigError(
+                f"auto_cast_type {given['auto_cast_type']!r} only applies when the compiler auto-casts; "
+                "set auto_cast to matmult or all, or remove auto_cast_type"
+            )
+        if given.get("lnc") == 2 and given.get("target") != "trn2":
+            raise InvalidConfigError(
+                f"lnc 2 needs target trn2 (target is {given.get('target', 'unset')}; neuronx-cc "
+                "fails with NCC_EARG001 otherwise); set target to trn2 or lnc to 1"
+            )
+
+    def plan(self, params: Mapping[str, Any], base_env: Mapping[str, str] | None = None) -> TrialPlan:
+        self.check(params)
+        base_env = base_env or {}
+        native = params.get("path", "xla") == "native"
+        env: dict[str, str] = {}
+        notes: list[str] = []
+        knobs = common_knobs(params)
+
+        if native:
+            knobs.compile = CompileSpec(backend="neuron")
+            if params.get("native_opt_level") is not None:
+                env["NEURON_COMPILER_OPT_LEVEL"] = f"-O{params['native_opt_level']}"
+        else:
+            knobs.lazy_device = True
+            knobs.batches_per_execution = params.get("batches_per_execution")
+
+        precision = params.get("precision")
+        if precision == "bf16_model":
+            knobs.model_dtype = "bfloat16"
+        elif precision == "bf16_autocast":
+            knobs.autocast_device, knobs.autocast_dtype = ("neuron" if native else "xla"), "bfloat16"
+        elif precision == "xla_use_bf16":
+            env["XLA_USE_BF16"] = "1"
+            notes.append("XLA_USE_BF16 is deprecated since torch-neuronx 2.5 (torch-xla 2.5); "
+                         "prefer precision bf16_model or bf16_autocast")
+            if params.get("stochastic_rounding") is None:
+                notes.append("XLA_USE_BF16 also turns on stochastic rounding unless "
+                             "NEURON_RT_STOCHASTIC_ROUNDING_EN is set")
+
+        if params.get("stochastic_rounding") is not None:
+            env["NEURON_RT_STOCHASTIC_ROUNDING_EN"] = "1" if params["stochastic_rounding"] else "0"
+        lnc = params.get("logical_nc_config") if native else params.get("lnc")
+        if lnc is not None:
+            # The runtime must group cores the way the compiler sharded the graph ("Logical
+            # NeuronCore configuration"), so the flag and the env var are always set together.
+            env["NEURON_LOGICAL_NC_CONFIG"] = str(lnc)
+
+        user_flags = base_env.get(FLAGS_ENV, "")
+        flags = canonical_flags(params, user_flags)
+        if flags:
+            env[FLAGS_ENV] = flags
+        notes.extend(self._flag_notes(params, native, user_flags))
+        return TrialPlan(target=self.name, params=dict(params), env=env, flags_env=FLAGS_ENV,
+                         knobs=knobs, notes=notes)
+
+    @staticmethod
+    def _flag_notes(params: Mapping[str, Any], native: bool, user_flags: str) -> list[str]:
+        """What a user should know about the compiler flags this plan ends up with."""
+        notes: list[str] = []
+        user = parse_user_flags(user_flags)
+        user_keys = {f.key for f in user if f.kind == "known"}
+        if not native and params.get("auto_cast") is None and "auto_cast" not in user_keys:
+            notes.append("--auto-cast is left at the compiler's default, which is none since Neuron "
+                         "2.27 (matmult before): set auto_cast to pin it across SDK versions")
+        if params.get("mixed_precision_accumulation") is False:
+            notes.append("--disable-mixed-precision-accumulation exists since Neuron 2.27, where "
+                         "mixed-precision accumulation became the default")
+        if native and params.get("native_opt_level") is not None and "optlevel" in user_keys:
+            notes.append("the optimization level in the exported NEURON_CC_FLAGS was dropped: "
+                         "native_opt_level sets it through NEURON_COMPILER_OPT_LEVEL")
+        wrapper = [f.key for f in user if f.kind == "wrapper"]
+        if native and wrapper:
+            notes.append(f"{', '.join(wrapper)} in NEURON_CC_FLAGS are read by the XLA path's "
+                         "neuron_cc_wrapper; on the native path they reach neuronx-cc itself")
+        return notes
+
+    def cache_env(self, root: str, params: Mapping[str, Any]) -> tuple[dict[str, str], list[str]]:
+        from autotune.targets.base import package_version
+
+        path = params.get("path", "xla")
+        return compile_cache_env(root, package_version("neuronx-cc"), path), []
+
+    def available(self) -> bool:
+        return neuron_present()
+
+    def compile_cache_persists(self) -> bool:
+        return True
+
+    def versions(self) -> dict[str, str]:
+        return {k: v for k in ("torch", "torch-neuronx", "torch-xla", "neuronx-cc")
+                if (v := package_version(k))}
