@@ -26,12 +26,13 @@ from typing import Any, Iterator
 
 from autotune.errors import AutotuneError
 from autotune.records import FailureCategory, PROTOCOL_VERSION, TrialResult
+from autotune.targets import all_targets
+from autotune.targets.base import directory_usage
 
 #: Failures that the same configuration in the same environment would meet again. Timeouts,
 #: crashes, host OOM and busy cores may be the machine's fault and are measured again.
 REMEMBERED_FAILURES = {FailureCategory.compile_error, FailureCategory.device_oom,
                        FailureCategory.numerics, FailureCategory.invalid_config}
-STALE_LOCK_SECONDS = 3600
 
 
 def default_cache_root() -> Path:
@@ -115,92 +116,6 @@ class CacheRoot:
             except (OSError, ValueError):
                 yield p, None
 
-    # -- the Neuron XLA-path compile cache ---------------------------------------------------
-    @property
-    def neuron_xla_dir(self) -> Path:
-        return self.path / "neuron-compile-cache"
-
-    def neuron_failed_compile(self, flags: str | None) -> NeuronCacheEntry | None:
-        """A failed entry compiled with exactly ``flags``, if the Neuron cache holds one."""
-        if flags is None:
-            return None
-        wanted = _flag_list(flags)
-        for entry in neuron_cache_entries(self.neuron_xla_dir):
-            if entry.state == "failed" and entry.flags is not None and _compiler_flags(entry.flags) == \
-                    _compiler_flags(wanted):
-                return entry
-        return None
-
-
-# -- reading the Neuron persistent cache layout ----------------------------------------------------
-
-@dataclass
-class NeuronCacheEntry:
-    """``neuronxcc-<version>/MODULE_<graph hash>+<flag hash>/`` of the Neuron persistent cache."""
-
-    path: Path
-    compiler_version: str
-    graph_hash: str
-    flag_hash: str
-    state: str  # done, failed, locked, stale_lock, incomplete
-    flags: list[str] | None = None
-    size: int = 0
-    mtime: float = 0.0
-
-
-_MODULE = re.compile(r"MODULE_([^+]+)\+(.+)")
-
-
-def neuron_cache_entries(root: Path) -> list[NeuronCacheEntry]:
-    """Entries of a Neuron persistent cache directory, each with its state.
-
-    A compiled entry has ``model.neff`` and ``model.done``; a failed one has ``model.log`` and no
-    NEFF; one being compiled holds a ``*.lock`` (stale when older than an hour).
-    """
-    out: list[NeuronCacheEntry] = []
-    if not root.is_dir():
-        return out
-    now = time.time()
-    for version_dir in sorted(root.glob("neuronxcc-*")):
-        for module in sorted(version_dir.glob("MODULE_*")):
-            m = _MODULE.fullmatch(module.name)
-            if not m or not module.is_dir():
-                continue
-            files = {p.name: p for p in module.iterdir()}
-            locks = [p for n, p in files.items() if n.endswith(".lock")]
-            if "model.neff" in files and "model.done" in files:
-                state = "done"
-            elif locks:
-                oldest = min(p.stat().st_mtime for p in locks)
-                state = "stale_lock" if now - oldest > STALE_LOCK_SECONDS else "locked"
-            elif "model.log" in files and "model.neff" not in files:
-                state = "failed"
-            else:
-                state = "incomplete"
-            flags = None
-            if "compile_flags.json" in files:
-                try:
-                    raw = json.loads(files["compile_flags.json"].read_text())
-                    flags = [str(f) for f in raw] if isinstance(raw, list) else _flag_list(str(raw))
-                except (OSError, ValueError):
-                    flags = None
-            size = sum(p.stat().st_size for p in files.values() if p.is_file())
-            mtime = max((p.stat().st_mtime for p in files.values()), default=module.stat().st_mtime)
-            out.append(NeuronCacheEntry(module, version_dir.name[len("neuronxcc-"):], m.group(1), m.group(2),
-                                        state, flags, size, mtime))
-    return out
-
-
-_WRAPPER_FLAGS = ("--cache_dir", "--no_cache", "--retry_failed_compilation", "--log_level")
-
-
-def _flag_list(flags: str) -> list[str]:
-    return flags.split()
-
-
-def _compiler_flags(flags: list[str]) -> list[str]:
-    """Flags as the compiler sees them: the wrapper's own flags are not part of a compile."""
-    return [f for f in flags if not f.split("=", 1)[0] in _WRAPPER_FLAGS]
 
 
 # -- stats, prune, clear --------------------------------------------------------------------------
@@ -212,16 +127,6 @@ class CacheStats:
 
     def to_json(self) -> dict[str, Any]:
         return {"root": self.root, "sections": self.sections}
-
-
-def _dir_usage(path: Path) -> tuple[int, int]:
-    files = size = 0
-    if path.is_dir():
-        for p in path.rglob("*"):
-            if p.is_file():
-                files += 1
-                size += p.stat().st_size
-    return files, size
 
 
 def cache_stats(cache: CacheRoot) -> CacheStats:
@@ -239,21 +144,11 @@ def cache_stats(cache: CacheRoot) -> CacheStats:
         by_target[r.plan.target] = by_target.get(r.plan.target, 0) + 1
         hits += r.compile.cache_hits or 0
         misses += r.compile.cache_misses or 0
-    _, rsize = _dir_usage(cache.results_dir)
+    _, rsize = directory_usage(cache.results_dir)
     stats.sections["results"] = {"entries": len(results), "by_target": by_target, "by_status": by_status,
                                  "compile_cache_hits": hits, "compile_cache_misses": misses, "bytes": rsize}
-    files, size = _dir_usage(cache.path / "inductor")
-    stats.sections["inductor"] = {"files": files, "bytes": size}
-    entries = neuron_cache_entries(cache.neuron_xla_dir)
-    states: dict[str, int] = {}
-    for e in entries:
-        states[e.state] = states.get(e.state, 0) + 1
-    stats.sections["neuron-xla"] = {"entries": len(entries), **{s: states.get(s, 0) for s in
-                                    ("done", "failed", "locked", "stale_lock", "incomplete")},
-                                    "bytes": sum(e.size for e in entries)}
-    for d in sorted(cache.path.glob("neff-*")) + sorted(cache.path.glob("xla-*")):
-        files, size = _dir_usage(d)
-        stats.sections[d.name] = {"files": files, "bytes": size}
+    for target in all_targets():
+        stats.sections.update(target.cache_sections(cache.path))
     return stats
 
 
@@ -263,15 +158,8 @@ def _prunable(cache: CacheRoot) -> list[tuple[float, int, Path]]:
     for p, _ in cache.iter_results():
         st = p.stat()
         units.append((st.st_mtime, st.st_size, p))
-    for e in neuron_cache_entries(cache.neuron_xla_dir):
-        if e.state not in ("locked",):  # never pull an entry from under a running compile
-            units.append((e.mtime, e.size, e.path))
-    for d in [cache.path / "inductor", *cache.path.glob("neff-*"), *cache.path.glob("xla-*")]:
-        if d.is_dir():
-            for p in d.rglob("*"):
-                if p.is_file():
-                    st = p.stat()
-                    units.append((st.st_mtime, st.st_size, p))
+    for target in all_targets():
+        units.extend(target.cache_units(cache.path))
     return units
 
 
@@ -303,7 +191,7 @@ def prune(cache: CacheRoot, *, max_size: int | None = None, older_than: float | 
 
 def clear(cache: CacheRoot) -> int:
     """Remove everything under the cache root; returns the bytes freed."""
-    _, size = _dir_usage(cache.path)
+    _, size = directory_usage(cache.path)
     for child in cache.path.iterdir():
         _remove(child)
     (cache.results_dir).mkdir(parents=True, exist_ok=True)

@@ -11,17 +11,11 @@ from pathlib import Path
 
 import pytest
 
-from autotune.cache import (
-    cache_stats,
-    clear,
-    neuron_cache_entries,
-    open_cache,
-    parse_age,
-    prune,
-    result_key,
-)
+from autotune.cache import cache_stats, clear, open_cache, parse_age, prune, result_key
 from autotune.errors import AutotuneError
 from autotune.records import Failure, FailureCategory, Measurement, TrialPlan, TrialResult
+from autotune.targets.neuron import NeuronTarget
+from autotune.targets.neuron.cache import XLA_CACHE_DIR, neuron_cache_entries
 
 PLAN = TrialPlan(target="inductor", params={"mode": "eager"})
 
@@ -86,15 +80,19 @@ def test_keys_change_with_every_part() -> None:
     assert result_key(**base, protocol_version=99) != k
 
 
+def neuron_plan(flags: str) -> TrialPlan:
+    return TrialPlan(target="neuron", params={}, env={"NEURON_CC_FLAGS": flags}, flags_env="NEURON_CC_FLAGS")
+
+
 def test_the_neuron_layout_is_read_with_each_entry_state(tmp_path) -> None:
     flags = ["--target=trn1", "--model-type=transformer", "--optlevel=3"]
     make_neuron_tree(tmp_path / "c", flags)
     cache = open_cache(tmp_path / "c")
-    states = {e.graph_hash: e.state for e in neuron_cache_entries(cache.neuron_xla_dir)}
+    states = {e.graph_hash: e.state for e in neuron_cache_entries(cache.path / XLA_CACHE_DIR)}
     assert states == {"111": "done", "222": "failed", "333": "locked", "444": "stale_lock"}
-    found = cache.neuron_failed_compile(" ".join(flags) + " --cache_dir=/x")
-    assert found is not None and found.path.name == "MODULE_222+bbbb", "wrapper flags are not part of a compile"
-    assert cache.neuron_failed_compile("--target=trn1 --optlevel=3") is None
+    found = NeuronTarget().failed_compile(neuron_plan(" ".join(flags) + " --cache_dir=/x"), cache.path)
+    assert found is not None and "(MODULE_222+bbbb)" in found, "wrapper flags are not part of a compile"
+    assert NeuronTarget().failed_compile(neuron_plan("--target=trn1 --optlevel=3"), cache.path) is None
 
     stats = cache_stats(cache).sections["neuron-xla"]
     assert (stats["entries"], stats["done"], stats["failed"], stats["locked"], stats["stale_lock"]) == (4, 1, 1, 1, 1)
@@ -115,7 +113,7 @@ def test_prune_and_clear(tmp_path) -> None:
     removed, freed = prune(cache, older_than=parse_age("7d"))
     assert removed == 1 and freed > 0  # the ten-day-old result only
     assert cache.get_result(old) is None and cache.get_result(new) is not None
-    states = {e.state for e in neuron_cache_entries(cache.neuron_xla_dir)}
+    states = {e.state for e in neuron_cache_entries(cache.path / XLA_CACHE_DIR)}
     assert "locked" in states, "an entry being compiled is never pruned"
     prune(cache, max_size=0)
     assert cache.get_result(new) is None

@@ -15,12 +15,17 @@ from typing import Any
 
 from autotune.errors import AutotuneError
 from autotune.records import TrialRequest
+from autotune.targets.base import Target
 
 
 @dataclass
 class Placement:
     workers: int
-    neuron_cores_per_worker: int = 0
+    #: The target whose trials the workers run.
+    target: str
+    #: Each worker holds this many of the Ray resource ``device_resource`` (``neuron_cores``).
+    devices_per_worker: int = 0
+    device_resource: str | None = None
     cpus_per_worker: float = 1.0
     threads_per_trial: int | None = None
     notes: list[str] = field(default_factory=list)
@@ -67,26 +72,32 @@ def _check_reachable(address: str) -> None:
                             "check --ray-address (the head node's GCS address, e.g. 10.0.0.5:6379)") from None
 
 
-def plan_placement(target: str, *, workers: int | None, cores_per_trial: int) -> Placement:
-    """How many workers, and what each holds, from the cluster's resources."""
+def plan_placement(target: Target, *, workers: int | None, cores_per_trial: int) -> Placement:
+    """How many workers, and what each holds, from the cluster's resources.
+
+    A target whose trials hold devices (:attr:`Target.device_resource`, ``neuron_cores``) gets
+    one worker per ``cores_per_trial`` of them; the others share the host's CPUs.
+    """
     import ray
 
     resources = ray.cluster_resources()
     cpus = int(resources.get("CPU", os.cpu_count() or 1))
     notes: list[str] = []
-    if target == "neuron":
-        cores = int(resources.get("neuron_cores", 0))
+    resource, noun = target.device_resource, target.device_noun
+    if resource is not None:
+        cores = int(resources.get(resource, 0))
         if cores == 0:
-            notes.append("the Ray cluster declares no neuron_cores: trials run without NeuronCores")
-            return Placement(workers=workers or 1, cpus_per_worker=0, notes=notes)
+            notes.append(f"the Ray cluster declares no {resource}: trials run without {noun}")
+            return Placement(workers=workers or 1, target=target.name, cpus_per_worker=0, notes=notes)
         if cores_per_trial > cores:
-            raise AutotuneError(f"--cores-per-trial {cores_per_trial} is more than the cluster's {cores} NeuronCores")
+            raise AutotuneError(f"--cores-per-trial {cores_per_trial} is more than the cluster's {cores} {noun}")
         most = cores // cores_per_trial
         if workers and workers > most:
-            notes.append(f"{workers} workers asked for, but {cores} NeuronCores hold only {most} "
+            notes.append(f"{workers} workers asked for, but {cores} {noun} hold only {most} "
                          f"trials of {cores_per_trial} cores: using {most}")
-        # The NeuronCores are the scarce resource; compiling uses host CPUs that Ray does not ration.
-        return Placement(workers=min(workers or most, most), neuron_cores_per_worker=cores_per_trial,
+        # The devices are the scarce resource; compiling uses host CPUs that Ray does not ration.
+        return Placement(workers=min(workers or most, most), target=target.name, devices_per_worker=cores_per_trial,
+                         device_resource=resource,
                          cpus_per_worker=0, notes=notes)
     # CPU targets: parallel trials on a small machine distort each other's measurements.
     default = 1 if cpus <= 8 else cpus // 8
@@ -99,7 +110,8 @@ def plan_placement(target: str, *, workers: int | None, cores_per_trial: int) ->
     user_threads = os.environ.get("OMP_NUM_THREADS", "")
     if user_threads.isdigit() and int(user_threads) > 0:
         threads = min(threads, int(user_threads))  # the user has already limited threads: keep it
-    return Placement(workers=n, cpus_per_worker=cpus / n, threads_per_trial=threads, notes=notes)
+    return Placement(workers=n, target=target.name, cpus_per_worker=cpus / n, threads_per_trial=threads,
+                     notes=notes)
 
 
 @dataclass
@@ -118,7 +130,9 @@ class WorkerPool:
         from autotune.workers.ray_worker import worker_class
 
         self.placement = placement
-        self._cls = worker_class(neuron_cores=placement.neuron_cores_per_worker,
+        devices = ({placement.device_resource: placement.devices_per_worker}
+                   if placement.device_resource and placement.devices_per_worker else None)
+        self._cls = worker_class(resources=devices,
                                  num_cpus=placement.cpus_per_worker)
         self._next_id = 0
         self.idle: list[Any] = [self._spawn() for _ in range(placement.workers)]
@@ -126,7 +140,7 @@ class WorkerPool:
 
     def _spawn(self) -> Any:
         self._next_id += 1
-        return self._cls.remote(self._next_id)
+        return self._cls.remote(self._next_id, self.placement.target)
 
     @property
     def free(self) -> int:

@@ -32,7 +32,8 @@ from autotune.space import SearchSpace, load_space, parse_space
 
 FORMAT_VERSION = 1
 
-_RECORDED_ENV = ("OMP_NUM_THREADS", "MKL_NUM_THREADS", "PJRT_DEVICE", "XLA_FLAGS", "NEURON_CC_FLAGS")
+#: Thread settings decide figures on a shared machine; each target adds the variables it reads.
+_THREAD_ENV = ("OMP_NUM_THREADS", "MKL_NUM_THREADS")
 
 
 # -- the file -------------------------------------------------------------------------------------
@@ -230,7 +231,7 @@ def record(o: RecordOptions, on_config: Callable[[ConfigRecord, int], None] | No
             "protocol": o.protocol.model_dump(mode="json"), "trial_timeout_s": o.trial_timeout,
             "compile_cache_persists": target.compile_cache_persists(),
             # What of the recording's environment decides its figures (threads on a shared machine).
-            "env": {k: os.environ[k] for k in _RECORDED_ENV if k in os.environ},
+            "env": {k: os.environ[k] for k in _recorded_env() if k in os.environ},
             "configurations": len(configs), "started_at": time.time(),
             "provenance": provenance(target, script, o.args),
         }
@@ -255,6 +256,12 @@ def record(o: RecordOptions, on_config: Callable[[ConfigRecord, int], None] | No
         if on_config:
             on_config(rec, len(configs))
     return load_landscape(out)
+
+
+def _recorded_env() -> list[str]:
+    from autotune.targets import all_targets
+
+    return [*_THREAD_ENV, *(var for target in all_targets() for var in target.environment)]
 
 
 def _check_same_recording(header: dict[str, Any], o: RecordOptions, target: str) -> None:

@@ -304,8 +304,9 @@ class Study:
         self.provenance = provenance(self.target, self.script, self.o.args)
         self.study.set_user_attr("provenance", self.provenance)
         self._model_key, self._env_key = model_of(self.provenance), environment_of(self.provenance)
-        if self.target.name == "neuron" and not self.target.available():
-            self.notes.append("no Neuron device or torch_neuronx here: trials run without the Neuron compiler")
+        note = self.target.availability_note()
+        if note:
+            self.notes.append(note)
         self._fail_stale()
         self._enqueue_starting_points()
         if self.o.pool_factory is not None:
@@ -481,14 +482,13 @@ class Study:
             self._tell(trial, remembered.model_dump_json(), None, from_cache=True)
             return "reused"
         plan = self.target.cached_plan(params, str(self.cache.path))
-        if plan.flags_env == "NEURON_CC_FLAGS" and self.target.name == "neuron":
-            failed = None if self.o.retry_failed else self.cache.neuron_failed_compile(plan.compiler_flags)
+        if self.o.retry_failed:
+            self.target.retry_failed_compile(plan)
+        else:
+            failed = self.target.failed_compile(plan, self.cache.path)
             if failed is not None:
-                self._tell_known_failure(trial, plan, f"the Neuron compile cache holds a failed compile of these "
-                                                      f"flags ({failed.path.name}); --retry-failed compiles it again")
+                self._tell_known_failure(trial, plan, failed)
                 return "reused"
-            if self.o.retry_failed:
-                plan.env["NEURON_CC_FLAGS"] = f"{plan.env['NEURON_CC_FLAGS']} --retry_failed_compilation".strip()
         trial.set_user_attr("env", plan.env)
         pool.submit(self._request(params, self.out / "trials" / f"{trial.number:04d}", self._trial_protocol(),
                                   plan=plan), tag=trial.number)
@@ -685,7 +685,7 @@ class _LazyPool:
         if self.pool is None:
             o = self.study.o
             self.ray_started = connect(o.ray_address) or self.ray_started
-            placement = plan_placement(self.study.target.name, workers=o.workers,
+            placement = plan_placement(self.study.target, workers=o.workers,
                                        cores_per_trial=o.cores_per_trial)
             self.study.notes.extend(placement.notes)
             self.study.threads = placement.threads_per_trial

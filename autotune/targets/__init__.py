@@ -32,6 +32,10 @@ def imports_torch_xla(source: str) -> bool:
     return False
 
 
+def all_targets() -> list[Target]:
+    return [cls() for cls in TARGETS.values()]
+
+
 def get_target(name: str) -> Target:
     try:
         return TARGETS[name]()
@@ -62,4 +66,4 @@ def resolve_target(name: str, script: str | Path) -> Target:
     return target
 
 
-__all__ = ["TARGETS", "Target", "get_target", "detect_target", "resolve_target"]
+__all__ = ["TARGETS", "Target", "all_targets", "get_target", "detect_target", "resolve_target"]

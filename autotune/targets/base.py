@@ -8,10 +8,15 @@ Everything that knows a flag's spelling lives in the target's own module.
 from __future__ import annotations
 
 import abc
-from typing import Any, ClassVar, Mapping
+from pathlib import Path
+from typing import Any, ClassVar, Mapping, MutableMapping
 
+from autotune.host import host_device
 from autotune.records import RuntimeKnobs, TrialPlan
 from autotune.space import SearchSpace, builtin_space
+
+#: A removable piece of a compile cache: (modification time, bytes, path).
+CacheUnit = tuple[float, int, Path]
 
 
 class Target(abc.ABC):
@@ -19,6 +24,12 @@ class Target(abc.ABC):
     name: ClassVar[str]
     #: Built-in search spaces of this target, first one the default.
     spaces: ClassVar[tuple[str, ...]]
+    #: The Ray resource through which a trial holds its devices (``neuron_cores``), and what a
+    #: person calls them; ``None`` for targets whose trials share the host's CPUs.
+    device_resource: ClassVar[str | None] = None
+    device_noun: ClassVar[str] = "devices"
+    #: Env vars a user may export that change this target's results (recorded with a landscape).
+    environment: ClassVar[tuple[str, ...]] = ()
 
     def default_space(self, platform: str | None = None) -> SearchSpace:
         """The built-in space for ``platform`` (or the target's default one)."""
@@ -59,6 +70,36 @@ class Target(abc.ABC):
         """Whether this target can run trials on this machine."""
         return True
 
+    def device_description(self) -> str:
+        """The device a result was measured on, for its provenance (``cpu:<model>``, ``cuda:<model>``)."""
+        return host_device()
+
+    def claim_devices(self, environ: MutableMapping[str, str]) -> dict[str, str]:
+        """In a worker that Ray gave this target's devices: put the env vars Ray set into the form
+        the target's runtime reads, and return where the worker's trials run (for each result)."""
+        return {}
+
+    def availability_note(self) -> str | None:
+        """What a study should say when this target runs without its device or compiler."""
+        return None
+
+    def failed_compile(self, plan: TrialPlan, cache_root: Path) -> str | None:
+        """Why ``plan`` need not be compiled again: the compile cache under ``cache_root`` holds a
+        failed compile of exactly its flags (the reason, naming the entry); else ``None``."""
+        return None
+
+    def retry_failed_compile(self, plan: TrialPlan) -> None:
+        """Make ``plan`` compile again what its compile cache remembers as failed (``--retry-failed``)."""
+
+    def cache_sections(self, root: Path) -> dict[str, dict[str, Any]]:
+        """Figures of this target's compiled artifacts under the cache ``root``, by section."""
+        return {}
+
+    def cache_units(self, root: Path) -> list[CacheUnit]:
+        """The pieces of this target's compiled artifacts that can be removed on their own; never
+        one that a running compile holds."""
+        return []
+
     def compile_cache_persists(self) -> bool:
         """Whether a later process on this machine loads this target's compiled graphs from its
         cache instead of compiling them again."""
@@ -89,3 +130,26 @@ def package_version(name: str) -> str | None:
         return metadata.version(name)
     except metadata.PackageNotFoundError:
         return None
+
+
+def directory_usage(path: Path) -> tuple[int, int]:
+    """Files and bytes under ``path`` (0, 0 where it does not exist)."""
+    files = size = 0
+    if path.is_dir():
+        for p in path.rglob("*"):
+            if p.is_file():
+                files += 1
+                size += p.stat().st_size
+    return files, size
+
+
+def file_units(directories: list[Path]) -> list[CacheUnit]:
+    """Each file under ``directories`` as a unit of its own (caches of many small independent files)."""
+    units: list[CacheUnit] = []
+    for d in directories:
+        if d.is_dir():
+            for p in d.rglob("*"):
+                if p.is_file():
+                    st = p.stat()
+                    units.append((st.st_mtime, st.st_size, p))
+    return units

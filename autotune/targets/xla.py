@@ -8,11 +8,12 @@ bf16 by ``torch.autocast("xla")``, or the deprecated ``XLA_USE_BF16``), ``MpDevi
 from __future__ import annotations
 
 import os
+from pathlib import Path
 from typing import Any, Mapping
 
 from autotune.errors import InvalidConfigError, MissingPackageError
 from autotune.records import CompileSpec, TrialPlan
-from autotune.targets.base import Target, common_knobs, package_version
+from autotune.targets.base import CacheUnit, Target, common_knobs, directory_usage, file_units, package_version
 
 #: Boolean space parameters and the XLA flag each sets, in the canonical order of XLA_FLAGS.
 XLA_BOOL_FLAGS: dict[str, str] = {
@@ -51,6 +52,7 @@ def merge_flag_string(user_flags: str, ours: list[str]) -> str:
 class XlaTarget(Target):
     name = "xla"
     spaces = ("xla",)
+    environment = ("PJRT_DEVICE", "XLA_FLAGS")
 
     def check(self, params: Mapping[str, Any]) -> None:
         precision = params.get("precision")
@@ -106,6 +108,19 @@ class XlaTarget(Target):
         from importlib.util import find_spec
 
         return find_spec("torch_xla") is not None
+
+    def device_description(self) -> str:
+        return f"xla:{os.environ.get('PJRT_DEVICE', 'CPU')}"
+
+    def cache_sections(self, root: Path) -> dict[str, dict[str, Any]]:
+        sections = {}
+        for d in sorted(root.glob("xla-*")):
+            files, size = directory_usage(d)
+            sections[d.name] = {"files": files, "bytes": size}
+        return sections
+
+    def cache_units(self, root: Path) -> list[CacheUnit]:
+        return file_units(sorted(root.glob("xla-*")))
 
     def compile_cache_persists(self) -> bool:
         # XLA on CPU writes its persistent cache but cannot read it back (measured here).

@@ -14,6 +14,7 @@ from autotune.errors import InvalidConfigError, TargetError
 from autotune.records import CompileSpec
 from autotune.space import builtin_space
 from autotune.targets import get_target
+from autotune import host
 from autotune.targets.neuron import platform as neuron_platform
 from autotune.targets.neuron import target as neuron_target
 from autotune.targets.neuron import (
@@ -437,7 +438,8 @@ def test_platform_from_instance_type(target: NeuronTarget, monkeypatch: pytest.M
                                      tmp_path) -> None:
     monkeypatch.delenv("AUTOTUNE_NEURON_PLATFORM", raising=False)
     product = tmp_path / "product_name"
-    monkeypatch.setattr(neuron_platform, "_DMI_PRODUCT_NAME", product)
+    monkeypatch.delenv("AUTOTUNE_INSTANCE_TYPE", raising=False)
+    monkeypatch.setattr(host, "DMI_PRODUCT_NAME", product)
     product.write_text("trn2.48xlarge\n")
     assert target.space_name() == "neuron-trn2"
     product.write_text("Standard PC (Q35 + ICH9, 2009)\n")

@@ -6,9 +6,9 @@ from __future__ import annotations
 import os
 import re
 from importlib.util import find_spec
-from pathlib import Path
 
 from autotune.errors import TargetError
+from autotune.host import instance_type
 
 #: Platform families and the built-in space of each.
 PLATFORM_SPACES: dict[str, str] = {
@@ -16,10 +16,6 @@ PLATFORM_SPACES: dict[str, str] = {
     "trn2": "neuron-trn2", "trn3": "neuron-trn2",
 }
 PLATFORM_ENV = "AUTOTUNE_NEURON_PLATFORM"
-# On EC2 (Nitro) the DMI product name is the instance type, e.g. "trn1.32xlarge": reading it is a
-# file read, where asking neuron-ls or the instance metadata service would take a process or a
-# network round trip.
-_DMI_PRODUCT_NAME = Path("/sys/devices/virtual/dmi/id/product_name")
 _PLATFORM_FAMILY = re.compile(r"^(trn1n|trn1|inf2|trn2|trn3)")
 
 
@@ -40,8 +36,8 @@ def platform_family(platform: str) -> str | None:
 
 
 def detect_platform() -> str:
-    """The Neuron platform family of this machine: ``AUTOTUNE_NEURON_PLATFORM``, else the EC2
-    instance type where the DMI table names one, else ``trn1``."""
+    """The Neuron platform family of this machine: ``AUTOTUNE_NEURON_PLATFORM``, else that of its
+    EC2 instance type (:func:`autotune.host.instance_type`), else ``trn1``."""
     configured = os.environ.get(PLATFORM_ENV)
     if configured:
         family = platform_family(configured)
@@ -51,8 +47,4 @@ def detect_platform() -> str:
                 f"set it to one of {', '.join(PLATFORM_SPACES)}"
             )
         return family
-    try:
-        product = _DMI_PRODUCT_NAME.read_text(errors="replace")
-    except OSError:
-        product = ""
-    return platform_family(product) or "trn1"
+    return platform_family(instance_type() or "") or "trn1"

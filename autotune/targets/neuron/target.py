@@ -2,12 +2,14 @@
 
 from __future__ import annotations
 
-from typing import Any, Mapping
+from pathlib import Path
+from typing import Any, Mapping, MutableMapping
 
 from autotune.errors import InvalidConfigError, TargetError
 from autotune.records import CompileSpec, TrialPlan
-from autotune.targets.base import Target, common_knobs, package_version
-from autotune.targets.neuron.cache import compile_cache_env
+from autotune.targets.base import CacheUnit, Target, common_knobs, directory_usage, file_units, package_version
+from autotune.targets.neuron.cache import XLA_CACHE_DIR, compile_cache_env, failed_entry, neuron_cache_entries
+from autotune.targets.neuron.cores import VISIBLE_CORES, NeuronCoreSlot
 from autotune.targets.neuron.flags import (
     _BOOL_PARAMS,
     _CHOICES,
@@ -28,6 +30,9 @@ from autotune.targets.neuron.platform import PLATFORM_SPACES, detect_platform, n
 class NeuronTarget(Target):
     name = "neuron"
     spaces = ("neuron-trn1", "neuron-inf2", "neuron-trn2")
+    device_resource = "neuron_cores"
+    device_noun = "NeuronCores"
+    environment = (FLAGS_ENV,)
 
     def space_name(self, platform: str | None = None) -> str:
         """trn1/trn1n -> neuron-trn1, inf2 -> neuron-inf2, trn2/trn3 -> neuron-trn2 (instance
@@ -159,13 +164,58 @@ class NeuronTarget(Target):
         return notes
 
     def cache_env(self, root: str, params: Mapping[str, Any]) -> tuple[dict[str, str], list[str]]:
-        from autotune.targets.base import package_version
-
         path = params.get("path", "xla")
         return compile_cache_env(root, package_version("neuronx-cc"), path), []
 
     def available(self) -> bool:
         return neuron_present()
+
+    def claim_devices(self, environ: MutableMapping[str, str]) -> dict[str, str]:
+        cores = environ.get(VISIBLE_CORES)
+        if not cores:
+            return {}
+        slot = NeuronCoreSlot.parse(cores)
+        environ[VISIBLE_CORES] = slot.range
+        return {VISIBLE_CORES: slot.range}
+
+    def device_description(self) -> str:
+        return "neuron" if self.available() else "neuron (no device on this machine)"
+
+    def availability_note(self) -> str | None:
+        if self.available():
+            return None
+        return "no Neuron device or torch_neuronx here: trials run without the Neuron compiler"
+
+    def failed_compile(self, plan: TrialPlan, cache_root: Path) -> str | None:
+        entry = failed_entry(cache_root / XLA_CACHE_DIR, plan.compiler_flags)
+        if entry is None:
+            return None
+        return (f"the Neuron compile cache holds a failed compile of these flags ({entry.path.name}); "
+                "--retry-failed compiles it again")
+
+    def retry_failed_compile(self, plan: TrialPlan) -> None:
+        # Read by neuron_cc_wrapper: without it, a flag set whose compile failed is not tried again.
+        plan.env[FLAGS_ENV] = f"{plan.env.get(FLAGS_ENV, '')} --retry_failed_compilation".strip()
+
+    def cache_sections(self, root: Path) -> dict[str, dict[str, Any]]:
+        entries = neuron_cache_entries(root / XLA_CACHE_DIR)
+        states: dict[str, int] = {}
+        for e in entries:
+            states[e.state] = states.get(e.state, 0) + 1
+        sections: dict[str, dict[str, Any]] = {"neuron-xla": {
+            "entries": len(entries),
+            **{s: states.get(s, 0) for s in ("done", "failed", "locked", "stale_lock", "incomplete")},
+            "bytes": sum(e.size for e in entries)}}
+        for d in sorted(root.glob("neff-*")):
+            files, size = directory_usage(d)
+            sections[d.name] = {"files": files, "bytes": size}
+        return sections
+
+    def cache_units(self, root: Path) -> list[CacheUnit]:
+        # An entry is removed whole, and never from under a running compile.
+        units: list[CacheUnit] = [(e.mtime, e.size, e.path) for e in neuron_cache_entries(root / XLA_CACHE_DIR)
+                                  if e.state != "locked"]
+        return units + file_units(sorted(root.glob("neff-*")))
 
     def compile_cache_persists(self) -> bool:
         return True

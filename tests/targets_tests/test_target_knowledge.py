@@ -1,0 +1,76 @@
+"""Targets own their knowledge: nothing outside ``autotune/targets/`` branches on a target's name
+or spells one of a target's compiler flags, env vars or cache folders."""
+
+from __future__ import annotations
+
+import ast
+from pathlib import Path
+
+from autotune.targets import TARGETS
+from autotune.targets.neuron.cache import XLA_CACHE_DIR as NEURON_CACHE_DIR
+from autotune.targets.neuron.flags import COMPILER_FLAGS, FLAGS_ENV, WRAPPER_FLAGS
+from autotune.targets.xla import OPT_LEVEL_FLAG, XLA_BOOL_FLAGS
+
+ROOT = Path(__file__).resolve().parents[2]
+OUTSIDE = [p for p in (*(ROOT / "autotune").rglob("*.py"), *(ROOT / "workers").rglob("*.py"))
+           if (ROOT / "autotune" / "targets") not in p.parents]
+
+#: Strings that only a target may write. Not ``--target`` (autotune's own option is spelled so
+#: too) and not ``inductor`` (also the name of torch.compile's backend, which a plan carries).
+SPELLINGS = {
+    FLAGS_ENV, NEURON_CACHE_DIR, OPT_LEVEL_FLAG, *XLA_BOOL_FLAGS.values(), *WRAPPER_FLAGS,
+    *(alias for flag in COMPILER_FLAGS for alias in flag.aliases if alias != "--target"),
+}
+
+
+def _docstrings(tree: ast.AST) -> set[int]:
+    ids = set()
+    for node in ast.walk(tree):
+        body = getattr(node, "body", None)
+        if isinstance(body, list) and body and isinstance(body[0], ast.Expr) \
+                and isinstance(body[0].value, ast.Constant) and isinstance(body[0].value.value, str):
+            ids.add(id(body[0].value))
+    return ids
+
+
+def _strings(node: ast.AST) -> list[str]:
+    elts = node.elts if isinstance(node, (ast.Tuple, ast.List, ast.Set)) else [node]
+    return [e.value for e in elts if isinstance(e, ast.Constant) and isinstance(e.value, str)]
+
+
+def _findings(path: Path) -> list[str]:
+    tree = ast.parse(path.read_text())
+    docs = _docstrings(tree)
+    where = path.relative_to(ROOT)
+    found = []
+    for node in ast.walk(tree):
+        if isinstance(node, ast.Compare):
+            sides = (node.left, *node.comparators)
+            if any(isinstance(s, ast.Attribute) and s.attr == "backend" for s in sides):
+                continue  # torch.compile's backend ("inductor", "openxla"), as the plan says
+            for side in sides:
+                found += [f"{where}:{node.lineno} compares with the target name {s!r}"
+                          for s in _strings(side) if s in TARGETS]
+        elif isinstance(node, ast.Constant) and isinstance(node.value, str) and id(node) not in docs:
+            hits = [s for s in SPELLINGS if s in node.value.split() or node.value.startswith(f"{s}=")]
+            found += [f"{where}:{node.lineno} spells {s!r}" for s in hits]
+    return found
+
+
+def test_no_code_outside_targets_branches_on_a_target_or_spells_its_flags() -> None:
+    assert len(OUTSIDE) > 40
+    findings = [f for path in OUTSIDE for f in _findings(path)]
+    assert findings == []
+
+
+def test_the_check_sees_a_branch_and_a_flag(tmp_path: Path) -> None:
+    probe = ROOT / "autotune" / "_probe_for_test.py"
+    probe.write_text('def f(t):\n    """xla NEURON_CC_FLAGS in a docstring is fine."""\n'
+                     '    if t.name == "neuron":\n        return "--retry_failed_compilation"\n')
+    try:
+        assert _findings(probe) == [
+            "autotune/_probe_for_test.py:3 compares with the target name 'neuron'",
+            "autotune/_probe_for_test.py:4 spells '--retry_failed_compilation'",
+        ]
+    finally:
+        probe.unlink()
