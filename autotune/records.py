@@ -107,7 +107,7 @@ class TrialRequest(BaseModel):
     cwd: str | None = None
     trial_dir: str
     #: Hard timeout of the trial process tree, seconds.
-    timeout_s: float = 1800.0
+    timeout_s: float
     #: Host-memory limit of the trial's process tree; ``None``: 80% of the worker's machine.
     memory_bytes: int | None = None
     protocol: MeasurementProtocol = Field(default_factory=MeasurementProtocol)

@@ -135,7 +135,7 @@ def default_trial_dir(root: str | Path = ".autotune") -> Path:
 
 
 def run_prepared(prepared: PreparedTrial, args: list[str] | None = None, *, trial_dir: str | Path,
-                 limits: TrialLimits = TrialLimits(), protocol: MeasurementProtocol | None = None,
+                 limits: TrialLimits, protocol: MeasurementProtocol | None = None,
                  seed: int = 0) -> TrialResult:
     return run_trial(prepared.plan, prepared.script, args, trial_dir=trial_dir, limits=limits,
                      protocol=protocol, seed=seed)

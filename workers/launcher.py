@@ -35,7 +35,7 @@ PSS_EVERY_S = 2.0
 
 @dataclass(frozen=True)
 class TrialLimits:
-    timeout_s: float = 1800.0
+    timeout_s: float
     #: Resident memory of the whole process tree; ``None`` means 80% of this machine's memory.
     memory_bytes: int | None = None
     poll_s: float = 0.1
@@ -51,7 +51,7 @@ def run_trial(
     *,
     trial_dir: str | Path,
     cwd: str | Path | None = None,
-    limits: TrialLimits = TrialLimits(),
+    limits: TrialLimits,
     protocol: MeasurementProtocol | None = None,
     seed: int = 0,
     base_env: dict[str, str] | None = None,

@@ -14,31 +14,36 @@ import typer
 from rich.console import Console
 
 from autotune.cli import options as opt
+from autotune.cli.options import config_options
+from autotune.config import RunConfig
 from autotune.cli.app import EXIT_TRIAL_FAILED, app, err, with_progress
 from autotune.errors import InvalidConfigError
+from autotune.records import MeasurementProtocol
 
 
 @app.command(context_settings={"help_option_names": ["-h", "--help"]})
+@config_options(RunConfig, only=("target", "sets", "space", "platform", "memory_limit", "cache"), help={
+    "sets": "A parameter, KEY=VALUE; repeatable.",
+    "space": "Search space (a YAML file or a built-in name) that defines the parameters; default: the target's.",
+    "memory_limit": "Host-memory limit of the trial's process tree, e.g. 8GiB (default: 80% of this machine).",
+    "cache": "Cache root whose compiled artifacts the trial uses (default: ~/.cache/autotune).",
+})
 def trial(
-    script: Path = typer.Argument(..., help="The training or inference script, unmodified."),
-    script_args: Optional[list[str]] = typer.Argument(None, help="Arguments for the script, after --."),
-    target: str = typer.Option("auto", "--target", "-t", help="auto, neuron, xla or inductor."),
-    set_: Optional[list[str]] = typer.Option(None, "--set", "-s", help="A parameter, KEY=VALUE; repeatable."),
-    space: Optional[str] = typer.Option(None, help="Search space (a YAML file or a built-in name) "
-                                                  "that defines the parameters; default: the target's."),
-    platform: Optional[str] = typer.Option(None, help="Neuron platform: trn1, trn1n, inf2, trn2."),
+    script: Path = opt.SCRIPT,
+    script_args: Optional[list[str]] = opt.SCRIPT_ARGS,
     json_out: bool = typer.Option(False, "--json", help="Print the result as one JSON object."),
-    timeout: float = typer.Option(1800.0, help="Hard timeout of the trial in seconds (kills its children too)."),
-    memory_limit: Optional[str] = typer.Option(None, help="Host-memory limit of the trial's process tree, "
-                                                          "e.g. 8GiB (default: 80% of this machine)."),
+    timeout: float = typer.Option(RunConfig.model_fields["trial_timeout"].default,
+                                  help="Hard timeout of the trial in seconds (kills its children too)."),
     full_run: bool = typer.Option(False, "--full-run", help="Let the script run to its end instead of "
                                                              "stopping it once the estimate has converged."),
-    max_seconds: float = typer.Option(30.0, help="Cap on the time spent measuring after warm-up."),
-    max_steps: int = typer.Option(1000, help="Cap on the steps measured after warm-up."),
+    max_seconds: float = typer.Option(MeasurementProtocol.model_fields["max_measure_seconds"].default,
+                                      help="Cap on the time spent measuring after warm-up."),
+    max_steps: int = typer.Option(MeasurementProtocol.model_fields["max_measure_steps"].default,
+                                  help="Cap on the steps measured after warm-up."),
     trial_dir: Optional[Path] = typer.Option(None, help="Where the trial's spec, report and log go "
                                                         "(default: .autotune/trials/<time>)."),
-    cache: Optional[Path] = typer.Option(None, help="Cache root whose compiled artifacts the trial uses "
-                                                    "(default: ~/.cache/autotune)."),
+    *,
+    config: RunConfig,
 ) -> None:
     """Run the script once under one configuration and measure it.
 
@@ -46,8 +51,7 @@ def trial(
     interval, step times, graphs compiled, peak host memory, the first losses and the status.
     Exit code 0 when the trial succeeded, 1 when it failed, 2 for bad input.
     """
-    from autotune.records import MeasurementProtocol
-    from autotune.trial import default_trial_dir, parse_sets, parse_size, prepare_trial, run_prepared
+    from autotune.trial import default_trial_dir, parse_size, prepare_trial, run_prepared
     from autotune.workers.launcher import TrialLimits
 
     if timeout <= 0:
@@ -56,9 +60,10 @@ def trial(
         raise InvalidConfigError("--max-seconds and --max-steps must be positive")
     from autotune.cache import open_cache
 
-    prepared = prepare_trial(script, target=target, sets=parse_sets(set_), space=space, platform=platform,
-                             cache_root=str(open_cache(cache).path))
-    limits = TrialLimits(timeout_s=timeout, memory_bytes=parse_size(memory_limit) if memory_limit else None)
+    prepared = prepare_trial(script, target=config.target, sets=config.sets, space=config.space,
+                             platform=config.platform, cache_root=str(open_cache(config.cache).path))
+    limits = TrialLimits(timeout_s=timeout,
+                         memory_bytes=parse_size(config.memory_limit) if config.memory_limit else None)
     protocol = MeasurementProtocol(run_to_end=full_run, max_measure_seconds=max_seconds, max_measure_steps=max_steps)
     directory = trial_dir or default_trial_dir()
     result = with_progress(
@@ -76,59 +81,22 @@ def trial(
 
 
 @app.command(context_settings={"help_option_names": ["-h", "--help"]})
+@config_options(RunConfig)
 def run(
-    script: Path = typer.Argument(..., help="The training or inference script, unmodified."),
+    script: Path = opt.SCRIPT,
     script_args: Optional[list[str]] = opt.SCRIPT_ARGS,
-    trials: int = typer.Option(20, "--trials", "-n", help="Measured trials the study should hold "
-                                                          "(a rerun continues up to this number)."),
-    target: str = opt.TARGET,
-    space: Optional[str] = typer.Option(None, help="Search space: a YAML file or a built-in name "
-                                                  "(xla, inductor, neuron-trn1, neuron-inf2, neuron-trn2)."),
-    platform: Optional[str] = opt.PLATFORM,
-    set_: Optional[list[str]] = opt.SET,
-    workers: Optional[int] = typer.Option(None, help="Trials at once (default: 1 on a small CPU machine; "
-                                                     "NeuronCores / --cores-per-trial for Neuron)."),
-    cores_per_trial: int = opt.CORES_PER_TRIAL,
-    ray_address: Optional[str] = typer.Option(None, help="Join this Ray cluster instead of starting a local Ray."),
-    storage: Optional[str] = typer.Option(None, help="Optuna storage URL (default: sqlite under .autotune/; "
-                                                     "postgresql://... for a fleet)."),
-    study: Optional[str] = typer.Option(None, help="Study name (default: <script>-<target>)."),
-    trial_timeout: float = opt.TRIAL_TIMEOUT,
-    timeout: Optional[float] = opt.TIMEOUT,
-    out: Optional[Path] = typer.Option(None, help="Where best.json, best.env and trials.csv go "
-                                                  "(default: .autotune/<study>/)."),
-    sampler: str = opt.SAMPLER,
-    seed: Optional[int] = opt.SEED,
-    metric: str = opt.METRIC,
-    direction: str = opt.DIRECTION,
-    memory_limit: Optional[str] = opt.MEMORY_LIMIT,
-    cache: Optional[Path] = typer.Option(None, help="Cache root for compiled artifacts and measured results "
-                                                    "(default: ~/.cache/autotune; share it across a fleet)."),
-    fresh: bool = typer.Option(False, "--fresh", help="Measure again: ignore remembered results and start the "
-                                                      "study anew (the old one is kept under another name)."),
-    retry_failed: bool = opt.RETRY_FAILED,
-    loss_tolerance: float = opt.LOSS_TOLERANCE,
-    numerics_guard: bool = opt.NUMERICS_GUARD,
-    prune: bool = opt.PRUNE,
-    confirm: int = opt.CONFIRM,
     json_out: bool = typer.Option(False, "--json", help="Print the study's result as one JSON object."),
+    *,
+    config: RunConfig,
 ) -> None:
     """Tune SCRIPT: Optuna proposes configurations, Ray workers measure them.
 
     Exit code 0 when a best configuration was found, 2 for bad input, 3 when every trial failed.
     """
     from autotune.study.loop import Study, StudyOptions
-    from autotune.trial import parse_sets
 
     progress = _StudyDisplay(live=not json_out and err.is_terminal)
-    options = StudyOptions(
-        script=script, args=script_args or [], trials=trials, target=target, space=space, platform=platform,
-        sets=parse_sets(set_), workers=workers, cores_per_trial=cores_per_trial, ray_address=ray_address,
-        storage=storage, study=study, trial_timeout=trial_timeout, timeout=timeout, out=out, sampler=sampler,
-        seed=seed, metric=metric, direction=direction, memory_limit=memory_limit, cache=cache, fresh=fresh,
-        retry_failed=retry_failed, loss_tolerance=loss_tolerance, numerics_guard=numerics_guard, prune=prune,
-        confirm=confirm, on_update=progress.update,
-    )
+    options = StudyOptions(script=script, args=script_args or [], on_update=progress.update, **dict(config))
     runner = Study(options)
     with progress, _stdout_reserved(json_out):
         result = runner.run()
@@ -241,7 +209,8 @@ def show(
         typer.echo(json.dumps([t.model_dump(mode="json") for t in trials]))
         return
     from autotune.rendering import render_trials
+    from autotune.trial_attrs import StudyAttrs
 
     render_trials(study, trials, baseline_value(st), best_config(st, study), Console(),
-                  metric=st.user_attrs.get("metric", "throughput"), all_trials=True)
+                  metric=StudyAttrs.of(st).metric or "throughput", all_trials=True)
 

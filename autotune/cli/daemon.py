@@ -18,6 +18,8 @@ from rich.console import Console
 from autotune.cli import commands  # noqa: F401  (registers ``best``, which _wrap_best wraps)
 from autotune.cli import options as opt
 from autotune.cli.app import app
+from autotune.cli.options import config_options
+from autotune.config import JobConfig, RunConfig
 from autotune.errors import InvalidConfigError
 from autotune.rendering import format_value
 
@@ -71,38 +73,21 @@ def serve(
                             max_upload_bytes=parse_size(max_upload)))
 
 
-def _run_options(*, trials: int, target: str, space: str | None, platform: str | None, set_: list[str] | None,
-                 workers: int | None, cores_per_trial: int, study: str | None, trial_timeout: float,
-                 timeout: float | None, sampler: str, seed: int | None, metric: str, direction: str,
-                 memory_limit: str | None, fresh: bool, retry_failed: bool, loss_tolerance: float,
-                 numerics_guard: bool, prune: bool, confirm: int) -> tuple[Any, Path | None]:
+def _run_options(config: JobConfig) -> tuple[Any, Path | None]:
     """The job's :class:`RunOptions`, and the search-space file whose text travels in it."""
-    from pydantic import ValidationError
-
     from autotune.daemon.records import RunOptions
-    from autotune.trial import parse_sets
 
+    values = dict(config)
     space_file = None
-    space_yaml = None
+    space = values.pop("space")
     if space and (Path(space).suffix in (".yaml", ".yml") or Path(space).exists()):
         space_file = Path(space).resolve()
         try:
-            space_yaml = space_file.read_bytes().decode()
+            values["space_yaml"] = space_file.read_bytes().decode()
         except (OSError, UnicodeDecodeError) as exc:
             raise InvalidConfigError(f"--space {space}: cannot read it ({exc})") from None
         space = None
-    try:
-        run = RunOptions(trials=trials, target=target, space=space, space_yaml=space_yaml, platform=platform,
-                         sets=parse_sets(set_), workers=workers, cores_per_trial=cores_per_trial, study=study,
-                         trial_timeout=trial_timeout, timeout=timeout, sampler=sampler, seed=seed, metric=metric,
-                         direction=direction, memory_limit=memory_limit, fresh=fresh, retry_failed=retry_failed,
-                         loss_tolerance=loss_tolerance, numerics_guard=numerics_guard, prune=prune,
-                         confirm=confirm)
-    except ValidationError as exc:
-        first = exc.errors()[0]
-        where = ".".join(str(p) for p in first["loc"])
-        raise InvalidConfigError(f"--{where.replace('_', '-')}: {first['msg']}") from None
-    return run, space_file
+    return RunOptions.checked(space=space, **values), space_file
 
 
 def _job_spec(client: Any, script: Path, args: list[str], run: Any, *, no_upload: bool,
@@ -142,31 +127,16 @@ def _progress_line(info: Any) -> str:
 
 
 @app.command(context_settings=CONTEXT)
+@config_options(JobConfig, help={
+    "trials": "Measured trials the study should hold.",
+    "space": "Search space: a YAML file (sent with the job) or a built-in name.",
+    "workers": "At most this many trials at once (the daemon gives each job a fair share of the cluster).",
+    "study": "Study name (default: the job id).",
+    "fresh": "Start the study anew (the old one is kept under another name).",
+})
 def submit(
-    script: Path = typer.Argument(..., help="The training or inference script, unmodified."),
+    script: Path = opt.SCRIPT,
     script_args: Optional[list[str]] = opt.SCRIPT_ARGS,
-    trials: int = typer.Option(20, "--trials", "-n", help="Measured trials the study should hold."),
-    target: str = opt.TARGET,
-    space: Optional[str] = typer.Option(None, help="Search space: a YAML file (sent with the job) or a built-in name."),
-    platform: Optional[str] = opt.PLATFORM,
-    set_: Optional[list[str]] = opt.SET,
-    workers: Optional[int] = typer.Option(None, help="At most this many trials at once (the daemon gives each "
-                                                     "job a fair share of the cluster)."),
-    cores_per_trial: int = opt.CORES_PER_TRIAL,
-    study: Optional[str] = typer.Option(None, help="Study name (default: the job id)."),
-    trial_timeout: float = opt.TRIAL_TIMEOUT,
-    timeout: Optional[float] = opt.TIMEOUT,
-    sampler: str = opt.SAMPLER,
-    seed: Optional[int] = opt.SEED,
-    metric: str = opt.METRIC,
-    direction: str = opt.DIRECTION,
-    memory_limit: Optional[str] = opt.MEMORY_LIMIT,
-    fresh: bool = typer.Option(False, "--fresh", help="Start the study anew (the old one is kept under another name)."),
-    retry_failed: bool = opt.RETRY_FAILED,
-    loss_tolerance: float = opt.LOSS_TOLERANCE,
-    numerics_guard: bool = opt.NUMERICS_GUARD,
-    prune: bool = opt.PRUNE,
-    confirm: int = opt.CONFIRM,
     server: str = _SERVER,
     token_file: Optional[Path] = _TOKEN,
     directory: Optional[Path] = typer.Option(None, "--dir", help="Directory to upload as the job's working "
@@ -175,17 +145,15 @@ def submit(
                                                               "that the daemon and its Ray nodes share."),
     wait: bool = typer.Option(False, "--wait", help="Follow the job's progress and exit with its exit code."),
     json_out: bool = typer.Option(False, "--json", help="Print the job as JSON instead of its id."),
+    *,
+    config: JobConfig,
 ) -> None:
     """Submit a tuning job to the daemon; prints its id (with --wait, follows it to the end).
 
     The options are those of autotune run; storage, cache, Ray cluster and output directory are the
     daemon's. The job runs the uploaded code on the daemon's machines.
     """
-    run, _ = _run_options(trials=trials, target=target, space=space, platform=platform, set_=set_, workers=workers,
-                          cores_per_trial=cores_per_trial, study=study, trial_timeout=trial_timeout, timeout=timeout,
-                          sampler=sampler, seed=seed, metric=metric, direction=direction, memory_limit=memory_limit,
-                          fresh=fresh, retry_failed=retry_failed, loss_tolerance=loss_tolerance,
-                          numerics_guard=numerics_guard, prune=prune, confirm=confirm)
+    run, _ = _run_options(config)
     with _client(server, token_file) as client:
         spec = _job_spec(client, script, script_args or [], run, no_upload=no_upload, directory=directory)
         info = client.submit(spec)
@@ -290,42 +258,28 @@ def logs(
 
 
 @app.command(context_settings=CONTEXT)
+@config_options(RunConfig, exclude=("out", "study", "fresh"), help={
+    "trials": "Measured trials a stored study must hold to answer (else it is tuned up to this number).",
+    "space": "Search space: a YAML file or a built-in name.",
+    "workers": "Trials at once when tuning.",
+    "storage": "Without --server: the Optuna storage (default: sqlite under .autotune/).",
+    "ray_address": "Without --server: the Ray cluster to tune on.",
+    "cache": "Without --server: the cache root.",
+})
 def ensure(
-    script: Path = typer.Argument(..., help="The training or inference script, unmodified."),
+    script: Path = opt.SCRIPT,
     script_args: Optional[list[str]] = opt.SCRIPT_ARGS,
-    trials: int = typer.Option(20, "--trials", "-n", help="Measured trials a stored study must hold to answer "
-                                                          "(else it is tuned up to this number)."),
     out: Path = typer.Option(Path("best.env"), "--out", "-o", help="The env file to write (best.json goes beside "
                                                                    "it), or a directory for both."),
-    target: str = opt.TARGET,
-    space: Optional[str] = typer.Option(None, help="Search space: a YAML file or a built-in name."),
-    platform: Optional[str] = opt.PLATFORM,
-    set_: Optional[list[str]] = opt.SET,
-    workers: Optional[int] = typer.Option(None, help="Trials at once when tuning."),
-    cores_per_trial: int = opt.CORES_PER_TRIAL,
-    trial_timeout: float = opt.TRIAL_TIMEOUT,
-    timeout: Optional[float] = opt.TIMEOUT,
-    sampler: str = opt.SAMPLER,
-    seed: Optional[int] = opt.SEED,
-    metric: str = opt.METRIC,
-    direction: str = opt.DIRECTION,
-    memory_limit: Optional[str] = opt.MEMORY_LIMIT,
-    retry_failed: bool = opt.RETRY_FAILED,
-    loss_tolerance: float = opt.LOSS_TOLERANCE,
-    numerics_guard: bool = opt.NUMERICS_GUARD,
-    prune: bool = opt.PRUNE,
-    confirm: int = opt.CONFIRM,
     server: Optional[str] = typer.Option(None, "--server", envvar=SERVER_ENV,
                                          help="Ask this daemon (or AUTOTUNE_SERVER); default: answer and tune here."),
     token_file: Optional[Path] = _TOKEN,
     directory: Optional[Path] = typer.Option(None, "--dir", help="With --server: the directory to upload "
                                                                  "(default: the script's)."),
     no_upload: bool = typer.Option(False, "--no-upload", help="With --server: the script is on shared storage."),
-    storage: Optional[str] = typer.Option(None, help="Without --server: the Optuna storage (default: sqlite "
-                                                     "under .autotune/)."),
-    ray_address: Optional[str] = typer.Option(None, help="Without --server: the Ray cluster to tune on."),
-    cache: Optional[Path] = typer.Option(None, help="Without --server: the cache root."),
     json_out: bool = typer.Option(False, "--json", help="Print the outcome as JSON."),
+    *,
+    config: RunConfig,
 ) -> None:
     """Write the tuned configuration of this model in this environment: at once when it was tuned
     before, else after tuning it (through the daemon with --server, here otherwise).
@@ -335,12 +289,8 @@ def ensure(
     """
     from autotune.daemon.ensure import EnsureFailed, EnsureResult, ensure_local, write_best
 
-    run, space_file = _run_options(trials=trials, target=target, space=space, platform=platform, set_=set_,
-                                   workers=workers, cores_per_trial=cores_per_trial, study=None,
-                                   trial_timeout=trial_timeout, timeout=timeout, sampler=sampler, seed=seed,
-                                   metric=metric, direction=direction, memory_limit=memory_limit, fresh=False,
-                                   retry_failed=retry_failed, loss_tolerance=loss_tolerance,
-                                   numerics_guard=numerics_guard, prune=prune, confirm=confirm)
+    run, space_file = _run_options(config.job_config())
+    storage, ray_address, cache = config.storage, config.ray_address, config.cache
     started = time.monotonic()
     if server is None:
         result, code = ensure_local(script, script_args or [], run, out=out, storage=storage, space_file=space_file,

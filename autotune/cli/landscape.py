@@ -9,7 +9,9 @@ from typing import Optional
 import typer
 from rich.console import Console
 
+from autotune.cli import options as opt
 from autotune.cli.app import app
+from autotune.config import JobConfig
 from autotune.errors import InvalidConfigError
 
 landscape_app = typer.Typer(help="Record every configuration of a small space (a landscape) and replay "
@@ -19,7 +21,7 @@ app.add_typer(landscape_app, name="landscape")
 
 @landscape_app.command("record", context_settings={"help_option_names": ["-h", "--help"]})
 def record_cmd(
-    script: Path = typer.Argument(..., help="The training or inference script, unmodified."),
+    script: Path = opt.SCRIPT,
     script_args: Optional[list[str]] = typer.Argument(None, help="Arguments for the script, after --."),
     target: str = typer.Option(..., "--target", "-t", help="xla, inductor or neuron."),
     space: Path = typer.Option(..., help="Search space YAML whose parameters all have choices."),
@@ -86,7 +88,7 @@ def show_cmd(
 @landscape_app.command("replay", context_settings={"help_option_names": ["-h", "--help"]})
 def replay_cmd(
     path: Path = typer.Argument(..., help="A landscape file."),
-    trials: int = typer.Option(20, help="Trials the replayed study should hold."),
+    trials: int = typer.Option(JobConfig.model_fields["trials"].default, help="Trials the replayed study should hold."),
     sampler: Optional[str] = typer.Option(None, help="The study's sampler (as autotune run --sampler; "
                                                      "default: the study's)."),
     seed: Optional[int] = typer.Option(None, help="Seed of the sampler."),

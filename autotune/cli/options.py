@@ -1,37 +1,80 @@
-"""Options that ``autotune run``, ``submit`` and ``ensure`` share: one definition, one help text.
+"""The options of ``autotune run``, ``submit`` and ``ensure``, derived from the run configuration.
 
-A typer ``Option`` object is only a default value with its metadata, so the same one can stand in
-several commands' signatures.
+:func:`config_options` adds one typer option per field of :class:`autotune.config.RunConfig` (or
+:class:`~autotune.config.JobConfig`) to a command: its flag from the field's name, its default and
+help from the field. The command receives the validated configuration as ``config``; a bad value
+is an :class:`~autotune.errors.InvalidConfigError` that names the option.
 """
 
 from __future__ import annotations
 
+import functools
+import inspect
+import types
+import typing
+from typing import Any, Callable, Iterable, Optional, TypeVar
+
 import typer
 
+from autotune.config import JobConfig, option_flag
+from autotune.trial import parse_sets
+
+SCRIPT = typer.Argument(..., help="The training or inference script, unmodified.")
 SCRIPT_ARGS = typer.Argument(None, help="Arguments for the script, after --.")
-TARGET = typer.Option("auto", "--target", "-t", help="auto, neuron, xla or inductor.")
-PLATFORM = typer.Option(None, help="Neuron platform: trn1, trn1n, inf2, trn2.")
-SET = typer.Option(None, "--set", "-s", help="Fix a parameter, KEY=VALUE; repeatable.")
-CORES_PER_TRIAL = typer.Option(1, help="NeuronCores each trial holds.")
-TRIAL_TIMEOUT = typer.Option(1800.0, help="Hard timeout of each trial, seconds.")
-TIMEOUT = typer.Option(None, help="Stop starting trials after this many seconds.")
-SAMPLER = typer.Option("autotune", help="autotune (expected improvement from a Gaussian process over "
-                                        "whole configurations; bench/search_bench.py), tpe (multivariate, constant liar), "
-                                        "random or qmc.")
-SEED = typer.Option(None, help="Seed of the sampler and of the trials.")
-METRIC = typer.Option("throughput", help="What to optimise: throughput, or a metric the script reports "
-                                         "with autotune.report().")
-DIRECTION = typer.Option("maximize", help="maximize or minimize the metric.")
-MEMORY_LIMIT = typer.Option(None, help="Host-memory limit per trial, e.g. 8GiB.")
-RETRY_FAILED = typer.Option(False, "--retry-failed", help="Compile again configurations whose compile "
-                                                          "failed before.")
-LOSS_TOLERANCE = typer.Option(0.2, help="Numerics guard: how far (relative) the mean of a trial's first "
-                                        "losses may leave the baseline's.")
-NUMERICS_GUARD = typer.Option(True, "--numerics-guard/--no-numerics-guard",
-                              help="Never report a configuration whose losses diverge as best.")
-CONFIRM = typer.Option(0, min=0, metavar="K",
-                       help="Measure the best K configurations once more at the end, unpruned, and pick the "
-                            "best on the mean of each one's measurements (one lucky measurement does not win).")
-PRUNE = typer.Option(True, "--prune/--no-prune",
-                     help="Stop measuring a trial once its 95% interval is wholly more than 2% behind the "
-                          "best so far.")
+
+F = TypeVar("F", bound=Callable[..., Any])
+
+
+def config_options(model: type[JobConfig], *, exclude: Iterable[str] = (), only: Iterable[str] | None = None,
+                   help: dict[str, str] | None = None) -> Callable[[F], F]:
+    """Give the decorated command an option for each field of ``model`` (``only`` those, or all but
+    ``exclude``); it is called with ``config=model(...)``, the other fields at their defaults.
+    ``help`` replaces a field's help text in this command."""
+    names = [n for n in model.model_fields if n not in set(exclude) and (only is None or n in set(only))]
+    helps = help or {}
+
+    def decorate(command: F) -> F:
+        signature = inspect.signature(command)
+        own = [p for p in signature.parameters.values() if p.name != "config"]
+        added = [inspect.Parameter(_param(n), inspect.Parameter.KEYWORD_ONLY, default=_option(model, n, helps),
+                                   annotation=_annotation(model, n)) for n in names]
+
+        @functools.wraps(command)
+        def with_config(*args: Any, **kwargs: Any) -> Any:
+            values = {n: kwargs.pop(_param(n)) for n in names}
+            if "sets" in values:
+                values["sets"] = parse_sets(values["sets"])
+            return command(*args, config=model.checked(**values), **kwargs)
+
+        with_config.__signature__ = signature.replace(parameters=[*own, *added])  # type: ignore[attr-defined]
+        return with_config  # type: ignore[return-value]
+
+    return decorate
+
+
+def _param(name: str) -> str:
+    return "set_" if name == "sets" else name  # ``set`` is a builtin
+
+
+def _option(model: type[JobConfig], name: str, helps: dict[str, str]) -> Any:
+    field = model.model_fields[name]
+    text = helps.get(name, field.description or "")
+    flag = option_flag(name)
+    short = [model.SHORT[name]] if name in model.SHORT else []
+    if name == "sets":
+        return typer.Option(None, flag, *short, help=text)
+    default = field.get_default(call_default_factory=True)
+    if field.annotation is bool:
+        return typer.Option(default, f"{flag}/--no-{flag[2:]}" if default else flag, *short, help=text)
+    return typer.Option(default, flag, *short, help=text, metavar=model.METAVAR.get(name))
+
+
+def _annotation(model: type[JobConfig], name: str) -> Any:
+    """The type typer parses the option as: the field's, ``X | None`` as ``Optional[X]``."""
+    if name == "sets":
+        return Optional[list[str]]
+    annotation = model.model_fields[name].annotation
+    if isinstance(annotation, types.UnionType) or typing.get_origin(annotation) is typing.Union:
+        (inner,) = [a for a in typing.get_args(annotation) if a is not type(None)]
+        return Optional[inner]
+    return annotation

@@ -82,14 +82,15 @@ def stored_best(storage: Any, study_name: str, trials: int) -> BestConfig | None
     """
     import optuna
 
-    from autotune.study.loop import A_COUNTED, best_config
+    from autotune.study.loop import best_config
+    from autotune.trial_attrs import TrialAttrs
 
     try:
         study = optuna.load_study(study_name=study_name, storage=storage)
     except KeyError:
         return None
     counted = sum(1 for t in study.get_trials(deepcopy=False)
-                  if t.user_attrs.get(A_COUNTED) and t.state.is_finished())
+                  if TrialAttrs.of(t).counted and t.state.is_finished())
     if counted < trials:
         return None
     return best_config(study, study_name)
@@ -136,14 +137,9 @@ def ensure_local(script: Path, args: list[str], run: RunOptions, *, out: Path, s
         env_file, json_file = write_best(best, out)
         return EnsureResult(source="stored", study=name, env_file=str(env_file), json_file=str(json_file),
                             best=best, seconds=time.monotonic() - started), 0
-    result = tune(script, *args, trials=run.trials, target=target.name, space=space, platform=run.platform,
-                  sets=dict(run.sets), workers=run.workers, cores_per_trial=run.cores_per_trial,
-                  ray_address=ray_address, storage=url, study=name, trial_timeout=run.trial_timeout,
-                  timeout=run.timeout, sampler=run.sampler, seed=run.seed, metric=run.metric,
-                  direction=run.direction, memory_limit=run.memory_limit, cache=cache,
-                  retry_failed=run.retry_failed, loss_tolerance=run.loss_tolerance,
-                  numerics_guard=run.numerics_guard, prune=run.prune, confirm=run.confirm,
-                  on_update=on_update)
+    # ensure answers for the study its key names: it never starts that study anew.
+    options = {**dict(run.job_config()), "target": target.name, "space": space, "study": name, "fresh": False}
+    result = tune(script, *args, **options, ray_address=ray_address, storage=url, cache=cache, on_update=on_update)
     if result.best is None:
         raise EnsureFailed(f"every trial of study {name} failed: nothing to write to {out}; "
                            f"see autotune show {name}", result.exit_code)

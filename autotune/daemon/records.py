@@ -8,15 +8,15 @@ from __future__ import annotations
 
 import re
 from enum import Enum
-from typing import Literal
+from typing import Any, Literal
 
 from pydantic import BaseModel, Field, field_validator
 
+from autotune.config import JobConfig
 from autotune.study.outputs import BestConfig
 
 #: Study names, job ids: plain tokens (they appear in URLs and log lines).
 NAME_PATTERN = r"^[A-Za-z0-9][A-Za-z0-9._@+-]{0,127}$"
-_KEY = re.compile(r"^[A-Za-z_][A-Za-z0-9_.]*$")
 
 
 class JobState(str, Enum):
@@ -35,41 +35,49 @@ class JobState(str, Enum):
 EXIT_CANCELLED = 130
 
 
-class RunOptions(BaseModel):
-    """The options of ``autotune run`` that a client chooses. Storage, cache, Ray address and the
-    output directory are the daemon's; ``workers`` is a cap on the job's fair share."""
+class RunOptions(JobConfig):
+    """A job's options: a :class:`~autotune.config.JobConfig` (storage, cache, Ray address and the
+    output directory are the daemon's; ``workers`` is a cap on the job's fair share), whose strings
+    are held to the forms that may appear on a job's command line."""
 
-    trials: int = Field(20, ge=1)
-    target: Literal["auto", "neuron", "xla", "inductor"] = "auto"
-    #: A built-in search space by name; a space file travels as its text in ``space_yaml``.
-    space: str | None = Field(None, pattern=r"^[a-z0-9][a-z0-9-]{0,63}$")
+    #: A search-space file travels as its text; ``space`` then names none.
     space_yaml: str | None = Field(None, max_length=1_000_000)
-    platform: str | None = Field(None, pattern=r"^[a-z0-9]{1,16}$")
-    sets: dict[str, str] = Field(default_factory=dict)
-    workers: int | None = Field(None, ge=1)
-    cores_per_trial: int = Field(1, ge=1)
-    study: str | None = Field(None, pattern=NAME_PATTERN)
-    trial_timeout: float = Field(1800.0, gt=0)
-    timeout: float | None = Field(None, gt=0)
-    sampler: Literal["autotune", "tpe", "random", "qmc"] = "autotune"
-    seed: int | None = None
-    metric: str = Field("throughput", pattern=r"^[A-Za-z_][A-Za-z0-9_.]{0,63}$")
-    direction: Literal["maximize", "minimize"] = "maximize"
-    memory_limit: str | None = Field(None, pattern=r"^[0-9.eE+]+\s*[KMGTkmgt]?i?[Bb]?$")
-    fresh: bool = False
-    retry_failed: bool = False
-    loss_tolerance: float = Field(0.2, gt=0)
-    numerics_guard: bool = True
-    prune: bool = True
-    confirm: int = Field(0, ge=0, le=1000)
+
+    @field_validator("space")
+    @classmethod
+    def _builtin_space(cls, space: str | None) -> str | None:
+        return _matching(space, r"^[a-z0-9][a-z0-9-]{0,63}$", "a built-in space name (a file travels as space_yaml)")
+
+    @field_validator("platform")
+    @classmethod
+    def _platform(cls, platform: str | None) -> str | None:
+        return _matching(platform, r"^[a-z0-9]{1,16}$", "a platform name such as trn1")
+
+    @field_validator("study")
+    @classmethod
+    def _study(cls, study: str | None) -> str | None:
+        return _matching(study, NAME_PATTERN, "letters, digits and ._@+- (128 at most)")
+
+    @field_validator("metric")
+    @classmethod
+    def _metric(cls, metric: str) -> str:
+        return _matching(metric, r"^[A-Za-z_][A-Za-z0-9_.]{0,63}$", "a metric name")
+
+    @field_validator("memory_limit")
+    @classmethod
+    def _memory(cls, memory_limit: str | None) -> str | None:
+        return _matching(memory_limit, r"^[0-9.eE+]+\s*[KMGTkmgt]?i?[Bb]?$", "a size such as 8GiB")
 
     @field_validator("sets")
     @classmethod
-    def _keys_are_names(cls, sets: dict[str, str]) -> dict[str, str]:
-        for key in sets:
-            if not _KEY.match(key):
-                raise ValueError(f"--set {key!r}: a parameter name is letters, digits, _ and .")
-        return sets
+    def _values_are_text(cls, sets: dict[str, Any]) -> dict[str, str]:
+        return {k: str(v) for k, v in sets.items()}
+
+
+def _matching(value: str | None, pattern: str, what: str) -> str | None:
+    if value is not None and not re.match(pattern, value):
+        raise ValueError(f"must be {what}")
+    return value
 
 
 class JobSpec(BaseModel):

@@ -160,38 +160,17 @@ def job_argv(job: JobRecord, settings: DaemonSettings, workers: int) -> list[str
     r = job.spec.run
     script, _ = job_workdir(job, files)
     argv = [sys.executable, "-m", "autotune.cli.job_process", str(files.exit_code),
-            "run", str(script),
-            f"--trials={r.trials}", f"--target={r.target}", f"--study={job.study}",
-            f"--storage={settings.storage}", f"--cache={settings.cache}", f"--out={files.out}",
-            f"--workers={workers}", f"--cores-per-trial={r.cores_per_trial}",
-            f"--trial-timeout={r.trial_timeout:g}", f"--sampler={r.sampler}", f"--metric={r.metric}",
-            f"--direction={r.direction}", "--json"]
+            "run", str(script), f"--study={job.study}", f"--storage={settings.storage}",
+            f"--cache={settings.cache}", f"--out={files.out}", f"--workers={workers}", "--json",
+            *r.argv(skip=("study", "workers", "space", "fresh"))]
     if settings.ray_address:
         argv.append(f"--ray-address={settings.ray_address}")
     if r.space_yaml is not None:
         argv.append(f"--space={files.space}")
     elif r.space:
         argv.append(f"--space={r.space}")
-    if r.platform:
-        argv.append(f"--platform={r.platform}")
-    argv += [f"--set={k}={v}" for k, v in r.sets.items()]
-    if r.timeout:
-        argv.append(f"--timeout={r.timeout:g}")
-    if r.seed is not None:
-        argv.append(f"--seed={r.seed}")
-    if r.memory_limit:
-        argv.append(f"--memory-limit={r.memory_limit}")
     if r.fresh and job.attempts <= 1:  # a resumed job continues the study its first attempt began
         argv.append("--fresh")
-    if r.retry_failed:
-        argv.append("--retry-failed")
-    argv.append(f"--loss-tolerance={r.loss_tolerance:g}")
-    if not r.numerics_guard:
-        argv.append("--no-numerics-guard")
-    if not r.prune:
-        argv.append("--no-prune")
-    if r.confirm:
-        argv.append(f"--confirm={r.confirm}")
     return [*argv, "--", *job.spec.args]
 
 

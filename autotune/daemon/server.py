@@ -211,7 +211,8 @@ class Daemon:
     def _add_progress(self, info: JobInfo) -> None:
         import optuna
 
-        from autotune.study.loop import A_COUNTED, A_DUP, best_config
+        from autotune.study.loop import best_config
+        from autotune.trial_attrs import StudyAttrs, TrialAttrs
 
         try:
             study = optuna.load_study(study_name=info.study, storage=self.studies)
@@ -220,11 +221,11 @@ class Daemon:
         for t in study.get_trials(deepcopy=False):
             if t.state == optuna.trial.TrialState.RUNNING:
                 info.running += 1
-            elif t.user_attrs.get(A_COUNTED) and t.state.is_finished():
+            elif TrialAttrs.of(t).counted and t.state.is_finished():
                 info.done += 1
-                if t.state == optuna.trial.TrialState.FAIL and t.user_attrs.get(A_DUP) is None:
+                if t.state == optuna.trial.TrialState.FAIL and TrialAttrs.of(t).duplicate_of is None:
                     info.failed += 1
-        info.metric = study.user_attrs.get("metric", info.metric)
+        info.metric = StudyAttrs.of(study).metric or info.metric
         best = best_config(study, info.study)
         if best is not None:
             info.best_value, info.baseline_value, info.speedup = best.value, best.baseline_value, best.speedup

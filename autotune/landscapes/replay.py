@@ -303,13 +303,8 @@ def simulate(landscape: Landscape, sampler: Any, *, starting_points: list[dict[s
     import optuna
 
     from autotune.errors import InvalidConfigError
-    from autotune.study.loop import (
-        A_COUNTED,
-        A_DUP,
-        A_KEY,
-        A_RESULT,
-        _suggest_one,
-    )
+    from autotune.study.loop import _suggest_one
+    from autotune.trial_attrs import write
     from autotune.targets import get_target
 
     optuna.logging.set_verbosity(optuna.logging.WARNING)
@@ -340,9 +335,9 @@ def simulate(landscape: Landscape, sampler: Any, *, starting_points: list[dict[s
             dups += 1
             continue
         key = config_key(params)
-        trial.set_user_attr(A_KEY, key)
+        write(trial, config_key=key)
         if key in measured:
-            trial.set_user_attr(A_DUP, -1)
+            write(trial, duplicate_of=-1)
             if measured[key] is None:
                 study.tell(trial, state=optuna.trial.TrialState.FAIL)
             else:
@@ -357,11 +352,11 @@ def simulate(landscape: Landscape, sampler: Any, *, starting_points: list[dict[s
         charge, _ = pruned_charge(rec, cache.charge(rec), bar)
         clock = (trace.steps[-1].clock if trace.steps else 0.0) + charge.seconds
         trace.steps.append(Step(key, rec.throughput if rec.ok else None, charge.seconds, clock))
-        trial.set_user_attr(A_RESULT, json.dumps({
+        write(trial, result=json.dumps({
             "status": rec.status, "wall_seconds": charge.seconds,
             "compile": {"compile_seconds": charge.compile_seconds}}))
         measured[key] = rec.throughput if rec.ok else None
-        trial.set_user_attr(A_COUNTED, True)
+        write(trial, counted=True)
         if rec.ok:
             study.tell(trial, rec.throughput)
         else:

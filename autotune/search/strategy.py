@@ -92,9 +92,7 @@ from optuna.samplers import BaseSampler
 from scipy import optimize, special, stats
 
 from autotune.space import Parameter, SearchSpace
-
-#: User attributes the study keeps on each Optuna trial (see :mod:`autotune.study.loop`).
-_A_KEY, _A_RESULT, _A_DUP, _A_COUNTED, _A_CATEGORY = "config_key", "result", "duplicate_of", "counted", "category"
+from autotune.trial_attrs import TrialAttrs
 #: Enumerate the space when it has at most this many configurations; sample it when larger.
 MAX_ENUMERATED = 20000
 RANDOM_CANDIDATES = 2000
@@ -507,12 +505,13 @@ def _history(study: Any) -> tuple[list[tuple[dict[str, Any], float | None, dict[
 
     found: dict[str, tuple[dict[str, Any], float | None, dict[str, float]]] = {}
     for t in study.get_trials(deepcopy=False):
-        if not t.state.is_finished() or t.user_attrs.get(_A_DUP) is not None or t.user_attrs.get("confirms") is not None:
+        attrs = TrialAttrs.of(t)
+        if not t.state.is_finished() or attrs.duplicate_of is not None or attrs.confirms is not None:
             continue
-        key = t.user_attrs.get(_A_KEY)
-        if key and not t.user_attrs.get(_A_COUNTED) and t.state != optuna.trial.TrialState.COMPLETE:
+        key = attrs.config_key
+        if key and not attrs.counted and t.state != optuna.trial.TrialState.COMPLETE:
             continue  # failed for its driver's sake (killed, stale heartbeat): run again, not the config's fault
-        if t.user_attrs.get(_A_CATEGORY) == "device_unavailable":
+        if attrs.category == "device_unavailable":
             continue
         config = json.loads(key) if key else {k: v for k, v in t.params.items() if v is not None}
         if not config or (_key(config) in found and found[_key(config)][1] is not None):
@@ -521,9 +520,9 @@ def _history(study: Any) -> tuple[list[tuple[dict[str, Any], float | None, dict[
         # counts as one that did not run: never a best, and its neighbours are suspect.
         feasible = all(v <= 0 for v in (getattr(t, "constraints", None) or {}).values())
         value = t.value if t.state == optuna.trial.TrialState.COMPLETE and feasible else None
-        found[_key(config)] = (config, value, _costs(t.user_attrs.get(_A_RESULT)))
+        found[_key(config)] = (config, value, _costs(attrs.result))
     running = study.get_trials(deepcopy=False, states=(optuna.trial.TrialState.RUNNING,))
-    in_flight = {t.user_attrs[_A_KEY] for t in running if t.user_attrs.get(_A_KEY)}
+    in_flight = {TrialAttrs.of(t).config_key for t in running if TrialAttrs.of(t).config_key}
     return list(found.values()), in_flight
 
 

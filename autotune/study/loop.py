@@ -27,11 +27,14 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Callable
 
-from pydantic import BaseModel, Field
+from pydantic import BaseModel, ConfigDict, Field
+
+from autotune.config import JobConfig, RunConfig
+from autotune.trial_attrs import StudyAttrs, TrialAttrs, trial_attrs, write
 
 from autotune.errors import AutotuneError, InvalidConfigError
 from autotune.measurement.windows import PRUNE_MARGIN
-from autotune.study.numerics import DEFAULT_LOSS_TOLERANCE, constraint_value, loss_deviation
+from autotune.study.numerics import constraint_value, loss_deviation
 from autotune.study.outputs import BestConfig, TrialSummary, check_writable, write_outputs
 from autotune.records import MeasurementProtocol, TrialPlan, TrialRequest, TrialResult
 from autotune.rendering import format_value
@@ -43,10 +46,6 @@ from autotune.targets import Target, resolve_target
 DEFAULT_DIR = Path(".autotune")
 HEARTBEAT_S = 5
 GRACE_S = 20
-#: Attributes kept on each Optuna trial.
-A_KEY, A_RESULT, A_CATEGORY, A_DUP, A_COUNTED = "config_key", "result", "category", "duplicate_of", "counted"
-#: On a re-measurement (StudyOptions.confirm): the number of the trial it measures again.
-A_CONFIRMS = "confirms"
 #: A best measured once whose 95% interval is wider than this (half-width over throughput) gets a
 #: note suggesting --confirm; the recorded landscapes' median is 6%.
 WIDE_INTERVAL = 0.10
@@ -81,52 +80,21 @@ class StudyResult(BaseModel):
     exit_code: int = EXIT_OK
 
 
-@dataclass
-class StudyOptions:
+class StudyOptions(RunConfig):
+    """A study of ``script``: the run's configuration (:class:`autotune.config.RunConfig`), and what
+    only a caller in Python chooses."""
+
+    model_config = ConfigDict(arbitrary_types_allowed=True)
+
     script: str | Path
-    args: list[str] = field(default_factory=list)
-    trials: int = 20
-    target: str = "auto"
-    space: str | None = None
-    platform: str | None = None
-    sets: dict[str, Any] = field(default_factory=dict)
-    workers: int | None = None
-    cores_per_trial: int = 1
-    ray_address: str | None = None
-    storage: str | None = None
-    study: str | None = None
-    trial_timeout: float = 1800.0
-    timeout: float | None = None
-    out: str | Path | None = None
-    sampler: str = "autotune"
-    seed: int | None = None
-    metric: str = "throughput"
-    direction: str = "maximize"
-    memory_limit: str | None = None
-    protocol: MeasurementProtocol = field(default_factory=MeasurementProtocol)
-    #: Cache root for compiled artifacts and measured results (default: the user's cache dir).
-    cache: str | Path | None = None
-    #: Measure again: start the study anew (the old one is kept under another name) and ignore
-    #: remembered results. Compiled artifacts are still loaded from the cache.
-    fresh: bool = False
-    #: Compile again configurations whose compile failed before in this environment.
-    retry_failed: bool = False
-    #: Numerics guard: relative distance of a trial's first losses from the baseline's beyond
-    #: which it violates a constraint (never the best); ``numerics_guard=False`` turns it off.
-    loss_tolerance: float = DEFAULT_LOSS_TOLERANCE
-    numerics_guard: bool = True
-    #: Stop measuring a trial once its interval is wholly below the best so far less
-    #: PRUNE_MARGIN (throughput studies only): a losing configuration costs a few windows.
-    prune: bool = True
-    #: Measure the best this many configurations once more at the end and pick the best on the
-    #: mean of each one's measurements (0: the best single measurement wins).
-    confirm: int = 0
+    args: list[str] = Field(default_factory=list)
+    protocol: MeasurementProtocol = Field(default_factory=MeasurementProtocol)
     #: Builds the pool that runs trials instead of Ray actors; it gets the :class:`Study` and must
     #: offer ``free``, ``submit(request, tag)``, ``wait(timeout)`` and ``shutdown()`` as
     #: :class:`autotune.execution.scheduler.WorkerPool` does (a replay of a recorded landscape, say).
-    pool_factory: Callable[[Study], Any] | None = None
+    pool_factory: Callable[..., Any] | None = None
     #: Called after each finished trial (progress displays).
-    on_update: Callable[[StudyProgress], None] | None = None
+    on_update: Callable[..., None] | None = None
 
 
 @dataclass(frozen=True)
@@ -167,12 +135,13 @@ class StudyProgress:
 
 
 def tune(script: str | Path, *args: str, **options: Any) -> StudyResult:
-    """Tune ``script`` from Python; the keyword arguments are those of :class:`StudyOptions`.
+    """Tune ``script`` from Python; the keyword arguments are the options of
+    :class:`autotune.config.RunConfig` (and :class:`StudyOptions`).
 
-    >>> result = autotune.tune("train.py", trials=20, target="xla")   # doctest: +SKIP
+    >>> result = autotune.tune("train.py", trials=50, target="xla")   # doctest: +SKIP
     >>> result.best.env["NEURON_CC_FLAGS"]                              # doctest: +SKIP
     """
-    return Study(StudyOptions(script=script, args=list(args), **options)).run()
+    return Study(StudyOptions.checked(script=script, args=list(args), **options)).run()
 
 
 def config_key(params: dict[str, Any]) -> str:
@@ -184,14 +153,6 @@ class Study:
         import optuna
 
         self.o = options
-        if options.trials < 1:
-            raise InvalidConfigError(f"--trials must be at least 1 (got {options.trials})")
-        if options.direction not in ("maximize", "minimize"):
-            raise InvalidConfigError("--direction must be maximize or minimize")
-        if options.loss_tolerance <= 0:
-            raise InvalidConfigError("--loss-tolerance must be positive")
-        if options.trial_timeout <= 0 or (options.timeout is not None and options.timeout <= 0):
-            raise InvalidConfigError("timeouts must be positive")
         self.script = check_script(options.script)
         self.target: Target = resolve_target(options.target, self.script)
         base_space = load_trial_space(self.target, options.space, options.platform)
@@ -212,7 +173,6 @@ class Study:
         warnings.filterwarnings("ignore", category=optuna.exceptions.ExperimentalWarning)
         # The driver beats for its in-flight trials itself (ask/tell has no optimize loop).
         warnings.filterwarnings("ignore", message="Heartbeat of storage is supposed to be used with Study.optimize")
-        self._sampler()  # an unknown sampler is bad input: say so before anything starts
         self.baseline_params = self.space.defaults()
         self.progress = StudyProgress(self.name, self.target.name, options.trials, metric=options.metric)
 
@@ -232,21 +192,17 @@ class Study:
                 continue  # another driver created it between our look and our insert: load it
             except ValueError as exc:
                 raise AutotuneError(f"study {self.name!r}: {exc}") from None
-        attrs = study.user_attrs
-        if attrs.get("target") not in (None, self.target.name):
-            raise AutotuneError(f"study {self.name!r} tunes target {attrs['target']!r}, not {self.target.name!r}; "
+        attrs = StudyAttrs.of(study)
+        if attrs.target not in (None, self.target.name):
+            raise AutotuneError(f"study {self.name!r} tunes target {attrs.target!r}, not {self.target.name!r}; "
                                 "choose another --study name")
         if study.direction.name.lower() != self.o.direction:
             raise AutotuneError(f"study {self.name!r} was created to {study.direction.name.lower()}; "
                                 "choose another --study name to change the direction")
-        study.set_user_attr("loss_tolerance", self.o.loss_tolerance)
-        study.set_user_attr("numerics_guard", self.o.numerics_guard)
-        if "target" not in attrs:
-            study.set_user_attr("target", self.target.name)
-            study.set_user_attr("metric", self.o.metric)
-            study.set_user_attr("script", str(self.script))
-            study.set_user_attr("args", list(self.o.args))
-            study.set_user_attr("space", self.space.source)
+        write(study, loss_tolerance=self.o.loss_tolerance, numerics_guard=self.o.numerics_guard)
+        if attrs.target is None:
+            write(study, target=self.target.name, metric=self.o.metric, script=str(self.script),
+                  args=list(self.o.args), space=self.space.source)
         return study
 
     def _archive_existing(self) -> None:
@@ -279,7 +235,7 @@ class Study:
             return optuna.samplers.RandomSampler(seed=seed)
         if self.o.sampler == "qmc":
             return optuna.samplers.QMCSampler(seed=seed)
-        raise InvalidConfigError(f"unknown sampler {self.o.sampler!r}; choose autotune, tpe, random or qmc")
+        raise AssertionError(f"RunConfig admits sampler {self.o.sampler!r}, which no branch builds")
 
     # -- the loop --------------------------------------------------------------------------------
     def run(self) -> StudyResult:
@@ -302,7 +258,7 @@ class Study:
                 ray.shutdown()
             raise
         self.provenance = provenance(self.target, self.script, self.o.args)
-        self.study.set_user_attr("provenance", self.provenance)
+        write(self.study, provenance=self.provenance)
         self._model_key, self._env_key = model_of(self.provenance), environment_of(self.provenance)
         note = self.target.availability_note()
         if note:
@@ -375,13 +331,13 @@ class Study:
         """Measure the best ``confirm`` configurations once more, unpruned (each at most once
         per study: a resumed study measures only those not measured again yet)."""
         todo = _ranked_configurations(self.study)[:self.o.confirm]
-        done = {t.user_attrs.get(A_CONFIRMS) for t in self.study.get_trials(deepcopy=False)}
+        done = {TrialAttrs.of(t).confirms for t in self.study.get_trials(deepcopy=False)}
         todo = [t for t in todo if t.number not in done]
         in_flight: dict[Any, Any] = {}
         while todo or in_flight:
             while todo and pool.free and time.monotonic() < deadline:
                 original = todo.pop(0)
-                params = TrialResult.model_validate_json(original.user_attrs[A_RESULT]).plan.params
+                params = TrialResult.model_validate_json(TrialAttrs.of(original).result).plan.params
                 trial_dir = self.out / "trials" / f"{original.number:04d}-again"
                 tag = ("confirm", original.number)
                 pool.submit(self._request(params, trial_dir, self.o.protocol), tag=tag)
@@ -400,27 +356,26 @@ class Study:
         """Store a re-measurement as a finished trial of its own."""
         import optuna
 
-        attrs: dict[str, Any] = {A_KEY: original.user_attrs.get(A_KEY), A_CONFIRMS: original.number}
+        attrs: dict[str, Any] = {"config_key": TrialAttrs.of(original).config_key, "confirms": original.number}
         value = None
         if result_json is not None:
             result = TrialResult.model_validate_json(result_json)
-            attrs[A_RESULT] = result_json
-            attrs["env"] = _trial_env(result)
+            attrs.update(result=result_json, env=_trial_env(result))
             value = self._objective(result) if result.ok else None
             if value is None:
-                attrs[A_CATEGORY], attrs["reason"] = self._failure(result)
+                attrs["category"], attrs["reason"] = self._failure(result)
         else:
-            attrs[A_CATEGORY], attrs["reason"] = "crash", error or "the worker failed"
+            attrs["category"], attrs["reason"] = "crash", error or "the worker failed"
         state = optuna.trial.TrialState.COMPLETE if value is not None else optuna.trial.TrialState.FAIL
         self.study.add_trial(optuna.trial.create_trial(
             params=original.params, distributions=original.distributions, value=value, state=state,
-            user_attrs=attrs))
+            user_attrs=trial_attrs(**attrs)))
         self.ran += 1
         if value is None:
             self.notes.append(f"trial {original.number}'s configuration failed when measured again "
-                              f"({attrs[A_CATEGORY]}): it is not taken as the best")
+                              f"({attrs['category']}): it is not taken as the best")
             self._finished(original.number, original.params, None,
-                           f"failed ({attrs[A_CATEGORY]}), measured again")
+                           f"failed ({attrs['category']}), measured again")
         else:
             self._finished(original.number, original.params, value, "ok, measured again")
 
@@ -437,7 +392,7 @@ class Study:
 
         counted = running = 0
         for t in self.study.get_trials(deepcopy=False):
-            if t.user_attrs.get(A_COUNTED) and t.state.is_finished():
+            if TrialAttrs.of(t).counted and t.state.is_finished():
                 counted += 1
             elif t.state == optuna.trial.TrialState.RUNNING and t.number not in exclude:
                 running += 1
@@ -451,19 +406,19 @@ class Study:
             params = self._suggest(trial)
             self.target.check(params)
         except InvalidConfigError as exc:
-            trial.set_user_attr(A_CATEGORY, "invalid_config")
-            trial.set_user_attr("reason", str(exc))
+            write(trial, category="invalid_config")
+            write(trial, reason=str(exc))
             self.study.tell(trial, state=optuna.trial.TrialState.FAIL)
             self._finished(trial.number, trial.params, None, "failed (invalid_config)")
             return "invalid"
         key = config_key(params)
-        trial.set_user_attr(A_KEY, key)
+        write(trial, config_key=key)
         earlier = self._earlier_result(key, trial.number)
         if earlier is not None:
-            trial.set_user_attr(A_DUP, earlier.number)
-            for name in (A_CATEGORY, "reason"):
-                if name in earlier.user_attrs:
-                    trial.set_user_attr(name, earlier.user_attrs[name])
+            write(trial, duplicate_of=earlier.number)
+            told = TrialAttrs.of(earlier)
+            write(trial, **{name: value for name, value in (("category", told.category), ("reason", told.reason))
+                            if value is not None})
             if earlier.state == optuna.trial.TrialState.COMPLETE:
                 self.study.tell(trial, earlier.value)
             else:
@@ -476,7 +431,7 @@ class Study:
 
         rkey = result_key(model=self._model_key, environment=self._env_key, target=self.target.name,
                           params=params, protocol_version=self.o.protocol.version)
-        trial.set_user_attr("result_key", rkey)
+        write(trial, result_key=rkey)
         remembered = None if self.o.fresh else self.cache.get_result(rkey)
         if remembered is not None and (remembered.ok or not self.o.retry_failed):
             self._tell(trial, remembered.model_dump_json(), None, from_cache=True)
@@ -489,7 +444,7 @@ class Study:
             if failed is not None:
                 self._tell_known_failure(trial, plan, failed)
                 return "reused"
-        trial.set_user_attr("env", plan.env)
+        write(trial, env=plan.env)
         pool.submit(self._request(params, self.out / "trials" / f"{trial.number:04d}", self._trial_protocol(),
                                   plan=plan), tag=trial.number)
         return "submitted"
@@ -515,7 +470,7 @@ class Study:
 
     def _earlier_result(self, key: str, number: int) -> Any:
         for t in self.study.get_trials(deepcopy=False):
-            if t.number != number and t.user_attrs.get(A_KEY) == key and t.user_attrs.get(A_COUNTED) \
+            if t.number != number and TrialAttrs.of(t).config_key == key and TrialAttrs.of(t).counted \
                     and t.state.is_finished():
                 return t
         return None
@@ -530,38 +485,38 @@ class Study:
     def _tell(self, trial: Any, result_json: str | None, error: str | None, from_cache: bool = False) -> None:
         import optuna
 
-        trial.set_user_attr(A_COUNTED, True)
+        write(trial, counted=True)
         if from_cache:
-            trial.set_user_attr("cached", True)
+            write(trial, cached=True)
             self.reused += 1
             self.progress.reused += 1
         else:
             self.ran += 1
         if result_json is None:
-            trial.set_user_attr(A_CATEGORY, "crash")
-            trial.set_user_attr("reason", error or "the worker failed")
+            write(trial, category="crash")
+            write(trial, reason=error or "the worker failed")
             self.study.tell(trial, state=optuna.trial.TrialState.FAIL)
             self.progress.failed += 1
             self._finished(trial.number, trial.params, None, "failed (crash)")
             return
         result = TrialResult.model_validate_json(result_json)
-        trial.set_user_attr(A_RESULT, result_json)
-        if not from_cache and "result_key" in trial.user_attrs:
-            self.cache.put_result(trial.user_attrs["result_key"], result)
-        trial.set_user_attr("env", _trial_env(result))
+        write(trial, result=result_json)
+        if not from_cache and TrialAttrs.of(trial).result_key is not None:
+            self.cache.put_result(TrialAttrs.of(trial).result_key, result)
+        write(trial, env=_trial_env(result))
         value = self._objective(result)
         if result.ok and value is not None:
             self._guard_numerics(trial, result)
             self.study.tell(trial, value)
             status = "pruned" if result.measurement and result.measurement.pruned else "ok"
-            if trial.user_attrs.get("numerics_constraint", 0) > 0:
+            if (TrialAttrs.of(trial).numerics_constraint or 0) > 0:
                 status = "diverged"
             self._finished(trial.number, result.plan.params, value,
                            f"{status}, remembered" if from_cache else status)
         else:
             category, reason = self._failure(result)
-            trial.set_user_attr(A_CATEGORY, category)
-            trial.set_user_attr("reason", reason)
+            write(trial, category=category)
+            write(trial, reason=reason)
             self.study.tell(trial, state=optuna.trial.TrialState.FAIL)
             self.progress.failed += 1
             self._finished(trial.number, result.plan.params, None,
@@ -579,15 +534,15 @@ class Study:
         """Record how far this trial's first losses are from the baseline's (a constraint)."""
         if not self.o.numerics_guard or not result.losses:
             return
-        if trial.user_attrs.get(A_KEY) == self.study.user_attrs.get("baseline_key"):
+        if TrialAttrs.of(trial).config_key == StudyAttrs.of(self.study).baseline_key:
             deviation: float | None = 0.0
         else:
             base = _baseline_losses(self.study)
             deviation = loss_deviation(result.losses, base) if base else None
         if deviation is not None:
-            trial.set_user_attr("loss_deviation", deviation if math.isfinite(deviation) else "inf")
+            write(trial, loss_deviation=deviation if math.isfinite(deviation) else "inf")
             value = constraint_value(deviation, self.o.loss_tolerance)
-            trial.set_user_attr("numerics_constraint", value)
+            write(trial, numerics_constraint=value)
             trial.set_constraint("numerics", value)  # constrained sampling steers away from it
 
     def _objective(self, result: TrialResult) -> float | None:
@@ -608,9 +563,9 @@ class Study:
 
     def _enqueue_starting_points(self) -> None:
         """Baseline first, then the known-good configurations, each once per study."""
-        if "baseline_key" not in self.study.user_attrs:
-            self.study.set_user_attr("baseline_key", config_key(self.baseline_params))
-        queued = {t.user_attrs.get("enqueued_key") for t in self.study.get_trials(deepcopy=False)}
+        if StudyAttrs.of(self.study).baseline_key is None:
+            write(self.study, baseline_key=config_key(self.baseline_params))
+        queued = {TrialAttrs.of(t).enqueued_key for t in self.study.get_trials(deepcopy=False)}
         for params in [self.baseline_params, *self.space.known_good]:
             try:
                 config = self.space.validate({**self.baseline_params, **params, **self.space.fixed})
@@ -621,7 +576,7 @@ class Study:
                 continue
             queued.add(key)
             full = {p.name: config.get(p.name) for p in self.space.free_parameters if p.is_active(config)}
-            self.study.enqueue_trial(full, user_attrs={"enqueued_key": key}, skip_if_exists=False)
+            self.study.enqueue_trial(full, user_attrs=trial_attrs(enqueued_key=key), skip_if_exists=False)
 
     def _fail_stale(self) -> None:
         import optuna
@@ -755,10 +710,10 @@ def load_study(name: str, storage: str | None = None) -> Any:
 
 
 def _baseline_losses(study: Any) -> list[float]:
-    key = study.user_attrs.get("baseline_key")
+    key = StudyAttrs.of(study).baseline_key
     for t in study.get_trials(deepcopy=False):
-        if t.user_attrs.get(A_KEY) == key and A_RESULT in t.user_attrs and t.state.name == "COMPLETE":
-            return TrialResult.model_validate_json(t.user_attrs[A_RESULT]).losses
+        if TrialAttrs.of(t).config_key == key and TrialAttrs.of(t).result is not None and t.state.name == "COMPLETE":
+            return TrialResult.model_validate_json(TrialAttrs.of(t).result).losses
     return []
 
 
@@ -768,14 +723,16 @@ def numerics_violated(study: Any, trial: Any, base: list[float] | None = None) -
     Decided from the stored losses, so that a trial told before its baseline finished is judged
     all the same.
     """
-    if not study.user_attrs.get("numerics_guard", True) or A_RESULT not in trial.user_attrs:
+    if StudyAttrs.of(study).numerics_guard is False or TrialAttrs.of(trial).result is None:
         return False
-    if trial.user_attrs.get(A_KEY) == study.user_attrs.get("baseline_key"):
+    if TrialAttrs.of(trial).config_key == StudyAttrs.of(study).baseline_key:
         return False
     base = _baseline_losses(study) if base is None else base
-    losses = TrialResult.model_validate_json(trial.user_attrs[A_RESULT]).losses
+    losses = TrialResult.model_validate_json(TrialAttrs.of(trial).result).losses
     deviation = loss_deviation(losses, base) if base else None
-    tolerance = float(study.user_attrs.get("loss_tolerance", DEFAULT_LOSS_TOLERANCE))
+    tolerance = StudyAttrs.of(study).loss_tolerance
+    if tolerance is None:
+        tolerance = JobConfig.model_fields["loss_tolerance"].default
     return deviation is not None and deviation > tolerance
 
 
@@ -802,10 +759,10 @@ def _measured(study: Any) -> list[tuple[Any, list[float], bool]]:
     values: dict[str, list[float]] = {}
     flaky: set[str] = set()
     for t in study.get_trials(deepcopy=False):
-        if t.user_attrs.get(A_DUP) is not None or not t.state.is_finished():
+        if TrialAttrs.of(t).duplicate_of is not None or not t.state.is_finished():
             continue
-        key = t.user_attrs.get(A_KEY) or f"#{t.number}"
-        again = t.user_attrs.get(A_CONFIRMS) is not None
+        key = TrialAttrs.of(t).config_key or f"#{t.number}"
+        again = TrialAttrs.of(t).confirms is not None
         if t.state == optuna.trial.TrialState.COMPLETE and t.value is not None \
                 and not numerics_violated(study, t, base):
             values.setdefault(key, []).append(t.value)
@@ -846,9 +803,9 @@ def baseline_value(study: Any) -> float | None:
     """The measured value of the baseline configuration, if it completed."""
     import optuna
 
-    key = study.user_attrs.get("baseline_key")
+    key = StudyAttrs.of(study).baseline_key
     for t in study.get_trials(deepcopy=False, states=[optuna.trial.TrialState.COMPLETE]):
-        if t.user_attrs.get(A_KEY) == key and t.user_attrs.get(A_DUP) is None:
+        if TrialAttrs.of(t).config_key == key and TrialAttrs.of(t).duplicate_of is None:
             return t.value
     return None
 
@@ -860,7 +817,8 @@ def best_config(study: Any, name: str, prov: dict[str, Any] | None = None) -> Be
     if found is None:
         return None
     t, value, values = found
-    result = TrialResult.model_validate_json(t.user_attrs[A_RESULT]) if A_RESULT in t.user_attrs else None
+    attrs, stored = TrialAttrs.of(t), StudyAttrs.of(study)
+    result = TrialResult.model_validate_json(attrs.result) if attrs.result is not None else None
     base = baseline_value(study)
     maximize = study.direction == optuna.study.StudyDirection.MAXIMIZE
     speedup = None
@@ -869,16 +827,16 @@ def best_config(study: Any, name: str, prov: dict[str, Any] | None = None) -> Be
     plan = result.plan if result else None
     m = result.measurement if result else None
     return BestConfig(
-        study=name, trial=t.number, target=study.user_attrs.get("target", ""),
+        study=name, trial=t.number, target=stored.target or "",
         params=dict(plan.params) if plan else dict(t.params),
-        env=dict(t.user_attrs.get("env") or (plan.env if plan else {})),
+        env=dict(attrs.env or (plan.env if plan else {})),
         flags_env=plan.flags_env if plan else None,
         compiler_flags=plan.compiler_flags if plan else None,
         knobs={k: v for k, v in (plan.knobs.model_dump() if plan else {}).items() if v not in (None, False)},
-        metric=study.user_attrs.get("metric", "throughput"), value=value, measurements=values,
+        metric=stored.metric or "throughput", value=value, measurements=values,
         throughput=m.throughput if m else None, ci95_low=m.ci95_low if m else None,
         ci95_high=m.ci95_high if m else None, baseline_value=base, speedup=speedup,
-        provenance=prov or study.user_attrs.get("provenance") or {},
+        provenance=prov or stored.provenance or {},
     )
 
 
@@ -886,7 +844,8 @@ def study_summaries(study: Any) -> list[TrialSummary]:
     out = []
     base = _baseline_losses(study)
     for t in study.get_trials(deepcopy=False):
-        result = TrialResult.model_validate_json(t.user_attrs[A_RESULT]) if A_RESULT in t.user_attrs else None
+        attrs = TrialAttrs.of(t)
+        result = TrialResult.model_validate_json(attrs.result) if attrs.result is not None else None
         m = result.measurement if result else None
         out.append(TrialSummary(
             number=t.number, state=t.state.name,
@@ -895,12 +854,11 @@ def study_summaries(study: Any) -> list[TrialSummary]:
             throughput=m.throughput if m else None,
             ci95_low=m.ci95_low if m else None, ci95_high=m.ci95_high if m else None,
             pruned=bool(m and m.pruned),
-            category=t.user_attrs.get(A_CATEGORY), reason=t.user_attrs.get("reason"),
+            category=attrs.category, reason=attrs.reason,
             log_tail=result.log_tail if result and not result.ok else None,
             wall_seconds=result.wall_seconds if result else None,
             compile_seconds=result.compile.compile_seconds if result else None,
-            duplicate_of=t.user_attrs.get(A_DUP), confirms=t.user_attrs.get(A_CONFIRMS), env=t.user_attrs.get("env") or {},
-            cached=bool(t.user_attrs.get("cached")),
+            duplicate_of=attrs.duplicate_of, confirms=attrs.confirms, env=attrs.env or {}, cached=attrs.cached,
             cache_hits=result.compile.cache_hits if result else None,
             cache_misses=result.compile.cache_misses if result else None,
             started_at=result.started_at if result else None, ended_at=result.ended_at if result else None,

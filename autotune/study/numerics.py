@@ -10,10 +10,6 @@ from __future__ import annotations
 import math
 from typing import Sequence
 
-#: Relative distance between the mean of the first losses and the baseline's, beyond which a
-#: configuration is taken to have changed what the model learns. Batch size and cast move the
-#: first losses a little; divergence moves them a lot.
-DEFAULT_LOSS_TOLERANCE = 0.2
 
 
 def loss_deviation(losses: Sequence[float], baseline: Sequence[float]) -> float | None:

@@ -78,7 +78,8 @@ def landscape(tmp_path: Path):
 
 
 def _request(params: dict, target: str = "inductor") -> TrialRequest:
-    return TrialRequest(plan=get_target(target).plan(params), script="replayed.py", trial_dir="/nonexistent")
+    return TrialRequest(plan=get_target(target).plan(params), script="replayed.py", trial_dir="/nonexistent",
+                        timeout_s=60)
 
 
 def _run(pool: ReplayPool, params: dict) -> TrialResult:
@@ -223,7 +224,7 @@ def test_autotune_run_replays_as_the_benchmark_does(path, tmp_path) -> None:
     from autotune.search.strategy import AutotuneSampler
     from autotune.study.loop import StudyOptions
 
-    assert StudyOptions.__dataclass_fields__["sampler"].default == "autotune"
+    assert StudyOptions.model_fields["sampler"].default == "autotune"
     if not path.exists():
         pytest.skip(f"{path.name} is not recorded")
     land = load_landscape(path)
@@ -299,28 +300,28 @@ def test_confirm_measures_the_best_again_and_picks_the_best_mean(path, tmp_path)
 
     import optuna
 
-    from autotune.study.loop import A_CONFIRMS
+    from autotune.trial_attrs import TrialAttrs
 
     if not path.exists():
         pytest.skip(f"{path.name} is not recorded")
     land = load_landscape(path)
     result, pool = replay_study(land, trials=10, seed=3, noise_seed=3, confirm=2, workdir=tmp_path / "study")
     study = optuna.load_study(study_name=result.study, storage=result.storage)
-    counted = [t for t in study.trials if t.user_attrs.get("counted")]
-    again = [t for t in study.trials if t.user_attrs.get(A_CONFIRMS) is not None]
+    counted = [t for t in study.trials if TrialAttrs.of(t).counted]
+    again = [t for t in study.trials if TrialAttrs.of(t).confirms is not None]
     assert len(counted) == 10 and len(pool.trials) == 12, "the re-measurements do not count as trials"
     firsts = sorted((t for t in counted if t.state.name == "COMPLETE"), key=lambda t: -t.value)
-    assert sorted(t.user_attrs[A_CONFIRMS] for t in again) == sorted(t.number for t in firsts[:2])
+    assert sorted(TrialAttrs.of(t).confirms for t in again) == sorted(t.number for t in firsts[:2])
     for t in again:
-        m = TrialResult.model_validate_json(t.user_attrs["result"]).measurement
+        m = TrialResult.model_validate_json(TrialAttrs.of(t).result).measurement
         assert not m.pruned, "a re-measurement is measured whole"
-        assert t.value != study.trials[t.user_attrs[A_CONFIRMS]].value
-    means = {t.user_attrs[A_CONFIRMS]: (t.value + study.trials[t.user_attrs[A_CONFIRMS]].value) / 2 for t in again}
+        assert t.value != study.trials[TrialAttrs.of(t).confirms].value
+    means = {TrialAttrs.of(t).confirms: (t.value + study.trials[TrialAttrs.of(t).confirms].value) / 2 for t in again}
     winner = max(means, key=means.get)
     assert result.best.trial == winner
     assert result.best.value == pytest.approx(means[winner])
     assert result.best.measurements == [study.trials[winner].value, next(
-        t.value for t in again if t.user_attrs[A_CONFIRMS] == winner)]
+        t.value for t in again if TrialAttrs.of(t).confirms == winner)]
     rows = list(csv.DictReader(open(Path(result.out_dir) / "trials.csv")))
     assert sorted(int(r["confirms"]) for r in rows if r["confirms"]) == sorted(means)
 

@@ -18,13 +18,8 @@ from autotune.search.strategy import (
     culprit_probability,
     success_probability,
 )
-from autotune.study.loop import (
-    A_COUNTED,
-    A_KEY,
-    A_RESULT,
-    _suggest_one,
-    config_key,
-)
+from autotune.study.loop import _suggest_one, config_key
+from autotune.trial_attrs import write
 
 SPACE = parse_space("""\
 target: xla
@@ -57,9 +52,9 @@ def drive(sampler: AutotuneSampler, space, trials: int, objective=speed) -> list
             if p.name not in space.fixed and p.is_active(chosen):
                 chosen[p.name] = _suggest_one(trial, p)
         config = space.validate({k: v for k, v in chosen.items() if space.parameters[k].is_active(chosen)})
-        trial.set_user_attr(A_KEY, config_key(config))
-        trial.set_user_attr(A_COUNTED, True)
-        trial.set_user_attr(A_RESULT, json.dumps({"wall_seconds": 10.0, "compile": {"compile_seconds": 4.0}}))
+        write(trial, config_key=config_key(config))
+        write(trial, counted=True)
+        write(trial, result=json.dumps({"wall_seconds": 10.0, "compile": {"compile_seconds": 4.0}}))
         measured.append(config)
         value = objective(config)
         if value is None:

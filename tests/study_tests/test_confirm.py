@@ -9,7 +9,8 @@ import optuna
 import pytest
 
 from autotune.study.outputs import BestConfig
-from autotune.study.loop import A_CONFIRMS, A_COUNTED, A_KEY, best_config, tune
+from autotune.study.loop import best_config, tune
+from autotune.trial_attrs import TrialAttrs, trial_attrs
 
 from .test_study import SCRIPTS, TWO_POINT_SPACE
 
@@ -21,13 +22,13 @@ def _study_with(measurements: dict[str, list[float | None]]) -> optuna.Study:
     dist = {"x": optuna.distributions.CategoricalDistribution(list(measurements))}
     for name, values in measurements.items():
         study.add_trial(optuna.trial.create_trial(
-            params={"x": name}, distributions=dist, value=values[0], user_attrs={A_KEY: name, A_COUNTED: True}))
+            params={"x": name}, distributions=dist, value=values[0], user_attrs=trial_attrs(config_key=name, counted=True)))
         number = len(study.trials) - 1
         for v in values[1:]:
             study.add_trial(optuna.trial.create_trial(
                 params={"x": name}, distributions=dist, value=v,
                 state=optuna.trial.TrialState.COMPLETE if v is not None else optuna.trial.TrialState.FAIL,
-                user_attrs={A_KEY: name, A_CONFIRMS: number}))
+                user_attrs=trial_attrs(config_key=name, confirms=number)))
     return study
 
 
@@ -61,12 +62,12 @@ def test_a_real_study_measures_its_best_again(ray_cluster, tmp_path, monkeypatch
     assert result.exit_code == 0, result.trials
     assert result.ran == 4, "three trials and one re-measurement"
     study = optuna.load_study(study_name=result.study, storage=result.storage)
-    again = [t for t in study.trials if t.user_attrs.get(A_CONFIRMS) is not None]
-    counted = [t for t in study.trials if t.user_attrs.get(A_COUNTED)]
+    again = [t for t in study.trials if TrialAttrs.of(t).confirms is not None]
+    counted = [t for t in study.trials if TrialAttrs.of(t).counted]
     assert len(again) == 1 and len(counted) == 3
     top = max((t for t in counted if t.state.name == "COMPLETE"), key=lambda t: t.value)
-    assert again[0].user_attrs[A_CONFIRMS] == top.number
-    assert again[0].user_attrs[A_KEY] == top.user_attrs[A_KEY]
+    assert TrialAttrs.of(again[0]).confirms == top.number
+    assert TrialAttrs.of(again[0]).config_key == TrialAttrs.of(top).config_key
     out = Path(result.out_dir)
     best = BestConfig.model_validate_json((out / "best.json").read_text())
     assert best.trial == top.number and len(best.measurements) == 2

@@ -1,0 +1,158 @@
+"""The configuration of a tuning run: every option once, with its default, its help and its checks.
+
+:class:`JobConfig` holds what a user chooses about a run; :class:`RunConfig` adds what names this
+machine's resources (storage, cache, Ray, output folder), which a daemon keeps for itself. From
+them derive the ``autotune run``, ``submit`` and ``ensure`` options (:mod:`autotune.cli.options`),
+the Python API (``autotune.tune``, :class:`autotune.study.options.StudyOptions`), the daemon's job
+body (:class:`autotune.daemon.records.RunOptions`) and a job's command line (:meth:`JobConfig.argv`).
+A default written anywhere else is a second definition; ``tests/test_config.py`` checks there is none.
+"""
+
+from __future__ import annotations
+
+import re
+from pathlib import Path
+from typing import Any, ClassVar, TypeVar
+
+from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator
+
+from autotune.errors import InvalidConfigError
+from autotune.targets import TARGETS
+
+SAMPLERS = ("autotune", "tpe", "random", "qmc")
+DIRECTIONS = ("maximize", "minimize")
+_PARAMETER_NAME = re.compile(r"^[A-Za-z_][A-Za-z0-9_.]*$")
+
+C = TypeVar("C", bound="JobConfig")
+
+
+class JobConfig(BaseModel):
+    """What a user chooses about a tuning run. The field's description is its ``--help`` text."""
+
+    model_config = ConfigDict(extra="forbid", validate_assignment=True)
+
+    #: The short flag of an option, where it has one.
+    SHORT: ClassVar[dict[str, str]] = {"trials": "-n", "target": "-t", "sets": "-s"}
+    #: The name of an option's value in ``--help``, where the type's is not clear enough.
+    METAVAR: ClassVar[dict[str, str]] = {"confirm": "K"}
+
+    trials: int = Field(20, ge=1, description="Measured trials the study should hold (a rerun continues up "
+                                                "to this number).")
+    target: str = Field("auto", description="auto, " + ", ".join(TARGETS) + ".")
+    space: str | None = Field(None, description="Search space: a YAML file or a built-in name (xla, inductor, "
+                                                "neuron-trn1, neuron-inf2, neuron-trn2).")
+    platform: str | None = Field(None, description="Neuron platform: trn1, trn1n, inf2, trn2.")
+    sets: dict[str, Any] = Field(default_factory=dict, description="Fix a parameter, KEY=VALUE; repeatable.")
+    workers: int | None = Field(None, ge=1, description="Trials at once (default: 1 on a small CPU machine; "
+                                                        "NeuronCores / --cores-per-trial for Neuron).")
+    cores_per_trial: int = Field(1, ge=1, description="NeuronCores each trial holds.")
+    study: str | None = Field(None, description="Study name (default: <script>-<target>).")
+    trial_timeout: float = Field(1800.0, gt=0, description="Hard timeout of each trial, seconds.")
+    timeout: float | None = Field(None, gt=0, description="Stop starting trials after this many seconds.")
+    sampler: str = Field("autotune", description="autotune (expected improvement from a Gaussian process over "
+                                                 "whole configurations; bench/search_bench.py), tpe "
+                                                 "(multivariate, constant liar), random or qmc.")
+    seed: int | None = Field(None, description="Seed of the sampler and of the trials.")
+    metric: str = Field("throughput", description="What to optimise: throughput, or a metric the script "
+                                                  "reports with autotune.report().")
+    direction: str = Field("maximize", description="maximize or minimize the metric.")
+    memory_limit: str | None = Field(None, description="Host-memory limit per trial, e.g. 8GiB.")
+    fresh: bool = Field(False, description="Measure again: ignore remembered results and start the study "
+                                           "anew (the old one is kept under another name).")
+    retry_failed: bool = Field(False, description="Compile again configurations whose compile failed before.")
+    # Batch size and cast move the mean of the first losses a little (within 0.2 of the baseline's);
+    # divergence moves it a lot.
+    loss_tolerance: float = Field(0.2, gt=0, description="Numerics guard: how far (relative) the mean of a "
+                                                         "trial's first losses may leave the baseline's.")
+    numerics_guard: bool = Field(True, description="Never report a configuration whose losses diverge as best.")
+    prune: bool = Field(True, description="Stop measuring a trial once its 95% interval is wholly more than "
+                                          "2% behind the best so far.")
+    confirm: int = Field(0, ge=0, le=1000, description="Measure the best K configurations once more at the "
+                                                       "end, unpruned, and pick the best on the mean of each "
+                                                       "one's measurements (one lucky measurement does not win).")
+
+    @field_validator("target")
+    @classmethod
+    def _known_target(cls, target: str) -> str:
+        if target != "auto" and target not in TARGETS:
+            raise ValueError(f"unknown target {target!r}; choose one of auto, {', '.join(TARGETS)}")
+        return target
+
+    @field_validator("sampler")
+    @classmethod
+    def _known_sampler(cls, sampler: str) -> str:
+        if sampler not in SAMPLERS:
+            raise ValueError(f"unknown sampler {sampler!r}; choose {', '.join(SAMPLERS[:-1])} or {SAMPLERS[-1]}")
+        return sampler
+
+    @field_validator("direction")
+    @classmethod
+    def _known_direction(cls, direction: str) -> str:
+        if direction not in DIRECTIONS:
+            raise ValueError("must be maximize or minimize")
+        return direction
+
+    @field_validator("sets")
+    @classmethod
+    def _keys_are_names(cls, sets: dict[str, Any]) -> dict[str, Any]:
+        for key in sets:
+            if not _PARAMETER_NAME.match(key):
+                raise ValueError(f"{key!r}: a parameter name is letters, digits, _ and .")
+        return sets
+
+    @classmethod
+    def checked(cls: type[C], **values: Any) -> C:
+        """The configuration of ``values``; a bad one is an :class:`InvalidConfigError` naming the option."""
+        try:
+            return cls(**values)
+        except ValidationError as exc:
+            raise InvalidConfigError(describe(exc)) from None
+
+    def argv(self, *, skip: tuple[str, ...] = ()) -> list[str]:
+        """The ``autotune run`` options that give this configuration: those that differ from the
+        default, one argv element each (``--key=value``, so that no value reads as an option)."""
+        out: list[str] = []
+        for name, field in type(self).model_fields.items():
+            value = getattr(self, name)
+            if name in skip or name not in RunConfig.model_fields or \
+                    value == field.get_default(call_default_factory=True):
+                continue
+            flag = option_flag(name)
+            if name == "sets":
+                out += [f"{flag}={k}={v}" for k, v in value.items()]
+            elif isinstance(value, bool):
+                out.append(flag if value else f"--no-{flag[2:]}")
+            else:
+                out.append(f"{flag}={value:g}" if isinstance(value, float) else f"{flag}={value}")
+        return out
+
+    def job_config(self) -> JobConfig:
+        """The options a daemon's job may carry: this configuration without this machine's resources."""
+        return JobConfig(**{name: getattr(self, name) for name in JobConfig.model_fields})
+
+
+class RunConfig(JobConfig):
+    """A run on this machine: a :class:`JobConfig` and the resources it uses here."""
+
+    ray_address: str | None = Field(None, description="Join this Ray cluster instead of starting a local Ray.")
+    storage: str | None = Field(None, description="Optuna storage URL (default: sqlite under .autotune/; "
+                                                  "postgresql://... for a fleet).")
+    out: Path | None = Field(None, description="Where best.json, best.env and trials.csv go "
+                                               "(default: .autotune/<study>/).")
+    cache: Path | None = Field(None, description="Cache root for compiled artifacts and measured results "
+                                                 "(default: ~/.cache/autotune; share it across a fleet).")
+
+
+def option_flag(name: str) -> str:
+    """``trial_timeout`` -> ``--trial-timeout``; ``sets`` -> ``--set``."""
+    return "--set" if name == "sets" else f"--{name.replace('_', '-')}"
+
+
+def describe(exc: ValidationError) -> str:
+    """The first problem of a validation error, as one line that names the option."""
+    error = exc.errors()[0]
+    name = str(error["loc"][0]) if error["loc"] else ""
+    message = error["msg"].removeprefix("Value error, ")
+    if name and "input" in error and not isinstance(error["input"], dict):
+        return f"{option_flag(name)} {error['input']!r}: {message}"
+    return f"{option_flag(name)}: {message}" if name else message

@@ -1,0 +1,92 @@
+"""What autotune keeps on each Optuna trial and study (Optuna's user attributes): every key once,
+with its type, and a reader and a writer that use them.
+
+They live in the Optuna database, where other drivers, the daemon, the sampler and later versions
+read them: the names are a storage format and stay as they are.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, fields
+from typing import Any
+
+
+@dataclass(frozen=True)
+class TrialAttrs:
+    """The attributes of one trial, as the study writes them."""
+
+    #: The configuration's canonical key (JSON of its parameters).
+    config_key: str | None = None
+    #: The trial's :class:`~autotune.records.TrialResult`, as JSON.
+    result: str | None = None
+    #: Why it gave no value: a failure category (``compile_error``, ``crash``, ...), and in words.
+    category: str | None = None
+    reason: str | None = None
+    #: The earlier trial of the same configuration that answered this one.
+    duplicate_of: int | None = None
+    #: It counts towards ``--trials``: a measurement, or a result remembered from an earlier one.
+    counted: bool = False
+    #: A re-measurement (``--confirm``): the number of the trial it measures again.
+    confirms: int | None = None
+    #: The env vars the trial ran with.
+    env: dict[str, str] | None = None
+    #: The key of its result in the cache root, and whether the result came from there.
+    result_key: str | None = None
+    cached: bool = False
+    #: The key of a configuration the study enqueued (the baseline, a known-good one).
+    enqueued_key: str | None = None
+    #: Numerics guard: how far the first losses are from the baseline's (``"inf"`` when infinitely
+    #: far), and the constraint value Optuna learns (above 0: violated).
+    loss_deviation: float | str | None = None
+    numerics_constraint: float | None = None
+
+    @classmethod
+    def of(cls, trial: Any) -> TrialAttrs:
+        """The attributes of an Optuna trial (frozen or running)."""
+        attrs = trial.user_attrs
+        return cls(**{name: attrs[name] for name in _TRIAL if name in attrs})
+
+
+@dataclass(frozen=True)
+class StudyAttrs:
+    """The attributes of a study, written when it is created (and the guard's at every run)."""
+
+    target: str | None = None
+    metric: str | None = None
+    script: str | None = None
+    args: list[str] | None = None
+    space: str | None = None
+    #: The key of the baseline configuration (every parameter at its default).
+    baseline_key: str | None = None
+    #: Where the study measures (:func:`autotune.provenance.provenance`).
+    provenance: dict[str, Any] | None = None
+    loss_tolerance: float | None = None
+    numerics_guard: bool | None = None
+
+    @classmethod
+    def of(cls, study: Any) -> StudyAttrs:
+        attrs = study.user_attrs
+        return cls(**{name: attrs[name] for name in _STUDY if name in attrs})
+
+
+_TRIAL = frozenset(f.name for f in fields(TrialAttrs))
+_STUDY = frozenset(f.name for f in fields(StudyAttrs))
+
+
+def write(trial_or_study: Any, **values: Any) -> None:
+    """Set attributes of a running Optuna trial, or of a study; a name autotune does not keep is
+    an error (a typo would otherwise be a new attribute that nothing reads)."""
+    known = _STUDY if hasattr(trial_or_study, "study_name") else _TRIAL
+    unknown = sorted(set(values) - known)
+    if unknown:
+        raise KeyError(f"not an attribute autotune keeps: {', '.join(unknown)}")
+    for name, value in values.items():
+        trial_or_study.set_user_attr(name, value)
+
+
+def trial_attrs(**values: Any) -> dict[str, Any]:
+    """The ``user_attrs`` of a trial made whole (``optuna.trial.create_trial``), checked as :func:`write` does."""
+    unknown = sorted(set(values) - _TRIAL)
+    if unknown:
+        raise KeyError(f"not an attribute autotune keeps: {', '.join(unknown)}")
+    return values
