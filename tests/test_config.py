@@ -13,7 +13,7 @@ from autotune.cli import app
 from autotune.config import JobConfig, RunConfig
 from autotune.daemon.records import RunOptions
 from autotune.errors import InvalidConfigError
-from autotune.study.loop import StudyOptions
+from autotune.study.options import StudyOptions
 
 ROOT = Path(__file__).resolve().parents[1]
 COMMAND = get_command(app)

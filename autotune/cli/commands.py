@@ -93,7 +93,8 @@ def run(
 
     Exit code 0 when a best configuration was found, 2 for bad input, 3 when every trial failed.
     """
-    from autotune.study.loop import Study, StudyOptions
+    from autotune.study.loop import Study
+    from autotune.study.options import StudyOptions
 
     progress = _StudyDisplay(live=not json_out and err.is_terminal)
     options = StudyOptions(script=script, args=script_args or [], on_update=progress.update, **dict(config))
@@ -177,7 +178,8 @@ def best(
     storage: Optional[str] = typer.Option(None, help="Optuna storage URL (default: sqlite under .autotune/)."),
 ) -> None:
     """Print the best configuration of a stored study (json, env lines, or the compiler flags)."""
-    from autotune.study.loop import best_config, load_study
+    from autotune.study.results import best_config
+    from autotune.study.storage import load_study
 
     if format not in ("json", "env", "flags"):
         raise InvalidConfigError(f"--format {format!r}: choose json, env or flags")
@@ -201,7 +203,8 @@ def show(
     json_out: bool = typer.Option(False, "--json", help="Print the trials as JSON."),
 ) -> None:
     """Show every trial of a stored study: values, speedups, failures with category and log tail."""
-    from autotune.study.loop import baseline_value, best_config, load_study, study_summaries
+    from autotune.study.results import baseline_value, best_config, study_summaries
+    from autotune.study.storage import load_study
 
     st = load_study(study, storage)
     trials = study_summaries(st)

@@ -82,7 +82,7 @@ def stored_best(storage: Any, study_name: str, trials: int) -> BestConfig | None
     """
     import optuna
 
-    from autotune.study.loop import best_config
+    from autotune.study.results import best_config
     from autotune.trial_attrs import TrialAttrs
 
     try:
@@ -119,7 +119,8 @@ def ensure_local(script: Path, args: list[str], run: RunOptions, *, out: Path, s
     """Answer from the local storage, or tune here; returns the result and the exit code.
 
     ``space_file`` is the search-space file whose text is ``run.space_yaml``, if any."""
-    from autotune.study.loop import default_storage, tune
+    from autotune.study.loop import tune
+    from autotune.study.options import default_storage
     from autotune.targets import resolve_target
     from autotune.trial import check_script
 

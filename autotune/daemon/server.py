@@ -110,7 +110,7 @@ class Daemon:
         import optuna
 
         from autotune.cache import open_cache
-        from autotune.study.loop import default_storage
+        from autotune.study.options import default_storage
 
         self.config = config
         jobs_dir = (config.jobs_dir or Path(".autotune") / "jobs").resolve()
@@ -211,7 +211,7 @@ class Daemon:
     def _add_progress(self, info: JobInfo) -> None:
         import optuna
 
-        from autotune.study.loop import best_config
+        from autotune.study.results import best_config
         from autotune.trial_attrs import StudyAttrs, TrialAttrs
 
         try:
@@ -359,7 +359,7 @@ def create_app(daemon: Daemon) -> FastAPI:
     def best(job_id: str = JobId) -> BestConfig:
         import optuna
 
-        from autotune.study.loop import best_config
+        from autotune.study.results import best_config
 
         job = daemon.job(job_id)
         try:

@@ -217,7 +217,8 @@ def replay_study(landscape: Landscape | str | Path, *, trials: int | None = None
     ``study_class`` replaces :class:`~autotune.study.loop.Study` (a subclass with another sampler, say).
     ``noise_seed``: measurements are redrawn within their intervals (:class:`ReplayPool`).
     """
-    from autotune.study.loop import Study, StudyOptions
+    from autotune.study.loop import Study
+    from autotune.study.options import StudyOptions
 
     land = landscape if isinstance(landscape, Landscape) else load_landscape(landscape)
     work = Path(workdir) if workdir else Path(tempfile.mkdtemp(prefix="autotune-replay-"))

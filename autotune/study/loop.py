@@ -23,115 +23,47 @@ import math
 import os
 import time
 import warnings
-from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, Callable
+from typing import Any
 
-from pydantic import BaseModel, ConfigDict, Field
 
-from autotune.config import JobConfig, RunConfig
 from autotune.trial_attrs import StudyAttrs, TrialAttrs, trial_attrs, write
 
 from autotune.errors import AutotuneError, InvalidConfigError
 from autotune.measurement.windows import PRUNE_MARGIN
 from autotune.study.numerics import constraint_value, loss_deviation
-from autotune.study.outputs import BestConfig, TrialSummary, check_writable, write_outputs
+from autotune.study.outputs import TrialSummary, check_writable, write_outputs
 from autotune.records import MeasurementProtocol, TrialPlan, TrialRequest, TrialResult
 from autotune.rendering import format_value
 from autotune.space import Parameter, SearchSpace
-from autotune.study.storage import rdb_storage
+from autotune.study.options import (
+    DEFAULT_DIR,
+    EXIT_ALL_FAILED,
+    EXIT_OK,
+    FinishedTrial,
+    StudyOptions,
+    StudyProgress,
+    StudyResult,
+    default_storage,
+    default_study_name,
+)
+from autotune.study.results import (
+    _baseline_losses,
+    _best,
+    _ranked_configurations,
+    _trial_env,
+    baseline_value,
+    best_config,
+    study_summaries,
+)
+from autotune.study.storage import HEARTBEAT_S, open_storage
 from autotune.trial import check_script, load_trial_space, parse_size, validate_for
 from autotune.targets import Target, resolve_target
 
-DEFAULT_DIR = Path(".autotune")
-HEARTBEAT_S = 5
-GRACE_S = 20
 #: A best measured once whose 95% interval is wider than this (half-width over throughput) gets a
 #: note suggesting --confirm; the recorded landscapes' median is 6%.
 WIDE_INTERVAL = 0.10
 
-EXIT_OK, EXIT_BAD_INPUT, EXIT_ALL_FAILED = 0, 2, 3
-
-
-def default_storage(cwd: Path | None = None) -> str:
-    return f"sqlite:///{(cwd or Path.cwd()) / DEFAULT_DIR / 'autotune.db'}"
-
-
-def default_study_name(script: Path, target: str) -> str:
-    return f"{script.stem}-{target}"
-
-
-class StudyResult(BaseModel):
-    """What :func:`tune` returns and ``autotune run --json`` prints."""
-
-    study: str
-    storage: str
-    target: str
-    out_dir: str
-    #: What the values are: ``throughput`` (samples/s) or a metric the script reports.
-    metric: str = "throughput"
-    best: BestConfig | None = None
-    baseline_value: float | None = None
-    trials: list[TrialSummary] = Field(default_factory=list)
-    failures_by_category: dict[str, int] = Field(default_factory=dict)
-    ran: int = 0  # trials measured by this invocation
-    reused: int = 0  # configurations answered from earlier results
-    notes: list[str] = Field(default_factory=list)
-    exit_code: int = EXIT_OK
-
-
-class StudyOptions(RunConfig):
-    """A study of ``script``: the run's configuration (:class:`autotune.config.RunConfig`), and what
-    only a caller in Python chooses."""
-
-    model_config = ConfigDict(arbitrary_types_allowed=True)
-
-    script: str | Path
-    args: list[str] = Field(default_factory=list)
-    protocol: MeasurementProtocol = Field(default_factory=MeasurementProtocol)
-    #: Builds the pool that runs trials instead of Ray actors; it gets the :class:`Study` and must
-    #: offer ``free``, ``submit(request, tag)``, ``wait(timeout)`` and ``shutdown()`` as
-    #: :class:`autotune.execution.scheduler.WorkerPool` does (a replay of a recorded landscape, say).
-    pool_factory: Callable[..., Any] | None = None
-    #: Called after each finished trial (progress displays).
-    on_update: Callable[..., None] | None = None
-
-
-@dataclass(frozen=True)
-class FinishedTrial:
-    """One trial as it ended, for a progress line: what ran, what it gave, how it ended."""
-
-    number: int
-    #: The parameters that differ from the baseline's (empty for the baseline itself).
-    changed: dict[str, Any]
-    value: float | None
-    #: ``ok``, ``pruned``, ``diverged`` or ``failed (<category>)``, with ``, remembered`` when the
-    #: result came from the cache and ``, measured again`` for a re-measurement; or ``same as trial N``.
-    status: str
-
-
-@dataclass
-class StudyProgress:
-    study: str
-    target: str
-    wanted: int
-    done: int = 0
-    running: int = 0
-    failed: int = 0
-    reused: int = 0
-    best_value: float | None = None
-    best_params: dict[str, Any] | None = None
-    baseline_value: float | None = None
-    metric: str = "throughput"
-    last: str = ""
-    #: Every trial finished by this driver, in the order they ended.
-    finished: list[FinishedTrial] = field(default_factory=list)
-
-    @property
-    def speedup(self) -> float | None:
-        if self.best_value and self.baseline_value:
-            return self.best_value / self.baseline_value
-        return None
 
 
 def tune(script: str | Path, *args: str, **options: Any) -> StudyResult:
@@ -249,7 +181,7 @@ class Study:
             # Before the storage is touched: an unreachable cluster must leave nothing written.
             started_ray = connect(self.o.ray_address)
         try:
-            self.storage = _open_storage(self.storage_url)
+            self.storage = open_storage(self.storage_url)
             self.study = self._open_study()
         except BaseException:
             if started_ray:
@@ -667,205 +599,6 @@ class _LazyPool:
             import ray
 
             ray.shutdown()
-
-
-# -- reading a stored study ----------------------------------------------------------------------
-
-def _open_storage(url: str) -> Any:
-    from optuna.storages import RetryHeartbeatStaleTrialCallback
-
-    if "://" not in url:
-        raise InvalidConfigError(f"storage {url!r} is not a database URL; e.g. sqlite:///autotune.db or "
-                                 "postgresql://user@host/db")
-    try:
-        # Two drivers on one SQLite file wait for each other's writes rather than fail at once.
-        engine = {"connect_args": {"timeout": 60}} if url.startswith("sqlite") else None
-        return rdb_storage(
-            url, engine_kwargs=engine, heartbeat_interval=HEARTBEAT_S, grace_period=GRACE_S,
-            heartbeat_stale_trial_callback=RetryHeartbeatStaleTrialCallback(max_retry=2),
-        )
-    except Exception as exc:  # SQLAlchemy raises many types for a bad URL or a corrupt file
-        first = str(exc).strip().splitlines()[0][:200] if str(exc).strip() else type(exc).__name__
-        if isinstance(exc, ImportError) or "Failed to import DB access module" in first:
-            scheme = url.split("://", 1)[0].split("+", 1)[0]
-            hint = {"postgresql": "psycopg2-binary", "mysql": "PyMySQL"}.get(scheme, "the driver for " + scheme)
-            raise AutotuneError(f"storage {url}: its database driver is not installed; "
-                                f"pip install {hint}") from None
-        raise AutotuneError(f"cannot open storage {url}: {first}") from None
-
-
-def load_study(name: str, storage: str | None = None) -> Any:
-    import optuna
-
-    optuna.logging.set_verbosity(optuna.logging.WARNING)
-    url = storage or default_storage()
-    if url.startswith("sqlite:///") and not Path(url[len("sqlite:///"):]).exists():
-        raise AutotuneError(f"no study database at {url[len('sqlite:///'):]}; run autotune run first or pass --storage")
-    st = _open_storage(url)
-    try:
-        return optuna.load_study(study_name=name, storage=st)
-    except KeyError:
-        names = ", ".join(s.study_name for s in optuna.get_all_study_summaries(st)) or "none"
-        raise AutotuneError(f"no study named {name!r} in {url}; studies there: {names}") from None
-
-
-def _baseline_losses(study: Any) -> list[float]:
-    key = StudyAttrs.of(study).baseline_key
-    for t in study.get_trials(deepcopy=False):
-        if TrialAttrs.of(t).config_key == key and TrialAttrs.of(t).result is not None and t.state.name == "COMPLETE":
-            return TrialResult.model_validate_json(TrialAttrs.of(t).result).losses
-    return []
-
-
-def numerics_violated(study: Any, trial: Any, base: list[float] | None = None) -> bool:
-    """Whether ``trial``'s first losses left the baseline's by more than the study's tolerance.
-
-    Decided from the stored losses, so that a trial told before its baseline finished is judged
-    all the same.
-    """
-    if StudyAttrs.of(study).numerics_guard is False or TrialAttrs.of(trial).result is None:
-        return False
-    if TrialAttrs.of(trial).config_key == StudyAttrs.of(study).baseline_key:
-        return False
-    base = _baseline_losses(study) if base is None else base
-    losses = TrialResult.model_validate_json(TrialAttrs.of(trial).result).losses
-    deviation = loss_deviation(losses, base) if base else None
-    tolerance = StudyAttrs.of(study).loss_tolerance
-    if tolerance is None:
-        tolerance = JobConfig.model_fields["loss_tolerance"].default
-    return deviation is not None and deviation > tolerance
-
-
-def _trial_env(result: TrialResult) -> dict[str, str]:
-    """The env a trial ran with: its plan's, and the NeuronCores its placement gave it."""
-    return {**result.plan.env, **{k: v for k, v in result.placement.items() if k.startswith("NEURON_")}}
-
-
-def _sign(study: Any) -> float:
-    """-1 when the study maximises (so that sorting ascending puts the best first), else 1."""
-    import optuna
-
-    return -1.0 if study.direction == optuna.study.StudyDirection.MAXIMIZE else 1.0
-
-
-def _measured(study: Any) -> list[tuple[Any, list[float], bool]]:
-    """Each configuration measured successfully: its first trial, the values of all its
-    measurements (re-measurements included; one whose losses left the baseline's counts for
-    nothing), and whether a re-measurement of it failed."""
-    import optuna
-
-    base = _baseline_losses(study)
-    first: dict[str, Any] = {}
-    values: dict[str, list[float]] = {}
-    flaky: set[str] = set()
-    for t in study.get_trials(deepcopy=False):
-        if TrialAttrs.of(t).duplicate_of is not None or not t.state.is_finished():
-            continue
-        key = TrialAttrs.of(t).config_key or f"#{t.number}"
-        again = TrialAttrs.of(t).confirms is not None
-        if t.state == optuna.trial.TrialState.COMPLETE and t.value is not None \
-                and not numerics_violated(study, t, base):
-            values.setdefault(key, []).append(t.value)
-            if not again:
-                first.setdefault(key, t)
-        elif again:
-            flaky.add(key)
-    return [(t, values[key], key in flaky) for key, t in first.items()]
-
-
-def _ranked(study: Any) -> list[tuple[Any, list[float], bool]]:
-    """:func:`_measured`, best first: the configurations measured more than once (the finalists
-    of ``confirm``) by the mean of their measurements, then the others by their one measurement,
-    then those that failed when measured again. A configuration measured once is not compared
-    with the finalists' means: its one value is as lucky as theirs were before they were
-    measured again."""
-    sign = _sign(study)
-    return sorted(_measured(study), key=lambda m: (m[2], len(m[1]) < 2, sign * sum(m[1]) / len(m[1]),
-                                                   m[0].number))
-
-
-def _ranked_configurations(study: Any) -> list[Any]:
-    """The first trial of each configuration measured, best first by that first measurement."""
-    sign = _sign(study)
-    return [t for t, _, _ in sorted(_measured(study), key=lambda m: (sign * m[0].value, m[0].number))]
-
-
-def _best(study: Any) -> tuple[Any, float, list[float]] | None:
-    """The best configuration's first trial, the mean of its measurements, and the measurements."""
-    ranked = _ranked(study)
-    if not ranked:
-        return None
-    t, values, _ = ranked[0]
-    return t, sum(values) / len(values), values
-
-
-def baseline_value(study: Any) -> float | None:
-    """The measured value of the baseline configuration, if it completed."""
-    import optuna
-
-    key = StudyAttrs.of(study).baseline_key
-    for t in study.get_trials(deepcopy=False, states=[optuna.trial.TrialState.COMPLETE]):
-        if TrialAttrs.of(t).config_key == key and TrialAttrs.of(t).duplicate_of is None:
-            return t.value
-    return None
-
-
-def best_config(study: Any, name: str, prov: dict[str, Any] | None = None) -> BestConfig | None:
-    import optuna
-
-    found = _best(study)
-    if found is None:
-        return None
-    t, value, values = found
-    attrs, stored = TrialAttrs.of(t), StudyAttrs.of(study)
-    result = TrialResult.model_validate_json(attrs.result) if attrs.result is not None else None
-    base = baseline_value(study)
-    maximize = study.direction == optuna.study.StudyDirection.MAXIMIZE
-    speedup = None
-    if base and value:
-        speedup = value / base if maximize else base / value
-    plan = result.plan if result else None
-    m = result.measurement if result else None
-    return BestConfig(
-        study=name, trial=t.number, target=stored.target or "",
-        params=dict(plan.params) if plan else dict(t.params),
-        env=dict(attrs.env or (plan.env if plan else {})),
-        flags_env=plan.flags_env if plan else None,
-        compiler_flags=plan.compiler_flags if plan else None,
-        knobs={k: v for k, v in (plan.knobs.model_dump() if plan else {}).items() if v not in (None, False)},
-        metric=stored.metric or "throughput", value=value, measurements=values,
-        throughput=m.throughput if m else None, ci95_low=m.ci95_low if m else None,
-        ci95_high=m.ci95_high if m else None, baseline_value=base, speedup=speedup,
-        provenance=prov or stored.provenance or {},
-    )
-
-
-def study_summaries(study: Any) -> list[TrialSummary]:
-    out = []
-    base = _baseline_losses(study)
-    for t in study.get_trials(deepcopy=False):
-        attrs = TrialAttrs.of(t)
-        result = TrialResult.model_validate_json(attrs.result) if attrs.result is not None else None
-        m = result.measurement if result else None
-        out.append(TrialSummary(
-            number=t.number, state=t.state.name,
-            params=dict(result.plan.params) if result else {k: v for k, v in t.params.items() if v is not None},
-            value=t.value if t.state.name == "COMPLETE" else None,
-            throughput=m.throughput if m else None,
-            ci95_low=m.ci95_low if m else None, ci95_high=m.ci95_high if m else None,
-            pruned=bool(m and m.pruned),
-            category=attrs.category, reason=attrs.reason,
-            log_tail=result.log_tail if result and not result.ok else None,
-            wall_seconds=result.wall_seconds if result else None,
-            compile_seconds=result.compile.compile_seconds if result else None,
-            duplicate_of=attrs.duplicate_of, confirms=attrs.confirms, env=attrs.env or {}, cached=attrs.cached,
-            cache_hits=result.compile.cache_hits if result else None,
-            cache_misses=result.compile.cache_misses if result else None,
-            started_at=result.started_at if result else None, ended_at=result.ended_at if result else None,
-            numerics_violated=t.state.name == "COMPLETE" and numerics_violated(study, t, base),
-            losses=result.losses[:5] if result else [],
-        ))
-    return out
 
 
 def _suggest_one(trial: Any, p: Parameter) -> Any:

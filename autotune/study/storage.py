@@ -16,6 +16,9 @@ from contextlib import contextmanager
 from pathlib import Path
 from typing import Any, Callable, Iterator, TypeVar
 
+from autotune.errors import AutotuneError, InvalidConfigError
+from autotune.study.options import default_storage
+
 T = TypeVar("T")
 
 # What a backend says when another process created the same table or version row first.
@@ -76,3 +79,49 @@ def rdb_storage(url: str, **kwargs: Any) -> Any:
     import optuna
 
     return create_schema(url, lambda: optuna.storages.RDBStorage(url, **kwargs))
+
+
+# -- the study's storage ---------------------------------------------------------------------------
+
+#: Seconds between a driver's heartbeats for its running trials, and how long one may be missed
+#: before the trial is failed and its configuration queued again.
+HEARTBEAT_S = 5
+GRACE_S = 20
+
+
+def open_storage(url: str) -> Any:
+    from optuna.storages import RetryHeartbeatStaleTrialCallback
+
+    if "://" not in url:
+        raise InvalidConfigError(f"storage {url!r} is not a database URL; e.g. sqlite:///autotune.db or "
+                                 "postgresql://user@host/db")
+    try:
+        # Two drivers on one SQLite file wait for each other's writes rather than fail at once.
+        engine = {"connect_args": {"timeout": 60}} if url.startswith("sqlite") else None
+        return rdb_storage(
+            url, engine_kwargs=engine, heartbeat_interval=HEARTBEAT_S, grace_period=GRACE_S,
+            heartbeat_stale_trial_callback=RetryHeartbeatStaleTrialCallback(max_retry=2),
+        )
+    except Exception as exc:  # SQLAlchemy raises many types for a bad URL or a corrupt file
+        first = str(exc).strip().splitlines()[0][:200] if str(exc).strip() else type(exc).__name__
+        if isinstance(exc, ImportError) or "Failed to import DB access module" in first:
+            scheme = url.split("://", 1)[0].split("+", 1)[0]
+            hint = {"postgresql": "psycopg2-binary", "mysql": "PyMySQL"}.get(scheme, "the driver for " + scheme)
+            raise AutotuneError(f"storage {url}: its database driver is not installed; "
+                                f"pip install {hint}") from None
+        raise AutotuneError(f"cannot open storage {url}: {first}") from None
+
+
+def load_study(name: str, storage: str | None = None) -> Any:
+    import optuna
+
+    optuna.logging.set_verbosity(optuna.logging.WARNING)
+    url = storage or default_storage()
+    if url.startswith("sqlite:///") and not Path(url[len("sqlite:///"):]).exists():
+        raise AutotuneError(f"no study database at {url[len('sqlite:///'):]}; run autotune run first or pass --storage")
+    st = open_storage(url)
+    try:
+        return optuna.load_study(study_name=name, storage=st)
+    except KeyError:
+        names = ", ".join(s.study_name for s in optuna.get_all_study_summaries(st)) or "none"
+        raise AutotuneError(f"no study named {name!r} in {url}; studies there: {names}") from None

@@ -222,7 +222,7 @@ def test_autotune_run_replays_as_the_benchmark_does(path, tmp_path) -> None:
     """The real study with its defaults on a recorded landscape takes the benchmark's ``autotune``
     path: the baseline and the known-good configurations, then autotune's sampler, pruning."""
     from autotune.search.strategy import AutotuneSampler
-    from autotune.study.loop import StudyOptions
+    from autotune.study.options import StudyOptions
 
     assert StudyOptions.model_fields["sampler"].default == "autotune"
     if not path.exists():

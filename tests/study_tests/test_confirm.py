@@ -9,7 +9,8 @@ import optuna
 import pytest
 
 from autotune.study.outputs import BestConfig
-from autotune.study.loop import best_config, tune
+from autotune.study.loop import tune
+from autotune.study.results import best_config
 from autotune.trial_attrs import TrialAttrs, trial_attrs
 
 from .test_study import SCRIPTS, TWO_POINT_SPACE

@@ -12,7 +12,9 @@ import optuna
 import psutil
 import pytest
 
-from autotune.study.loop import numerics_violated, tune
+from autotune.study.loop import tune
+
+from autotune.study.results import numerics_violated
 from autotune.targets.inductor import InductorTarget
 from autotune.workers.launcher import TrialLimits, run_trial
 

@@ -13,7 +13,8 @@ import optuna
 import pytest
 
 from autotune.study.outputs import BestConfig
-from autotune.study.loop import StudyResult, tune
+from autotune.study.loop import tune
+from autotune.study.options import StudyResult
 
 ROOT = Path(__file__).resolve().parents[2]
 EXAMPLES = ROOT / "examples"

@@ -1,0 +1,99 @@
+"""What a study is given and what it gives back: its options (a run configuration and what only a
+Python caller chooses), its progress as it runs, and its result."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any, Callable
+
+from pydantic import BaseModel, ConfigDict, Field
+
+from autotune.config import RunConfig
+from autotune.records import MeasurementProtocol
+from autotune.study.outputs import BestConfig, TrialSummary
+
+DEFAULT_DIR = Path(".autotune")
+
+EXIT_OK, EXIT_BAD_INPUT, EXIT_ALL_FAILED = 0, 2, 3
+
+
+def default_storage(cwd: Path | None = None) -> str:
+    return f"sqlite:///{(cwd or Path.cwd()) / DEFAULT_DIR / 'autotune.db'}"
+
+
+def default_study_name(script: Path, target: str) -> str:
+    return f"{script.stem}-{target}"
+
+
+class StudyResult(BaseModel):
+    """What :func:`tune` returns and ``autotune run --json`` prints."""
+
+    study: str
+    storage: str
+    target: str
+    out_dir: str
+    #: What the values are: ``throughput`` (samples/s) or a metric the script reports.
+    metric: str = "throughput"
+    best: BestConfig | None = None
+    baseline_value: float | None = None
+    trials: list[TrialSummary] = Field(default_factory=list)
+    failures_by_category: dict[str, int] = Field(default_factory=dict)
+    ran: int = 0  # trials measured by this invocation
+    reused: int = 0  # configurations answered from earlier results
+    notes: list[str] = Field(default_factory=list)
+    exit_code: int = EXIT_OK
+
+
+class StudyOptions(RunConfig):
+    """A study of ``script``: the run's configuration (:class:`autotune.config.RunConfig`), and what
+    only a caller in Python chooses."""
+
+    model_config = ConfigDict(arbitrary_types_allowed=True)
+
+    script: str | Path
+    args: list[str] = Field(default_factory=list)
+    protocol: MeasurementProtocol = Field(default_factory=MeasurementProtocol)
+    #: Builds the pool that runs trials instead of Ray actors; it gets the :class:`Study` and must
+    #: offer ``free``, ``submit(request, tag)``, ``wait(timeout)`` and ``shutdown()`` as
+    #: :class:`autotune.execution.scheduler.WorkerPool` does (a replay of a recorded landscape, say).
+    pool_factory: Callable[..., Any] | None = None
+    #: Called after each finished trial (progress displays).
+    on_update: Callable[..., None] | None = None
+
+
+@dataclass(frozen=True)
+class FinishedTrial:
+    """One trial as it ended, for a progress line: what ran, what it gave, how it ended."""
+
+    number: int
+    #: The parameters that differ from the baseline's (empty for the baseline itself).
+    changed: dict[str, Any]
+    value: float | None
+    #: ``ok``, ``pruned``, ``diverged`` or ``failed (<category>)``, with ``, remembered`` when the
+    #: result came from the cache and ``, measured again`` for a re-measurement; or ``same as trial N``.
+    status: str
+
+
+@dataclass
+class StudyProgress:
+    study: str
+    target: str
+    wanted: int
+    done: int = 0
+    running: int = 0
+    failed: int = 0
+    reused: int = 0
+    best_value: float | None = None
+    best_params: dict[str, Any] | None = None
+    baseline_value: float | None = None
+    metric: str = "throughput"
+    last: str = ""
+    #: Every trial finished by this driver, in the order they ended.
+    finished: list[FinishedTrial] = field(default_factory=list)
+
+    @property
+    def speedup(self) -> float | None:
+        if self.best_value and self.baseline_value:
+            return self.best_value / self.baseline_value
+        return None
