@@ -4,7 +4,13 @@ Each landscape under ``landscapes/`` (``autotune landscape record``) is replayed
 
 * ``grid``: every configuration in file order, what a person does by hand (one order: no seeds);
 * ``random``: Optuna's ``RandomSampler``;
-* ``tpe``: Optuna's ``TPESampler()`` as it comes (no seeding, no pruning);
+* ``tpe``: Optuna's ``TPESampler()`` as it comes (only seeded with the replay seed; no pruning);
+* ``gp``: Optuna's ``GPSampler()`` as it comes (only seeded with the replay seed; no pruning), for
+  information, in no target. Every parameter of these spaces has choices and so is suggested as a
+  categorical, which GPSampler models as such (a 0/1 distance per parameter, no order); it samples
+  at random until 10 trials have completed, and a conditional parameter (``thunk_runtime``,
+  ``cpp_simdlen``) is always drawn by its RandomSampler, with Optuna's warning on stderr, because
+  GPSampler does not support a dynamic search space;
 * ``autotune``: what ``autotune run`` does by default: the baseline (trial 0) and the space's
   known-good configurations first, then :class:`autotune.search.strategy.AutotuneSampler`, each
   measurement stopped once it is clearly behind the best so far (``--prune``).
@@ -15,8 +21,9 @@ counted) and the same simulated clock (recorded wall time per trial; a compile i
 cached price only when the same graphs were compiled earlier in the replay and the target's cache
 is read back across processes). For each strategy the table gives the median number of trials and
 the median simulated wall time until a configuration within 2% of the landscape's best has been
-measured, and the ratio autotune / default TPE. The targets: autotune needs at most a quarter of the
-grid's trials and at most half of default TPE's simulated wall time, on every landscape.
+measured, and the ratios autotune / default TPE and autotune / GPSampler. The targets: autotune
+needs at most a quarter of the grid's trials and at most half of default TPE's simulated wall time,
+on every landscape (GPSampler is in none).
 
 ``--ablations`` adds the variants the strategy was chosen from, each differing from ``autotune``
 in one respect (what each showed is in :mod:`autotune.search.strategy`'s docstring). ``--jitter`` is a
@@ -66,8 +73,9 @@ import warnings  # noqa: E402
 
 import optuna  # noqa: E402
 
-from autotune.landscapes.landscape import Landscape, enumerate_space, load_landscape, summary  # noqa: E402
+from autotune.landscapes.landscape import Landscape, load_landscape, summary  # noqa: E402
 from autotune.measurement.windows import PRUNE_MARGIN  # noqa: E402
+from autotune.search.configurations import enumerate_space  # noqa: E402
 from autotune.landscapes.replay import CompileCacheModel, interval_sigma, simulate, study_starting_points  # noqa: E402
 
 WITHIN = 0.02
@@ -101,6 +109,12 @@ def _tpe_default(space: Any, seed: int) -> Any:
     return optuna.samplers.TPESampler(seed=seed)
 
 
+def _gp_default(space: Any, seed: int) -> Any:
+    import optuna
+
+    return optuna.samplers.GPSampler(seed=seed)
+
+
 def _tpe_study(space: Any, seed: int) -> Any:
     """The sampler ``autotune run --sampler tpe`` builds (autotune/study/loop.py)."""
     import optuna
@@ -126,11 +140,15 @@ MAIN = [
     Strategy("grid", _random, start="grid", seeded=False),
     Strategy("random", _random),
     Strategy("tpe", _tpe_default),
+    Strategy("gp", _gp_default),
     Strategy("autotune", _autotune(), start="study", early_stop=PRUNED),
 ]
 #: Each differs from ``autotune`` in one respect (see autotune/search/strategy.py for what each means).
 ABLATIONS = [
     Strategy("tpe as autotune run --sampler tpe uses it", _tpe_study, start="study", early_stop=PRUNED),
+    # Optuna's GP in autotune's place, with the same starting points and pruning: what the
+    # hand-written model itself adds over it.
+    Strategy("GPSampler after the same starting points", _gp_default, start="study", early_stop=PRUNED),
     Strategy("autotune, baseline only (no known-good)", _autotune(), start="baseline", early_stop=PRUNED),
     Strategy("autotune, no starting points", _autotune(), early_stop=PRUNED),
     Strategy("autotune, no pruning", _autotune(), start="study"),
@@ -319,6 +337,8 @@ def main() -> int:
                   f"{reached:>4d}/{len(rows):<3d}")
         a, t, g = med["autotune"], med["tpe"], med["grid"]
         print(f"  autotune / tpe: trials {a.trials / t.trials:.2f}x, wall {a.seconds / t.seconds:.2f}x")
+        gp = med["gp"]
+        print(f"  autotune / gp:  trials {a.trials / gp.trials:.2f}x, wall {a.seconds / gp.seconds:.2f}x")
         trials_ok = a.trials <= g.trials / 4
         wall_ok = a.seconds <= t.seconds / 2
         ok = ok and trials_ok and wall_ok
