@@ -56,7 +56,9 @@ from autotune.study.results import (
     best_config,
     study_summaries,
 )
-from autotune.study.storage import HEARTBEAT_S, open_storage
+from autotune.execution.pool import LazyPool
+from autotune.search.samplers import make_sampler
+from autotune.study.storage import HEARTBEAT_S, open_storage, open_study
 from autotune.trial import check_script, load_trial_space, parse_size, validate_for
 from autotune.targets import Target, resolve_target
 
@@ -107,23 +109,19 @@ class Study:
         warnings.filterwarnings("ignore", message="Heartbeat of storage is supposed to be used with Study.optimize")
         self.baseline_params = self.space.defaults()
         self.progress = StudyProgress(self.name, self.target.name, options.trials, metric=options.metric)
+        # What run() opens and learns: the Optuna storage and study, where it measures (and the
+        # parts of that which key remembered results), and what this invocation measured.
+        self.storage: Any = None
+        self.study: Any = None
+        self.provenance: dict[str, Any] = {}
+        self._model_key: dict[str, Any] = {}
+        self._env_key: dict[str, Any] = {}
+        self.ran = self.reused = 0
 
     # -- set-up --------------------------------------------------------------------------------
     def _open_study(self) -> Any:
-        import optuna
-
-        if self.o.fresh:
-            self._archive_existing()
-        for attempt in range(3):
-            try:
-                study = optuna.create_study(storage=self.storage, study_name=self.name,
-                                            direction=self.o.direction, sampler=self._sampler(),
-                                            load_if_exists=True)
-                break
-            except optuna.exceptions.DuplicatedStudyError:
-                continue  # another driver created it between our look and our insert: load it
-            except ValueError as exc:
-                raise AutotuneError(f"study {self.name!r}: {exc}") from None
+        study, notes = open_study(self.storage, self.name, self.o.direction, self._sampler(), fresh=self.o.fresh)
+        self.notes.extend(notes)
         attrs = StudyAttrs.of(study)
         if attrs.target not in (None, self.target.name):
             raise AutotuneError(f"study {self.name!r} tunes target {attrs.target!r}, not {self.target.name!r}; "
@@ -137,37 +135,8 @@ class Study:
                   args=list(self.o.args), space=self.space.source)
         return study
 
-    def _archive_existing(self) -> None:
-        """``--fresh``: keep the old study's trials under ``<name>@<time>`` and start anew."""
-        import optuna
-
-        names = {s.study_name for s in optuna.get_all_study_summaries(self.storage, include_best_trial=False)}
-        if self.name not in names:
-            return
-        archived = f"{self.name}@{time.strftime('%Y%m%d-%H%M%S')}"
-        optuna.copy_study(from_study_name=self.name, from_storage=self.storage, to_storage=self.storage,
-                          to_study_name=archived)
-        optuna.delete_study(study_name=self.name, storage=self.storage)
-        self.notes.append(f"--fresh: the earlier trials of {self.name} are kept as study {archived}")
-
     def _sampler(self) -> Any:
-        import optuna
-
-        seed = self.o.seed
-        if self.o.sampler == "tpe":
-            return optuna.samplers.TPESampler(multivariate=True, group=True, constant_liar=True, seed=seed,
-                                              n_startup_trials=5)
-        if self.o.sampler == "autotune":
-            # The default: expected improvement over the configurations not measured yet, times
-            # the chance each runs (autotune/search/strategy.py; bench/search_bench.py).
-            from autotune.search.strategy import AutotuneSampler
-
-            return AutotuneSampler(self.space, seed=seed)
-        if self.o.sampler == "random":
-            return optuna.samplers.RandomSampler(seed=seed)
-        if self.o.sampler == "qmc":
-            return optuna.samplers.QMCSampler(seed=seed)
-        raise AssertionError(f"RunConfig admits sampler {self.o.sampler!r}, which no branch builds")
+        return make_sampler(self.o.sampler, self.space, self.o.seed)
 
     # -- the loop --------------------------------------------------------------------------------
     def run(self) -> StudyResult:
@@ -198,19 +167,19 @@ class Study:
         self._fail_stale()
         self._enqueue_starting_points()
         if self.o.pool_factory is not None:
-            self.threads = None
             pool = self.o.pool_factory(self)
             try:
                 self._loop(pool)
             finally:
                 pool.shutdown()
             return self.result()
-        self.threads = None
-        pool = _LazyPool(self, started_ray)
+        pool = LazyPool(self.target, ray_address=self.o.ray_address, workers=self.o.workers,
+                        cores_per_trial=self.o.cores_per_trial, ray_started=started_ray)
         try:
             self._loop(pool)
         finally:
             pool.shutdown()
+            self.notes.extend(pool.notes)
         return self.result()
 
     def _loop(self, pool: Any) -> None:
@@ -540,7 +509,7 @@ class Study:
 
     def write_outputs(self) -> None:
         trials = self.summaries()
-        best = best_config(self.study, self.name, getattr(self, "provenance", {}))
+        best = best_config(self.study, self.name, self.provenance)
         write_outputs(self.out, best, trials, baseline_value(self.study))
 
     def _update_progress(self, running: int) -> None:
@@ -553,52 +522,6 @@ class Study:
             p.best_value, p.best_params = best[1], best[0].params
         if self.o.on_update:
             self.o.on_update(p)
-
-
-class _LazyPool:
-    """The Ray pool, started when the first trial must run.
-
-    A rerun whose trials are all answered from earlier results then never starts Ray.
-    """
-
-    def __init__(self, study: Study, ray_started: bool) -> None:
-        self.study = study
-        self.ray_started = ray_started
-        self.pool: Any = None
-
-    def _start(self) -> Any:
-        from autotune.execution.scheduler import WorkerPool, connect, plan_placement
-
-        if self.pool is None:
-            o = self.study.o
-            self.ray_started = connect(o.ray_address) or self.ray_started
-            placement = plan_placement(self.study.target, workers=o.workers,
-                                       cores_per_trial=o.cores_per_trial)
-            self.study.notes.extend(placement.notes)
-            self.study.threads = placement.threads_per_trial
-            self.pool = WorkerPool(placement)
-        return self.pool
-
-    @property
-    def free(self) -> int:
-        return self.pool.free if self.pool is not None else 1
-
-    def submit(self, request: TrialRequest, tag: Any) -> None:
-        pool = self._start()
-        if self.study.threads:  # parallel CPU trials share the machine's cores
-            request.plan.knobs.threads = self.study.threads
-        pool.submit(request, tag)
-
-    def wait(self, timeout: float) -> list[tuple[Any, str | None, str | None]]:
-        return self.pool.wait(timeout) if self.pool is not None else []
-
-    def shutdown(self) -> None:
-        if self.pool is not None:
-            self.pool.shutdown()
-        if self.ray_started:
-            import ray
-
-            ray.shutdown()
 
 
 def _suggest_one(trial: Any, p: Parameter) -> Any:

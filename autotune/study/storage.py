@@ -125,3 +125,34 @@ def load_study(name: str, storage: str | None = None) -> Any:
     except KeyError:
         names = ", ".join(s.study_name for s in optuna.get_all_study_summaries(st)) or "none"
         raise AutotuneError(f"no study named {name!r} in {url}; studies there: {names}") from None
+
+
+def open_study(storage: Any, name: str, direction: str, sampler: Any, *, fresh: bool) -> tuple[Any, list[str]]:
+    """The Optuna study ``name`` in ``storage``, created when new; with ``fresh`` an existing one is
+    first kept under ``<name>@<time>``. Returns the study and what its user should be told."""
+    import optuna
+
+    notes = [_archive(storage, name)] if fresh else []
+    for _ in range(3):
+        try:
+            study = optuna.create_study(storage=storage, study_name=name, direction=direction, sampler=sampler,
+                                        load_if_exists=True)
+            return study, [n for n in notes if n]
+        except optuna.exceptions.DuplicatedStudyError:
+            continue  # another driver created it between our look and our insert: load it
+        except ValueError as exc:
+            raise AutotuneError(f"study {name!r}: {exc}") from None
+    raise AutotuneError(f"study {name!r}: other drivers kept creating it while this one opened it; run again")
+
+
+def _archive(storage: Any, name: str) -> str | None:
+    """``--fresh``: keep the old study's trials under ``<name>@<time>``, so that the name starts anew."""
+    import optuna
+
+    names = {s.study_name for s in optuna.get_all_study_summaries(storage, include_best_trial=False)}
+    if name not in names:
+        return None
+    archived = f"{name}@{time.strftime('%Y%m%d-%H%M%S')}"
+    optuna.copy_study(from_study_name=name, from_storage=storage, to_storage=storage, to_study_name=archived)
+    optuna.delete_study(study_name=name, storage=storage)
+    return f"--fresh: the earlier trials of {name} are kept as study {archived}"

@@ -1,0 +1,59 @@
+"""The pool a study runs its trials on: Ray workers, started when the first trial must run.
+
+A rerun whose trials are all answered from earlier results then never starts Ray.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from autotune.execution.scheduler import WorkerPool, connect, plan_placement
+from autotune.records import TrialRequest
+from autotune.targets.base import Target
+
+
+class LazyPool:
+    """Ray workers for ``target``'s trials, placed when the first trial is submitted."""
+
+    def __init__(self, target: Target, *, ray_address: str | None, workers: int | None, cores_per_trial: int,
+                 ray_started: bool) -> None:
+        self.target = target
+        self.ray_address = ray_address
+        self.workers = workers
+        self.cores_per_trial = cores_per_trial
+        self.ray_started = ray_started
+        self.pool: WorkerPool | None = None
+        #: What the placement decided that a user should know (set when the pool starts).
+        self.notes: list[str] = []
+        #: Threads per trial when parallel CPU trials share the machine's cores.
+        self.threads: int | None = None
+
+    def _start(self) -> WorkerPool:
+        if self.pool is None:
+            self.ray_started = connect(self.ray_address) or self.ray_started
+            placement = plan_placement(self.target, workers=self.workers, cores_per_trial=self.cores_per_trial)
+            self.notes.extend(placement.notes)
+            self.threads = placement.threads_per_trial
+            self.pool = WorkerPool(placement)
+        return self.pool
+
+    @property
+    def free(self) -> int:
+        return self.pool.free if self.pool is not None else 1
+
+    def submit(self, request: TrialRequest, tag: Any) -> None:
+        pool = self._start()
+        if self.threads:
+            request.plan.knobs.threads = self.threads
+        pool.submit(request, tag)
+
+    def wait(self, timeout: float) -> list[tuple[Any, str | None, str | None]]:
+        return self.pool.wait(timeout) if self.pool is not None else []
+
+    def shutdown(self) -> None:
+        if self.pool is not None:
+            self.pool.shutdown()
+        if self.ray_started:
+            import ray
+
+            ray.shutdown()
