@@ -24,6 +24,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Iterator
 
+from autotune.atomic_file import write_atomic
 from autotune.errors import AutotuneError
 from autotune.records import FailureCategory, PROTOCOL_VERSION, TrialResult
 from autotune.targets import all_targets
@@ -54,16 +55,6 @@ def open_cache(root: str | Path | None) -> CacheRoot:
     except OSError as exc:
         raise AutotuneError(f"cannot write to the cache {path}: {exc.strerror}; choose another --cache") from None
     return CacheRoot(path.resolve())
-
-
-def write_atomic(path: Path, text: str) -> None:
-    path.parent.mkdir(parents=True, exist_ok=True)
-    tmp = path.with_name(f".{path.name}.{os.getpid()}.tmp")
-    with open(tmp, "w") as fh:
-        fh.write(text)
-        fh.flush()
-        os.fsync(fh.fileno())
-    os.replace(tmp, path)
 
 
 def result_key(*, model: dict[str, Any], environment: dict[str, Any], target: str,

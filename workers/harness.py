@@ -33,6 +33,7 @@ from pathlib import Path
 from typing import Any, Callable
 
 from autotune import api
+from autotune.atomic_file import write_atomic
 from autotune.measurement.failures import classify
 from autotune.measurement.windows import Window, cannot_win, estimate, percentile, without_compiles
 from autotune.records import (
@@ -604,15 +605,6 @@ def _module_device_type(module: Any) -> str:
     return p.device.type if p is not None else "cpu"
 
 
-def _write_atomic(path: str, text: str) -> None:
-    tmp = f"{path}.tmp.{os.getpid()}"
-    with open(tmp, "w") as fh:
-        fh.write(text)
-        fh.flush()
-        os.fsync(fh.fileno())
-    os.replace(tmp, path)
-
-
 def run(spec: TrialSpec) -> int:
     runtime = TrialRuntime(spec)
     report = runtime.report
@@ -651,7 +643,7 @@ def run(spec: TrialSpec) -> int:
             runtime.finalize()
         except BaseException as exc:
             report.error = report.error or f"harness finalize failed: {exc!r}"
-        _write_atomic(spec.result_path, report.model_dump_json())
+        write_atomic(spec.result_path, report.model_dump_json())
         sys.stdout.flush()
         sys.stderr.flush()
     return 0 if report.failure is None else 1

@@ -15,10 +15,11 @@ from __future__ import annotations
 
 import hashlib
 import json
-import os
 import platform
 from pathlib import Path
 from typing import Any
+
+from autotune.atomic_file import write_atomic
 
 MEMO_NAME = "autotune-vec-isa.json"
 
@@ -73,11 +74,8 @@ def _remember(memo: Path, key: str) -> None:
     """Add ``key``; atomic, so a reader never sees half a file. Two writers at once may drop
     each other's entry, which only costs the next trial a probe."""
     try:
-        memo.parent.mkdir(parents=True, exist_ok=True)
         data = _read(memo)
         data[key] = True
-        tmp = memo.with_name(f"{memo.name}.tmp.{os.getpid()}")
-        tmp.write_text(json.dumps(data, indent=1, sort_keys=True))
-        os.replace(tmp, memo)
+        write_atomic(memo, json.dumps(data, indent=1, sort_keys=True))
     except OSError:
         pass

@@ -8,9 +8,10 @@ writes nothing, which is how the daemon tells "ended" from "died".
 
 from __future__ import annotations
 
-import os
 import sys
 from pathlib import Path
+
+from autotune.atomic_file import write_atomic
 
 
 def main() -> None:
@@ -28,9 +29,7 @@ def main() -> None:
     except SystemExit as exc:
         code = exc.code if isinstance(exc.code, int) else (0 if exc.code is None else 1)
     finally:
-        tmp = exit_file.with_name(f".{exit_file.name}.{os.getpid()}")
-        tmp.write_text(f"{code}\n")
-        os.replace(tmp, exit_file)
+        write_atomic(exit_file, f"{code}\n")
     sys.exit(code)
 
 

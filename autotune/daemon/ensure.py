@@ -23,7 +23,8 @@ from pydantic import BaseModel
 
 from autotune.daemon.records import RunOptions
 from autotune.errors import AutotuneError
-from autotune.study.outputs import BestConfig, write_atomic
+from autotune.atomic_file import write_atomic
+from autotune.study.outputs import BestConfig
 from autotune.study.storage import rdb_storage
 
 

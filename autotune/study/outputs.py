@@ -5,7 +5,6 @@ from __future__ import annotations
 import csv
 import io
 import json
-import os
 import shlex
 import tempfile
 from pathlib import Path
@@ -13,6 +12,7 @@ from typing import Any
 
 from pydantic import BaseModel, Field
 
+from autotune.atomic_file import write_atomic
 from autotune.errors import AutotuneError
 
 
@@ -109,12 +109,6 @@ def trials_csv(trials: list[TrialSummary], baseline: float | None) -> str:
         row["params"] = json.dumps(t.params, sort_keys=True)
         w.writerow(row)
     return buf.getvalue()
-
-
-def write_atomic(path: Path, text: str) -> None:
-    tmp = path.with_name(f".{path.name}.tmp.{os.getpid()}")
-    tmp.write_text(text)
-    os.replace(tmp, path)
 
 
 def check_writable(directory: Path) -> Path:
