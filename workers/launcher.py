@@ -18,7 +18,9 @@ from pathlib import Path
 
 import psutil
 
+from autotune.log_tail import log_tail as log_tail_of
 from autotune.measurement.failures import classify
+from autotune.process_tree import kill_tree
 from autotune.records import (
     Failure,
     FailureCategory,
@@ -29,7 +31,9 @@ from autotune.records import (
     TrialSpec,
 )
 
+#: What a failed trial's result keeps of its log: the last lines, at most so many characters.
 LOG_TAIL_LINES = 40
+LOG_TAIL_CHARS = 6000
 PSS_EVERY_S = 2.0
 
 
@@ -97,7 +101,7 @@ def run_trial(
             time.sleep(limits.poll_s)
         tree.kill()  # children left behind by a finished trial (DataLoader workers, compilers)
     wall = time.monotonic() - started
-    log_tail = tail(log_path)
+    log_tail = log_tail_of(log_path, lines=LOG_TAIL_LINES)[-LOG_TAIL_CHARS:]
     report = _read_report(result_path)
     result = TrialResult(status="failed", plan=plan, wall_seconds=wall, log_path=str(log_path),
                          log_tail=log_tail, peak_host_memory_bytes=peak or None,
@@ -177,18 +181,6 @@ def _read_report(path: Path) -> HarnessReport | None:
         return None
 
 
-def tail(path: str | Path, lines: int = LOG_TAIL_LINES, max_chars: int = 6000) -> str:
-    try:
-        with open(path, "rb") as fh:
-            fh.seek(0, os.SEEK_END)
-            size = fh.tell()
-            fh.seek(max(0, size - 64 * 1024))
-            text = fh.read().decode(errors="replace")
-    except OSError:
-        return ""
-    return "\n".join(text.splitlines()[-lines:])[-max_chars:]
-
-
 def _gib(n: int) -> str:
     return f"{n / 2**30:.2f} GiB"
 
@@ -257,12 +249,4 @@ class _Tree:
         return total
 
     def kill(self) -> None:
-        try:
-            os.killpg(self.pid, signal.SIGKILL)
-        except (ProcessLookupError, PermissionError):
-            pass
-        for p in self._refresh():  # descendants that left the group (setsid) are still ours
-            try:
-                p.kill()
-            except psutil.NoSuchProcess:
-                pass
+        kill_tree(self.pid, self._refresh())

@@ -14,6 +14,8 @@ from typing import Any, Callable, TypeVar
 import typer
 from rich.console import Console
 
+from autotune.log_tail import log_tail
+
 app = typer.Typer(
     name="autotune",
     help="Tune compiler flags and runtime knobs of an unmodified PyTorch script "
@@ -61,14 +63,8 @@ def _call(work: Callable[[], T]) -> T | _Raised:
 
 
 def _last_line(path: Path) -> str:
-    try:
-        with open(path, "rb") as fh:
-            fh.seek(0, 2)
-            fh.seek(max(0, fh.tell() - 2048))
-            lines = fh.read().decode(errors="replace").strip().splitlines()
-        return lines[-1].strip() if lines else ""
-    except OSError:
-        return ""
+    lines = log_tail(path, max_bytes=2048).strip().splitlines()
+    return lines[-1].strip() if lines else ""
 
 
 @app.callback(context_settings={"help_option_names": ["-h", "--help"]})

@@ -31,6 +31,8 @@ import psutil
 
 from autotune.daemon.jobs import JobRecord, JobStore
 from autotune.daemon.records import EXIT_CANCELLED, JobState
+from autotune.log_tail import log_tail
+from autotune.process_tree import kill_tree
 
 #: Attempts of a job whose process dies (killed, out of memory, machine lost) before it is failed.
 MAX_ATTEMPTS = 3
@@ -232,15 +234,7 @@ def stop_process_tree(pid: int, grace_s: float = CANCEL_GRACE_S) -> None:
         except psutil.NoSuchProcess:
             break
         time.sleep(0.2)
-    try:
-        os.killpg(pid, signal.SIGKILL)  # the job's own group (it leads a session of its own)
-    except (ProcessLookupError, PermissionError):
-        pass
-    for p in tree:
-        try:
-            p.kill()
-        except psutil.NoSuchProcess:
-            pass
+    kill_tree(pid, tree)  # the job leads a session of its own: its group, and what left it
 
 
 # -- the runner ------------------------------------------------------------------------------
@@ -392,11 +386,8 @@ def _now() -> str:
 
 def _last_error(log: Path) -> str | None:
     """The job's own error line (``error: ...`` as the CLI prints it), or its last line."""
-    try:
-        lines = [line.strip() for line in log.read_text(errors="replace").splitlines()[-200:] if line.strip()]
-    except OSError:
-        return None
-    lines = [line for line in lines if "autotune serve:" not in line]
+    lines = [line.strip() for line in log_tail(log, lines=200).splitlines()
+             if line.strip() and "autotune serve:" not in line]
     for line in reversed(lines):
         if line.startswith("error:"):
             return line[:500]

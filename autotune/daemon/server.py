@@ -48,6 +48,7 @@ from autotune.daemon.records import (
 )
 from autotune.daemon.runner import DaemonSettings, JobFiles, JobRunner, Slots
 from autotune.errors import AutotuneError
+from autotune.log_tail import log_tail
 from autotune.study.outputs import BestConfig
 from autotune.study.storage import rdb_storage
 
@@ -378,13 +379,8 @@ def create_app(daemon: Daemon) -> FastAPI:
         if not path.is_file():
             what = "the job" if trial is None else f"trial {trial} of job {job_id}"
             raise LookupError(f"no log of {what} yet")
-        with open(path, "rb") as fh:
-            fh.seek(0, 2)
-            fh.seek(max(0, fh.tell() - LOG_LIMIT_BYTES))
-            text = fh.read().decode(errors="replace")
-        if tail:
-            text = "\n".join(text.splitlines()[-tail:]) + "\n"
-        return PlainTextResponse(text)
+        text = log_tail(path, max_bytes=LOG_LIMIT_BYTES, lines=tail)
+        return PlainTextResponse(text + "\n" if tail else text)
 
     @app.post("/ensure", response_model=EnsureReply)
     def ensure(spec: JobSpec = Body(...)) -> EnsureReply:
