@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 from rich.console import Console
+from rich.markup import escape
 from rich.table import Table
 from rich.text import Text
 
@@ -153,6 +154,6 @@ def render_study(result, console: Console) -> None:
     console.print(f"measured {result.ran} trials now, reused {result.reused} earlier results; "
                   f"files in {result.out_dir}/ (best.json, best.env, trials.csv)")
     for note in result.notes:
-        console.print(f"[yellow]note:[/yellow] {note}")
+        console.print(f"[yellow]note:[/yellow] {escape(note)}")
     if result.best is None:
         console.print("[red]every trial failed[/red]")

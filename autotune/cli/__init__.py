@@ -10,6 +10,8 @@ from __future__ import annotations
 
 import sys
 
+from rich.markup import escape
+
 from autotune.cli import cache, commands, daemon, landscape  # noqa: F401  (each registers its commands)
 from autotune.cli.app import app, err
 from autotune.errors import AutotuneError
@@ -19,7 +21,8 @@ def main() -> None:
     try:
         app()
     except AutotuneError as exc:
-        err.print(f"[red]error:[/red] {exc}", highlight=False, soft_wrap=True)
+        # escape: a message may hold brackets (an extra, ``.[cpu]``) that are not markup
+        err.print(f"[red]error:[/red] {escape(str(exc))}", highlight=False, soft_wrap=True)
         sys.exit(exc.exit_code)
     except KeyboardInterrupt:
         err.print("interrupted")

@@ -173,18 +173,25 @@ class _StudyDisplay:
 
 @app.command(context_settings={"help_option_names": ["-h", "--help"]})
 def best(
-    study: str = typer.Argument(..., help="Study name."),
+    study: str = typer.Argument(..., help="Study name; with --server, a job id of that daemon."),
     format: str = typer.Option("json", "--format", "-f", help="json, env or flags."),
     storage: Optional[str] = typer.Option(None, help="Optuna storage URL (default: sqlite under .autotune/)."),
+    server: Optional[str] = typer.Option(None, "--server", help="Read the best configuration of job STUDY from "
+                                                                "this daemon."),
+    token_file: Optional[Path] = opt.TOKEN_FILE,
 ) -> None:
-    """Print the best configuration of a stored study (json, env lines, or the compiler flags)."""
+    """Print the best configuration of a stored study, or of a daemon's job (json, env lines, or the
+    compiler flags)."""
     from autotune.study.results import best_config
     from autotune.study.storage import load_study
 
     if format not in ("json", "env", "flags"):
         raise InvalidConfigError(f"--format {format!r}: choose json, env or flags")
-    st = load_study(study, storage)
-    cfg = best_config(st, study)
+    if server is not None:
+        with opt.daemon_client(server, token_file) as client:
+            cfg = client.best(study)
+    else:
+        cfg = best_config(load_study(study, storage), study)
     if cfg is None:
         err.print(f"study {study!r} has no successful trial yet")
         raise typer.Exit(3)

@@ -1,8 +1,7 @@
 """The daemon's commands on the ``autotune`` CLI: ``serve``, ``submit``, ``status``, ``cancel``,
 ``logs``, ``ensure``, and ``best JOB --server URL``.
 
-Registered on the app of :mod:`autotune.cli.app`; ``best`` is the command of
-:mod:`autotune.cli.commands`, wrapped.
+Registered on the app of :mod:`autotune.cli.app`; ``best --server`` is in :mod:`autotune.cli.commands`.
 """
 
 from __future__ import annotations
@@ -14,8 +13,8 @@ from typing import Any, Optional
 
 import typer
 from rich.console import Console
+from rich.markup import escape
 
-from autotune.cli import commands  # noqa: F401  (registers ``best``, which _wrap_best wraps)
 from autotune.cli import options as opt
 from autotune.cli.app import app
 from autotune.cli.options import config_options
@@ -24,19 +23,7 @@ from autotune.errors import InvalidConfigError
 from autotune.rendering import format_value
 
 err = Console(stderr=True, highlight=False, soft_wrap=True)
-SERVER_ENV = "AUTOTUNE_SERVER"
 CONTEXT = {"help_option_names": ["-h", "--help"]}
-
-# Options shared by the client commands.
-_SERVER = typer.Option("http://127.0.0.1:8765", "--server", envvar=SERVER_ENV,
-                       help="URL of the autotune daemon (or AUTOTUNE_SERVER).")
-_TOKEN = typer.Option(None, "--token-file", help="File holding the daemon's token (or AUTOTUNE_TOKEN).")
-
-
-def _client(server: str, token_file: Path | None) -> Any:
-    from autotune.daemon.client import DaemonClient, read_token
-
-    return DaemonClient(server, read_token(token_file))
 
 
 @app.command(context_settings=CONTEXT)
@@ -105,7 +92,7 @@ def _job_spec(client: Any, script: Path, args: list[str], run: Any, *, no_upload
         raise InvalidConfigError(f"{script} is not inside --dir {root}")
     archive, files, notes = make_snapshot(root, client.health().max_upload_bytes)
     for note in notes:
-        err.print(f"note: {note}")
+        err.print(f"note: {escape(note)}")
     upload = client.upload(archive)
     err.print(f"uploaded {root} ({files} files, {len(archive) / 1024:,.0f} KiB compressed)")
     return JobSpec(script=script.relative_to(root).as_posix(), args=args, upload=upload.upload, run=run)
@@ -137,8 +124,8 @@ def _progress_line(info: Any) -> str:
 def submit(
     script: Path = opt.SCRIPT,
     script_args: Optional[list[str]] = opt.SCRIPT_ARGS,
-    server: str = _SERVER,
-    token_file: Optional[Path] = _TOKEN,
+    server: str = opt.SERVER,
+    token_file: Optional[Path] = opt.TOKEN_FILE,
     directory: Optional[Path] = typer.Option(None, "--dir", help="Directory to upload as the job's working "
                                                                  "directory (default: the script's)."),
     no_upload: bool = typer.Option(False, "--no-upload", help="Upload nothing: the script's path is on storage "
@@ -154,7 +141,7 @@ def submit(
     daemon's. The job runs the uploaded code on the daemon's machines.
     """
     run, _ = _run_options(config)
-    with _client(server, token_file) as client:
+    with opt.daemon_client(server, token_file) as client:
         spec = _job_spec(client, script, script_args or [], run, no_upload=no_upload, directory=directory)
         info = client.submit(spec)
         if not json_out:
@@ -172,13 +159,13 @@ def submit(
 @app.command(context_settings=CONTEXT)
 def status(
     job: Optional[str] = typer.Argument(None, help="A job id (default: the latest jobs)."),
-    server: str = _SERVER,
-    token_file: Optional[Path] = _TOKEN,
+    server: str = opt.SERVER,
+    token_file: Optional[Path] = opt.TOKEN_FILE,
     limit: int = typer.Option(50, help="How many of the latest jobs to list."),
     json_out: bool = typer.Option(False, "--json", help="Print JSON."),
 ) -> None:
     """Show a job of the daemon, or list its latest jobs."""
-    with _client(server, token_file) as client:
+    with opt.daemon_client(server, token_file) as client:
         if job is not None:
             info = client.job(job)
             if json_out:
@@ -229,13 +216,13 @@ def _age(seconds: float) -> str:
 @app.command(context_settings=CONTEXT)
 def cancel(
     job: str = typer.Argument(..., help="The job id."),
-    server: str = _SERVER,
-    token_file: Optional[Path] = _TOKEN,
+    server: str = opt.SERVER,
+    token_file: Optional[Path] = opt.TOKEN_FILE,
 ) -> None:
     """Cancel a queued job, or stop a running one (its measured trials stay in its study)."""
     from autotune.daemon.runner import CANCEL_GRACE_S
 
-    with _client(server, token_file) as client:
+    with opt.daemon_client(server, token_file) as client:
         info = client.cancel(job)
         deadline = time.monotonic() + CANCEL_GRACE_S + 15
         while not info.state.final and time.monotonic() < deadline:
@@ -249,11 +236,11 @@ def logs(
     job: str = typer.Argument(..., help="The job id."),
     trial: Optional[int] = typer.Argument(None, help="A trial number: that trial's log instead of the job's."),
     tail: Optional[int] = typer.Option(None, help="Only the last N lines."),
-    server: str = _SERVER,
-    token_file: Optional[Path] = _TOKEN,
+    server: str = opt.SERVER,
+    token_file: Optional[Path] = opt.TOKEN_FILE,
 ) -> None:
     """Print a job's log (the daemon's lines and autotune run's stderr), or one trial's log."""
-    with _client(server, token_file) as client:
+    with opt.daemon_client(server, token_file) as client:
         typer.echo(client.logs(job, trial=trial, tail=tail), nl=False)
 
 
@@ -271,9 +258,9 @@ def ensure(
     script_args: Optional[list[str]] = opt.SCRIPT_ARGS,
     out: Path = typer.Option(Path("best.env"), "--out", "-o", help="The env file to write (best.json goes beside "
                                                                    "it), or a directory for both."),
-    server: Optional[str] = typer.Option(None, "--server", envvar=SERVER_ENV,
+    server: Optional[str] = typer.Option(None, "--server", envvar=opt.SERVER_ENV,
                                          help="Ask this daemon (or AUTOTUNE_SERVER); default: answer and tune here."),
-    token_file: Optional[Path] = _TOKEN,
+    token_file: Optional[Path] = opt.TOKEN_FILE,
     directory: Optional[Path] = typer.Option(None, "--dir", help="With --server: the directory to upload "
                                                                  "(default: the script's)."),
     no_upload: bool = typer.Option(False, "--no-upload", help="With --server: the script is on shared storage."),
@@ -297,7 +284,7 @@ def ensure(
                                     ray_address=ray_address, cache=cache,
                                     on_update=None if json_out else _local_progress())
     else:
-        with _client(server, token_file) as client:
+        with opt.daemon_client(server, token_file) as client:
             spec = _job_spec(client, script, script_args or [], run, no_upload=no_upload, directory=directory)
             reply = client.ensure(spec)
             if reply.source == "stored":
@@ -332,45 +319,3 @@ def _local_progress() -> Any:
         err.print(f"{p.study}: {p.done}/{p.wanted} done, {p.running} running, {p.failed} failed | {best}")
 
     return show
-
-
-def _wrap_best() -> None:
-    """``autotune best`` reads a stored study; with ``--server`` it reads a daemon's job instead.
-
-    The command stays the one :mod:`autotune.cli.commands` defines: its callback is wrapped, and called as
-    it is whenever ``--server`` is not given.
-    """
-    for info in app.registered_commands:
-        if (info.name or getattr(info.callback, "__name__", "")) == "best":
-            break
-    else:
-        return
-    stored = info.callback
-
-    def best(
-        study: str = typer.Argument(..., help="Study name; with --server, a job id of that daemon."),
-        format: str = typer.Option("json", "--format", "-f", help="json, env or flags."),
-        storage: Optional[str] = typer.Option(None, help="Optuna storage URL (default: sqlite under .autotune/)."),
-        server: Optional[str] = typer.Option(None, "--server", help="Read the best configuration of job STUDY from "
-                                                                    "this daemon."),
-        token_file: Optional[Path] = _TOKEN,
-    ) -> None:
-        """Print the best configuration of a stored study, or of a daemon's job (json, env lines, or the
-        compiler flags)."""
-        if server is None:
-            return stored(study=study, format=format, storage=storage)
-        if format not in ("json", "env", "flags"):
-            raise InvalidConfigError(f"--format {format!r}: choose json, env or flags")
-        with _client(server, token_file) as client:
-            cfg = client.best(study)
-        if format == "json":
-            typer.echo(cfg.model_dump_json(indent=2))
-        elif format == "env":
-            typer.echo(cfg.env_file(), nl=False)
-        else:
-            typer.echo(cfg.compiler_flags or "")
-
-    info.callback = best
-
-
-_wrap_best()

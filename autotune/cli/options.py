@@ -1,4 +1,5 @@
-"""The options of ``autotune run``, ``submit`` and ``ensure``, derived from the run configuration.
+"""The options of ``autotune run``, ``submit`` and ``ensure``, derived from the run configuration,
+and those that several commands share (the script, the daemon to talk to).
 
 :func:`config_options` adds one typer option per field of :class:`autotune.config.RunConfig` (or
 :class:`~autotune.config.JobConfig`) to a command: its flag from the field's name, its default and
@@ -12,6 +13,7 @@ import functools
 import inspect
 import types
 import typing
+from pathlib import Path
 from typing import Any, Callable, Iterable, Optional, TypeVar
 
 import typer
@@ -20,6 +22,18 @@ from autotune.config import JobConfig, option_flag
 from autotune.trial import parse_sets
 
 SCRIPT = typer.Argument(..., help="The training or inference script, unmodified.")
+
+# The daemon a client command talks to.
+SERVER_ENV = "AUTOTUNE_SERVER"
+SERVER = typer.Option("http://127.0.0.1:8765", "--server", envvar=SERVER_ENV,
+                      help="URL of the autotune daemon (or AUTOTUNE_SERVER).")
+TOKEN_FILE = typer.Option(None, "--token-file", help="File holding the daemon's token (or AUTOTUNE_TOKEN).")
+
+
+def daemon_client(server: str, token_file: Path | None) -> Any:
+    from autotune.daemon.client import DaemonClient, read_token
+
+    return DaemonClient(server, read_token(token_file))
 SCRIPT_ARGS = typer.Argument(None, help="Arguments for the script, after --.")
 
 F = TypeVar("F", bound=Callable[..., Any])

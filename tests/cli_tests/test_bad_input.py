@@ -104,5 +104,5 @@ def test_a_missing_optional_package_is_named_with_its_install_command(work, args
     cwd, before = work
     proc = subprocess.run([sys.executable, "-c", HIDE_TORCH_XLA, *args], cwd=cwd, capture_output=True,
                           text=True, timeout=120)
-    assert_rejected(proc, "torch-xla", "pip install torch==2.9.0 torch-xla==2.9.0")
+    assert_rejected(proc, "torch-xla", 'pip install torch==2.9.0 torch-xla==2.9.0 (or, in a checkout: pip install -e ".[cpu]")')
     assert_nothing_written(cwd, before)
