@@ -22,6 +22,7 @@ from autotune.config import JobConfig, option_flag
 from autotune.trial import parse_sets
 
 SCRIPT = typer.Argument(..., help="The training or inference script, unmodified.")
+SCRIPT_ARGS = typer.Argument(None, help="Arguments for the script, after --.")
 
 # The daemon a client command talks to.
 SERVER_ENV = "AUTOTUNE_SERVER"
@@ -34,7 +35,7 @@ def daemon_client(server: str, token_file: Path | None) -> Any:
     from autotune.daemon.client import DaemonClient, read_token
 
     return DaemonClient(server, read_token(token_file))
-SCRIPT_ARGS = typer.Argument(None, help="Arguments for the script, after --.")
+
 
 F = TypeVar("F", bound=Callable[..., Any])
 
