@@ -26,16 +26,14 @@ import warnings
 from pathlib import Path
 from typing import Any
 
-
-from autotune.trial_attrs import StudyAttrs, TrialAttrs, trial_attrs, write
-
 from autotune.errors import AutotuneError, InvalidConfigError
+from autotune.execution.pool import LazyPool
 from autotune.measurement.windows import PRUNE_MARGIN
-from autotune.study.numerics import constraint_value, loss_deviation
-from autotune.study.outputs import TrialSummary, check_writable, write_outputs
 from autotune.records import MeasurementProtocol, TrialPlan, TrialRequest, TrialResult
 from autotune.rendering import format_value
+from autotune.search.samplers import make_sampler
 from autotune.space import Parameter, SearchSpace
+from autotune.study.numerics import constraint_value, loss_deviation
 from autotune.study.options import (
     DEFAULT_DIR,
     EXIT_ALL_FAILED,
@@ -47,6 +45,7 @@ from autotune.study.options import (
     default_storage,
     default_study_name,
 )
+from autotune.study.outputs import TrialSummary, check_writable, write_outputs
 from autotune.study.results import (
     _baseline_losses,
     _best,
@@ -56,16 +55,14 @@ from autotune.study.results import (
     best_config,
     study_summaries,
 )
-from autotune.execution.pool import LazyPool
-from autotune.search.samplers import make_sampler
 from autotune.study.storage import HEARTBEAT_S, open_storage, open_study
-from autotune.trial import check_script, load_trial_space, parse_size, validate_for
 from autotune.targets import Target, resolve_target
+from autotune.trial import check_script, load_trial_space, parse_size, validate_for
+from autotune.trial_attrs import StudyAttrs, TrialAttrs, trial_attrs, write
 
 #: A best measured once whose 95% interval is wider than this (half-width over throughput) gets a
 #: note suggesting --confirm; the recorded landscapes' median is 6%.
 WIDE_INTERVAL = 0.10
-
 
 
 def tune(script: str | Path, *args: str, **options: Any) -> StudyResult:
@@ -140,10 +137,9 @@ class Study:
 
     # -- the loop --------------------------------------------------------------------------------
     def run(self) -> StudyResult:
-        from autotune.provenance import provenance
-        from autotune.execution.scheduler import connect
-
         from autotune.cache import environment_of, model_of
+        from autotune.execution.scheduler import connect
+        from autotune.provenance import provenance
 
         started_ray = False
         if self.o.pool_factory is None and self.o.ray_address:
