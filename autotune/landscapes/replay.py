@@ -35,7 +35,6 @@ from typing import Any
 
 from autotune.errors import AutotuneError
 from autotune.landscapes.landscape import ConfigRecord, Landscape, load_landscape
-from autotune.search.configurations import config_key
 from autotune.measurement.windows import PRUNE_MIN_WINDOWS, t975
 from autotune.records import (
     CompileStats,
@@ -46,6 +45,7 @@ from autotune.records import (
     TrialRequest,
     TrialResult,
 )
+from autotune.search.configurations import config_key
 
 #: Parameters that do not change the compiled graphs: a configuration that differs from a
 #: compiled one only in these finds its graphs in the compile cache.
@@ -304,14 +304,13 @@ def simulate(landscape: Landscape, sampler: Any, *, starting_points: list[dict[s
     import optuna
 
     from autotune.errors import InvalidConfigError
-    from autotune.study.loop import _suggest_one
-    from autotune.trial_attrs import write
+    from autotune.search.samplers import suggest
     from autotune.targets import get_target
+    from autotune.trial_attrs import write
 
     optuna.logging.set_verbosity(optuna.logging.WARNING)
     space = landscape.space
     target = get_target(space.target)
-    order = space.in_dependency_order()
     study = optuna.create_study(direction="maximize", sampler=sampler)
     for params in starting_points or []:
         full = {p.name: params.get(p.name) for p in space.free_parameters if p.is_active(params)}
@@ -323,13 +322,8 @@ def simulate(landscape: Landscape, sampler: Any, *, starting_points: list[dict[s
     dups = 0
     while len(trace.steps) < limit and dups < max_duplicates and len(measured) < len(landscape.records):
         trial = study.ask()
-        chosen: dict[str, Any] = dict(space.fixed)
-        for p in order:
-            if p.name in space.fixed or not p.is_active(chosen):
-                continue
-            chosen[p.name] = _suggest_one(trial, p)
         try:
-            params = space.validate({k: v for k, v in chosen.items() if space.parameters[k].is_active(chosen)})
+            params = suggest(trial, space)
             target.check(params)
         except InvalidConfigError:
             study.tell(trial, state=optuna.trial.TrialState.FAIL)

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from autotune.space import SearchSpace
+from autotune.space import Parameter, SearchSpace
 
 
 def make_sampler(name: str, space: SearchSpace, seed: int | None) -> Any:
@@ -25,3 +25,28 @@ def make_sampler(name: str, space: SearchSpace, seed: int | None) -> Any:
     if name == "qmc":
         return optuna.samplers.QMCSampler(seed=seed)
     raise AssertionError(f"RunConfig admits sampler {name!r}, which no branch builds")
+
+
+def suggest(trial: Any, space: SearchSpace) -> dict[str, Any]:
+    """Ask Optuna's ``trial`` for each free parameter of ``space`` that is active given those
+    chosen before it (dependency order); returns the canonical configuration."""
+    chosen: dict[str, Any] = dict(space.fixed)
+    for p in space.in_dependency_order():
+        if p.name in space.fixed or not p.is_active(chosen):
+            continue
+        chosen[p.name] = suggest_one(trial, p)
+    active = {k: v for k, v in chosen.items() if space.parameters[k].is_active(chosen)}
+    return space.validate(active)
+
+
+def suggest_one(trial: Any, p: Parameter) -> Any:
+    """One parameter's value from Optuna; ``None`` (the script's own) is a choice where the
+    parameter's default is unset."""
+    if p.choices is not None:
+        choices = list(p.choices)
+        if p.default is None:
+            choices = [None, *choices]
+        return trial.suggest_categorical(p.name, choices)
+    if p.type == "int":
+        return trial.suggest_int(p.name, int(p.low), int(p.high), step=int(p.step or 1), log=p.log)
+    return trial.suggest_float(p.name, float(p.low), float(p.high), step=p.step, log=p.log)

@@ -18,7 +18,6 @@ again); it does not count towards ``--trials`` and the sampler does not learn fr
 
 from __future__ import annotations
 
-import json
 import math
 import os
 import time
@@ -30,15 +29,13 @@ from autotune.errors import AutotuneError, InvalidConfigError
 from autotune.execution.pool import LazyPool
 from autotune.measurement.windows import PRUNE_MARGIN
 from autotune.records import MeasurementProtocol, TrialPlan, TrialRequest, TrialResult
-from autotune.rendering import format_value
-from autotune.search.samplers import make_sampler
-from autotune.space import Parameter, SearchSpace
-from autotune.study.numerics import constraint_value, loss_deviation
+from autotune.search.configurations import config_key
+from autotune.search.samplers import make_sampler, suggest
+from autotune.space import SearchSpace
 from autotune.study.options import (
     DEFAULT_DIR,
     EXIT_ALL_FAILED,
     EXIT_OK,
-    FinishedTrial,
     StudyOptions,
     StudyProgress,
     StudyResult,
@@ -46,11 +43,10 @@ from autotune.study.options import (
     default_study_name,
 )
 from autotune.study.outputs import TrialSummary, check_writable, write_outputs
+from autotune.study.record import TrialRecorder
 from autotune.study.results import (
-    _baseline_losses,
     _best,
     _ranked_configurations,
-    _trial_env,
     baseline_value,
     best_config,
     study_summaries,
@@ -73,10 +69,6 @@ def tune(script: str | Path, *args: str, **options: Any) -> StudyResult:
     >>> result.best.env["NEURON_CC_FLAGS"]                              # doctest: +SKIP
     """
     return Study(StudyOptions.checked(script=script, args=list(args), **options)).run()
-
-
-def config_key(params: dict[str, Any]) -> str:
-    return json.dumps(params, sort_keys=True, separators=(",", ":"))
 
 
 class Study:
@@ -113,7 +105,8 @@ class Study:
         self.provenance: dict[str, Any] = {}
         self._model_key: dict[str, Any] = {}
         self._env_key: dict[str, Any] = {}
-        self.ran = self.reused = 0
+        #: Tells Optuna each outcome; made once the study is open.
+        self.recorder: TrialRecorder | None = None
 
     # -- set-up --------------------------------------------------------------------------------
     def _open_study(self) -> Any:
@@ -154,6 +147,8 @@ class Study:
 
                 ray.shutdown()
             raise
+        self.recorder = TrialRecorder(self.study, self.o, self.cache, self.progress, self.baseline_params,
+                                      self.notes, on_told=self.write_outputs)
         self.provenance = provenance(self.target, self.script, self.o.args)
         write(self.study, provenance=self.provenance)
         self._model_key, self._env_key = model_of(self.provenance), environment_of(self.provenance)
@@ -182,7 +177,6 @@ class Study:
         deadline = time.monotonic() + self.o.timeout if self.o.timeout else math.inf
         in_flight: dict[int, Any] = {}  # trial number -> optuna trial
         consecutive_dups = 0
-        self.ran = self.reused = 0
         last_beat = 0.0
         while True:
             counted, running_elsewhere = self._counts(exclude=set(in_flight))
@@ -213,7 +207,7 @@ class Study:
             self._update_progress(len(in_flight))
             for number, result_json, error in pool.wait(timeout=1.0):
                 trial = in_flight.pop(number)
-                self._tell(trial, result_json, error)
+                self._told.tell(trial, result_json, error)
             if time.monotonic() - last_beat > HEARTBEAT_S:
                 for trial in in_flight.values():
                     self.storage.record_heartbeat(trial._trial_id)
@@ -243,45 +237,11 @@ class Study:
                 break
             self._update_progress(len(in_flight))
             for tag, result_json, error in pool.wait(timeout=1.0):
-                self._tell_confirmation(in_flight.pop(tag), result_json, error)
+                self._told.tell_confirmation(in_flight.pop(tag), result_json, error)
         skipped = [t.number for t in todo]
         if skipped:
             self.notes.append(f"the study's time ran out before trials {', '.join(map(str, skipped))} "
                               "were measured again")
-
-    def _tell_confirmation(self, original: Any, result_json: str | None, error: str | None) -> None:
-        """Store a re-measurement as a finished trial of its own."""
-        import optuna
-
-        attrs: dict[str, Any] = {"config_key": TrialAttrs.of(original).config_key, "confirms": original.number}
-        value = None
-        if result_json is not None:
-            result = TrialResult.model_validate_json(result_json)
-            attrs.update(result=result_json, env=_trial_env(result))
-            value = self._objective(result) if result.ok else None
-            if value is None:
-                attrs["category"], attrs["reason"] = self._failure(result)
-        else:
-            attrs["category"], attrs["reason"] = "crash", error or "the worker failed"
-        state = optuna.trial.TrialState.COMPLETE if value is not None else optuna.trial.TrialState.FAIL
-        self.study.add_trial(optuna.trial.create_trial(
-            params=original.params, distributions=original.distributions, value=value, state=state,
-            user_attrs=trial_attrs(**attrs)))
-        self.ran += 1
-        if value is None:
-            self.notes.append(f"trial {original.number}'s configuration failed when measured again "
-                              f"({attrs['category']}): it is not taken as the best")
-            self._finished(original.number, original.params, None,
-                           f"failed ({attrs['category']}), measured again")
-        else:
-            self._finished(original.number, original.params, value, "ok, measured again")
-
-    def _finished(self, number: int, params: dict[str, Any], value: float | None, status: str) -> None:
-        """Record a trial's end for the progress displays, and the live line's last event."""
-        changed = {k: v for k, v in params.items() if self.baseline_params.get(k) != v}
-        self.progress.finished.append(FinishedTrial(number, changed, value, status))
-        shown = f"{format_value(value, self.o.metric)} " if value is not None else ""
-        self.progress.last = f"trial {number}: {shown}{status}"
 
     def _counts(self, exclude: set[int]) -> tuple[int, int]:
         """Trials measured so far (in any run of this study), and trials running in other drivers."""
@@ -297,32 +257,18 @@ class Study:
 
     def _dispatch(self, trial: Any, pool: Any) -> str:
         """Suggest a configuration; run it, or answer it from an earlier result."""
-        import optuna
 
         try:
-            params = self._suggest(trial)
+            params = suggest(trial, self.space)
             self.target.check(params)
         except InvalidConfigError as exc:
-            write(trial, category="invalid_config")
-            write(trial, reason=str(exc))
-            self.study.tell(trial, state=optuna.trial.TrialState.FAIL)
-            self._finished(trial.number, trial.params, None, "failed (invalid_config)")
+            self._told.tell_invalid(trial, str(exc))
             return "invalid"
         key = config_key(params)
         write(trial, config_key=key)
         earlier = self._earlier_result(key, trial.number)
         if earlier is not None:
-            write(trial, duplicate_of=earlier.number)
-            told = TrialAttrs.of(earlier)
-            write(trial, **{name: value for name, value in (("category", told.category), ("reason", told.reason))
-                            if value is not None})
-            if earlier.state == optuna.trial.TrialState.COMPLETE:
-                self.study.tell(trial, earlier.value)
-            else:
-                self.study.tell(trial, state=optuna.trial.TrialState.FAIL)
-            self.reused += 1
-            self.progress.reused += 1
-            self._finished(trial.number, params, earlier.value, f"same as trial {earlier.number}")
+            self._told.tell_duplicate(trial, params, earlier)
             return "reused"
         from autotune.cache import result_key
 
@@ -331,7 +277,7 @@ class Study:
         write(trial, result_key=rkey)
         remembered = None if self.o.fresh else self.cache.get_result(rkey)
         if remembered is not None and (remembered.ok or not self.o.retry_failed):
-            self._tell(trial, remembered.model_dump_json(), None, from_cache=True)
+            self._told.tell(trial, remembered.model_dump_json(), None, from_cache=True)
             return "reused"
         plan = self.target.cached_plan(params, str(self.cache.path))
         if self.o.retry_failed:
@@ -339,7 +285,7 @@ class Study:
         else:
             failed = self.target.failed_compile(plan, self.cache.path)
             if failed is not None:
-                self._tell_known_failure(trial, plan, failed)
+                self._told.tell_known_failure(trial, plan, failed)
                 return "reused"
         write(trial, env=plan.env)
         pool.submit(self._request(params, self.out / "trials" / f"{trial.number:04d}", self._trial_protocol(),
@@ -355,97 +301,12 @@ class Study:
             timeout_s=self.o.trial_timeout, memory_bytes=self.memory_limit, protocol=protocol,
             seed=self.o.seed or 0)
 
-    def _suggest(self, trial: Any) -> dict[str, Any]:
-        """Ask Optuna for each free parameter that is active given those chosen before it."""
-        chosen: dict[str, Any] = dict(self.space.fixed)
-        for p in self.space.in_dependency_order():
-            if p.name in self.space.fixed or not p.is_active(chosen):
-                continue
-            chosen[p.name] = _suggest_one(trial, p)
-        active = {k: v for k, v in chosen.items() if self.space.parameters[k].is_active(chosen)}
-        return self.space.validate(active)
-
     def _earlier_result(self, key: str, number: int) -> Any:
         for t in self.study.get_trials(deepcopy=False):
             if t.number != number and TrialAttrs.of(t).config_key == key and TrialAttrs.of(t).counted \
                     and t.state.is_finished():
                 return t
         return None
-
-    def _tell_known_failure(self, trial: Any, plan: Any, reason: str) -> None:
-        from autotune.records import Failure, FailureCategory
-
-        result = TrialResult(status="failed", plan=plan,
-                             failure=Failure(category=FailureCategory.compile_error, reason=reason))
-        self._tell(trial, result.model_dump_json(), None, from_cache=True)
-
-    def _tell(self, trial: Any, result_json: str | None, error: str | None, from_cache: bool = False) -> None:
-        import optuna
-
-        write(trial, counted=True)
-        if from_cache:
-            write(trial, cached=True)
-            self.reused += 1
-            self.progress.reused += 1
-        else:
-            self.ran += 1
-        if result_json is None:
-            write(trial, category="crash")
-            write(trial, reason=error or "the worker failed")
-            self.study.tell(trial, state=optuna.trial.TrialState.FAIL)
-            self.progress.failed += 1
-            self._finished(trial.number, trial.params, None, "failed (crash)")
-            return
-        result = TrialResult.model_validate_json(result_json)
-        write(trial, result=result_json)
-        if not from_cache and TrialAttrs.of(trial).result_key is not None:
-            self.cache.put_result(TrialAttrs.of(trial).result_key, result)
-        write(trial, env=_trial_env(result))
-        value = self._objective(result)
-        if result.ok and value is not None:
-            self._guard_numerics(trial, result)
-            self.study.tell(trial, value)
-            status = "pruned" if result.measurement and result.measurement.pruned else "ok"
-            if (TrialAttrs.of(trial).numerics_constraint or 0) > 0:
-                status = "diverged"
-            self._finished(trial.number, result.plan.params, value,
-                           f"{status}, remembered" if from_cache else status)
-        else:
-            category, reason = self._failure(result)
-            write(trial, category=category)
-            write(trial, reason=reason)
-            self.study.tell(trial, state=optuna.trial.TrialState.FAIL)
-            self.progress.failed += 1
-            self._finished(trial.number, result.plan.params, None,
-                           f"failed ({category})" + (", remembered" if from_cache else ""))
-        self.write_outputs()  # after every trial: a killed driver loses nothing measured
-
-    def _failure(self, result: TrialResult) -> tuple[str, str]:
-        """The category and reason of a trial that gave no value."""
-        failure = result.failure
-        if failure is None:
-            return "script_error", f"the script reported no {self.o.metric!r}"
-        return failure.category.value, failure.reason
-
-    def _guard_numerics(self, trial: Any, result: TrialResult) -> None:
-        """Record how far this trial's first losses are from the baseline's (a constraint)."""
-        if not self.o.numerics_guard or not result.losses:
-            return
-        if TrialAttrs.of(trial).config_key == StudyAttrs.of(self.study).baseline_key:
-            deviation: float | None = 0.0
-        else:
-            base = _baseline_losses(self.study)
-            deviation = loss_deviation(result.losses, base) if base else None
-        if deviation is not None:
-            write(trial, loss_deviation=deviation if math.isfinite(deviation) else "inf")
-            value = constraint_value(deviation, self.o.loss_tolerance)
-            write(trial, numerics_constraint=value)
-            trial.set_constraint("numerics", value)  # constrained sampling steers away from it
-
-    def _objective(self, result: TrialResult) -> float | None:
-        if self.o.metric == "throughput":
-            return result.measurement.throughput if result.measurement else None
-        return result.metrics.get(self.o.metric)
 
     def _trial_protocol(self) -> MeasurementProtocol:
         """The study's protocol with the bar below which a trial stops measuring: the best value
@@ -480,6 +341,12 @@ class Study:
 
         optuna.storages.fail_stale_trials(self.study)
 
+    @property
+    def _told(self) -> TrialRecorder:
+        if self.recorder is None:
+            raise RuntimeError("the study is not open: Study.run() opens it")
+        return self.recorder
+
     # -- results -----------------------------------------------------------------------------
     def summaries(self) -> list[TrialSummary]:
         return study_summaries(self.study)
@@ -500,7 +367,7 @@ class Study:
                          "two best configurations again")
         return StudyResult(study=self.name, storage=self.storage_url, target=self.target.name,
                            out_dir=str(self.out), metric=self.o.metric, best=best, baseline_value=baseline_value(self.study),
-                           trials=trials, failures_by_category=by_cat, ran=self.ran, reused=self.reused,
+                           trials=trials, failures_by_category=by_cat, ran=self._told.ran, reused=self._told.reused,
                            notes=notes, exit_code=code)
 
     def write_outputs(self) -> None:
@@ -519,13 +386,3 @@ class Study:
         if self.o.on_update:
             self.o.on_update(p)
 
-
-def _suggest_one(trial: Any, p: Parameter) -> Any:
-    if p.choices is not None:
-        choices = list(p.choices)
-        if p.default is None:
-            choices = [None, *choices]  # None: leave the script's own value
-        return trial.suggest_categorical(p.name, choices)
-    if p.type == "int":
-        return trial.suggest_int(p.name, int(p.low), int(p.high), step=int(p.step or 1), log=p.log)
-    return trial.suggest_float(p.name, float(p.low), float(p.high), step=p.step, log=p.log)

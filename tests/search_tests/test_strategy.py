@@ -8,8 +8,8 @@ import numpy as np
 import optuna
 import pytest
 
-from autotune.search.configurations import enumerate_space
-from autotune.space import builtin_space, parse_space
+from autotune.search.configurations import config_key, enumerate_space
+from autotune.search.samplers import suggest
 from autotune.search.strategy import (
     AutotuneSampler,
     CategoricalGP,
@@ -18,7 +18,7 @@ from autotune.search.strategy import (
     culprit_probability,
     success_probability,
 )
-from autotune.study.loop import _suggest_one, config_key
+from autotune.space import builtin_space, parse_space
 from autotune.trial_attrs import write
 
 SPACE = parse_space("""\
@@ -43,15 +43,10 @@ def drive(sampler: AutotuneSampler, space, trials: int, objective=speed) -> list
     """Ask and tell as the study does; returns the configurations in the order measured."""
     optuna.logging.set_verbosity(optuna.logging.WARNING)
     study = optuna.create_study(direction="maximize", sampler=sampler)
-    order = space.in_dependency_order()
     measured = []
     for _ in range(trials):
         trial = study.ask()
-        chosen = dict(space.fixed)
-        for p in order:
-            if p.name not in space.fixed and p.is_active(chosen):
-                chosen[p.name] = _suggest_one(trial, p)
-        config = space.validate({k: v for k, v in chosen.items() if space.parameters[k].is_active(chosen)})
+        config = suggest(trial, space)
         write(trial, config_key=config_key(config))
         write(trial, counted=True)
         write(trial, result=json.dumps({"wall_seconds": 10.0, "compile": {"compile_seconds": 4.0}}))

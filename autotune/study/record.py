@@ -1,0 +1,173 @@
+"""What a trial's outcome becomes in the Optuna study: a value, a failure with its category, a
+re-measurement of its own, and a line in the progress displays.
+
+:class:`TrialRecorder` is the one place that tells Optuna; :mod:`.loop` decides what to run and
+hands every outcome here. After each trial the outputs are written again, so a driver killed
+between two trials loses nothing it measured.
+"""
+
+from __future__ import annotations
+
+import math
+from typing import Any, Callable
+
+from autotune.cache import CacheRoot
+from autotune.records import Failure, FailureCategory, TrialPlan, TrialResult
+from autotune.rendering import format_value
+from autotune.study.numerics import constraint_value, loss_deviation
+from autotune.study.options import FinishedTrial, StudyOptions, StudyProgress
+from autotune.study.results import _baseline_losses, _trial_env
+from autotune.trial_attrs import StudyAttrs, TrialAttrs, trial_attrs, write
+
+
+class TrialRecorder:
+    """Tells Optuna each outcome of one study, and counts what this driver ran and reused."""
+
+    def __init__(self, study: Any, options: StudyOptions, cache: CacheRoot, progress: StudyProgress,
+                 baseline_params: dict[str, Any], notes: list[str], on_told: Callable[[], None]) -> None:
+        self.study = study
+        self.o = options
+        self.cache = cache
+        self.progress = progress
+        self.baseline_params = baseline_params
+        #: The study's notes, shared with the driver: a re-measurement that fails adds one.
+        self.notes = notes
+        self.on_told = on_told
+        self.ran = self.reused = 0
+
+    def tell(self, trial: Any, result_json: str | None, error: str | None, from_cache: bool = False) -> None:
+        """Tell Optuna a measured (or remembered) trial: ``result_json`` is its :class:`TrialResult`,
+        or ``None`` with ``error`` when the worker itself failed."""
+        import optuna
+
+        write(trial, counted=True)
+        if from_cache:
+            write(trial, cached=True)
+            self.count_reused()
+        else:
+            self.ran += 1
+        if result_json is None:
+            write(trial, category="crash")
+            write(trial, reason=error or "the worker failed")
+            self.study.tell(trial, state=optuna.trial.TrialState.FAIL)
+            self.progress.failed += 1
+            self.finished(trial.number, trial.params, None, "failed (crash)")
+            return
+        result = TrialResult.model_validate_json(result_json)
+        write(trial, result=result_json)
+        if not from_cache and TrialAttrs.of(trial).result_key is not None:
+            self.cache.put_result(TrialAttrs.of(trial).result_key, result)
+        write(trial, env=_trial_env(result))
+        value = self.objective(result)
+        if result.ok and value is not None:
+            self._guard_numerics(trial, result)
+            self.study.tell(trial, value)
+            status = "pruned" if result.measurement and result.measurement.pruned else "ok"
+            if (TrialAttrs.of(trial).numerics_constraint or 0) > 0:
+                status = "diverged"
+            self.finished(trial.number, result.plan.params, value,
+                          f"{status}, remembered" if from_cache else status)
+        else:
+            category, reason = self._failure(result)
+            write(trial, category=category)
+            write(trial, reason=reason)
+            self.study.tell(trial, state=optuna.trial.TrialState.FAIL)
+            self.progress.failed += 1
+            self.finished(trial.number, result.plan.params, None,
+                          f"failed ({category})" + (", remembered" if from_cache else ""))
+        self.on_told()
+
+    def tell_known_failure(self, trial: Any, plan: TrialPlan, reason: str) -> None:
+        """A configuration whose compile failed before (the target's compile cache says so)."""
+        result = TrialResult(status="failed", plan=plan,
+                             failure=Failure(category=FailureCategory.compile_error, reason=reason))
+        self.tell(trial, result.model_dump_json(), None, from_cache=True)
+
+    def tell_duplicate(self, trial: Any, params: dict[str, Any], earlier: Any) -> None:
+        """A configuration measured before in this study: Optuna is told the earlier outcome."""
+        import optuna
+
+        write(trial, duplicate_of=earlier.number)
+        told = TrialAttrs.of(earlier)
+        write(trial, **{name: value for name, value in (("category", told.category), ("reason", told.reason))
+                        if value is not None})
+        if earlier.state == optuna.trial.TrialState.COMPLETE:
+            self.study.tell(trial, earlier.value)
+        else:
+            self.study.tell(trial, state=optuna.trial.TrialState.FAIL)
+        self.count_reused()
+        self.finished(trial.number, params, earlier.value, f"same as trial {earlier.number}")
+
+    def tell_confirmation(self, original: Any, result_json: str | None, error: str | None) -> None:
+        """Store a re-measurement of ``original`` as a finished trial of its own."""
+        import optuna
+
+        attrs: dict[str, Any] = {"config_key": TrialAttrs.of(original).config_key, "confirms": original.number}
+        value = None
+        if result_json is not None:
+            result = TrialResult.model_validate_json(result_json)
+            attrs.update(result=result_json, env=_trial_env(result))
+            value = self.objective(result) if result.ok else None
+            if value is None:
+                attrs["category"], attrs["reason"] = self._failure(result)
+        else:
+            attrs["category"], attrs["reason"] = "crash", error or "the worker failed"
+        state = optuna.trial.TrialState.COMPLETE if value is not None else optuna.trial.TrialState.FAIL
+        self.study.add_trial(optuna.trial.create_trial(
+            params=original.params, distributions=original.distributions, value=value, state=state,
+            user_attrs=trial_attrs(**attrs)))
+        self.ran += 1
+        if value is None:
+            self.notes.append(f"trial {original.number}'s configuration failed when measured again "
+                              f"({attrs['category']}): it is not taken as the best")
+            self.finished(original.number, original.params, None, f"failed ({attrs['category']}), measured again")
+        else:
+            self.finished(original.number, original.params, value, "ok, measured again")
+
+    def tell_invalid(self, trial: Any, reason: str) -> None:
+        """A configuration the space or the target rejects: failed without running."""
+        import optuna
+
+        write(trial, category="invalid_config")
+        write(trial, reason=reason)
+        self.study.tell(trial, state=optuna.trial.TrialState.FAIL)
+        self.finished(trial.number, trial.params, None, "failed (invalid_config)")
+
+    def count_reused(self) -> None:
+        self.reused += 1
+        self.progress.reused += 1
+
+    def finished(self, number: int, params: dict[str, Any], value: float | None, status: str) -> None:
+        """Record a trial's end for the progress displays, and the live line's last event."""
+        changed = {k: v for k, v in params.items() if self.baseline_params.get(k) != v}
+        self.progress.finished.append(FinishedTrial(number, changed, value, status))
+        shown = f"{format_value(value, self.o.metric)} " if value is not None else ""
+        self.progress.last = f"trial {number}: {shown}{status}"
+
+    def objective(self, result: TrialResult) -> float | None:
+        if self.o.metric == "throughput":
+            return result.measurement.throughput if result.measurement else None
+        return result.metrics.get(self.o.metric)
+
+    def _failure(self, result: TrialResult) -> tuple[str, str]:
+        """The category and reason of a trial that gave no value."""
+        failure = result.failure
+        if failure is None:
+            return "script_error", f"the script reported no {self.o.metric!r}"
+        return failure.category.value, failure.reason
+
+    def _guard_numerics(self, trial: Any, result: TrialResult) -> None:
+        """Record how far this trial's first losses are from the baseline's (a constraint)."""
+        if not self.o.numerics_guard or not result.losses:
+            return
+        if TrialAttrs.of(trial).config_key == StudyAttrs.of(self.study).baseline_key:
+            deviation: float | None = 0.0
+        else:
+            base = _baseline_losses(self.study)
+            deviation = loss_deviation(result.losses, base) if base else None
+        if deviation is not None:
+            write(trial, loss_deviation=deviation if math.isfinite(deviation) else "inf")
+            value = constraint_value(deviation, self.o.loss_tolerance)
+            write(trial, numerics_constraint=value)
+            trial.set_constraint("numerics", value)  # constrained sampling steers away from it
+
