@@ -10,14 +10,8 @@ import pytest
 
 from autotune.search.configurations import config_key, enumerate_space
 from autotune.search.samplers import suggest
-from autotune.search.strategy import (
-    AutotuneSampler,
-    CategoricalGP,
-    _distance_table,
-    _positions,
-    culprit_probability,
-    success_probability,
-)
+from autotune.search.models import CategoricalGP, culprit_probability, success_probability
+from autotune.search.strategy import AutotuneSampler, _distance_table, _positions
 from autotune.space import builtin_space, parse_space
 from autotune.trial_attrs import write
 
