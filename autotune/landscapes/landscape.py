@@ -27,8 +27,8 @@ from typing import Any, Callable
 
 from autotune.errors import AutotuneError
 from autotune.records import MeasurementProtocol, TrialResult
-from autotune.search.configurations import config_key, enumerate_space
-from autotune.space import SearchSpace, load_space, parse_space
+from autotune.search.configurations import enumerate_space
+from autotune.space import SearchSpace, config_key, load_space, parse_space
 
 FORMAT_VERSION = 1
 

@@ -12,7 +12,7 @@ the warm (cached) price when an earlier trial of this replay compiled the same g
 target's compile cache is read back across processes on the recording machine (inductor's
 ``TORCHINDUCTOR_CACHE_DIR``, the Neuron compile cache; not XLA on CPU: :meth:`autotune.targets.base.Target.compile_cache_persists`). "The same
 graphs" means the same configuration up to parameters that only the runtime sees
-(:data:`RUNTIME_ONLY_PARAMS`). Conversely a configuration whose recording hit the cache (a
+(:data:`autotune.space.RUNTIME_ONLY_PARAMS`). Conversely a configuration whose recording hit the cache (a
 configuration recorded after its compile twin) is charged its twin's cold compile when it comes
 first in a replay.
 
@@ -45,15 +45,7 @@ from autotune.records import (
     TrialRequest,
     TrialResult,
 )
-from autotune.search.configurations import config_key
-
-#: Parameters that do not change the compiled graphs: a configuration that differs from a
-#: compiled one only in these finds its graphs in the compile cache.
-RUNTIME_ONLY_PARAMS = frozenset({"num_workers"})
-
-
-def compile_key(params: dict[str, Any]) -> str:
-    return config_key({k: v for k, v in params.items() if k not in RUNTIME_ONLY_PARAMS})
+from autotune.space import compile_key, config_key
 
 
 @dataclass(frozen=True)

@@ -6,20 +6,10 @@ recorded landscape is the same enumeration, each configuration measured once.
 
 from __future__ import annotations
 
-import json
 from typing import Any
 
 from autotune.errors import InvalidConfigError, SpaceError
-from autotune.space import Parameter, SearchSpace
-
-
-def config_key(params: dict[str, Any]) -> str:
-    """The canonical key of a configuration: sorted JSON of its set parameters (``None`` dropped).
-
-    Equal to :func:`autotune.study.loop.config_key` of the canonical (validated) parameters.
-    """
-    return json.dumps({k: params[k] for k in sorted(params) if params[k] is not None},
-                      sort_keys=True, separators=(",", ":"))
+from autotune.space import Parameter, SearchSpace, config_key
 
 
 def enumerate_space(space: SearchSpace) -> list[dict[str, Any]]:

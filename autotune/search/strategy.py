@@ -106,7 +106,13 @@ from autotune.search.models import (
     ridge_predict,
     success_probability,
 )
-from autotune.space import Parameter, SearchSpace
+from autotune.space import (
+    RUNTIME_ONLY_PARAMS,
+    Parameter,
+    SearchSpace,
+    compile_key,
+    config_key,
+)
 from autotune.trial_attrs import TrialAttrs
 
 #: Enumerate the space when it has at most this many configurations; sample it when larger.
@@ -127,7 +133,7 @@ class AutotuneSampler(BaseSampler):
 
     def __init__(self, space: SearchSpace, *, seed: int | None = None, cost_power: float = 0.0,
                  failure_model: bool = True, compile_cache_persists: bool | None = None,
-                 runtime_only_params: Sequence[str] = ("num_workers",), ordinal: bool = True,
+                 runtime_only_params: Sequence[str] = tuple(RUNTIME_ONLY_PARAMS), ordinal: bool = True,
                  trend: bool = True, cost_l2: float = 1.0, theta_prior: float = 0.3) -> None:
         import optuna
 
@@ -197,8 +203,8 @@ class AutotuneSampler(BaseSampler):
 
         maximize = study.direction == optuna.study.StudyDirection.MAXIMIZE
         history, in_flight = _history(study)
-        taken = {_key(c) for c, *_ in history} | {_key(c) for c in self._picked.values()} | in_flight
-        candidates = [c for c in self._candidates(history) if _key(c) not in taken]
+        taken = {config_key(c) for c, *_ in history} | {config_key(c) for c in self._picked.values()} | in_flight
+        candidates = [c for c in self._candidates(history) if config_key(c) not in taken]
         if not candidates:
             done = [(c, v) for c, v, _ in history if v is not None]
             if done:
@@ -237,13 +243,10 @@ class AutotuneSampler(BaseSampler):
             compiled = {}
             for c, v, t in history:
                 if v is not None and t.get("compile"):
-                    compiled[self._compile_key(c)] = t["compile"]
-            saved = np.array([compiled.get(self._compile_key(c), 0.0) for c in candidates])
+                    compiled[compile_key(c, self.runtime_only)] = t["compile"]
+            saved = np.array([compiled.get(compile_key(c, self.runtime_only), 0.0) for c in candidates])
             cost = np.maximum(cost - saved, 1.0)
         return cost
-
-    def _compile_key(self, config: dict[str, Any]) -> str:
-        return _key({k: v for k, v in config.items() if k not in self.runtime_only})
 
     def _candidates(self, history: list[Any]) -> list[dict[str, Any]]:
         if self._enumerated is None:
@@ -271,7 +274,7 @@ class AutotuneSampler(BaseSampler):
                 target.check(config)
             except InvalidConfigError:
                 return
-            out.setdefault(_key(config), config)
+            out.setdefault(config_key(config), config)
 
         values = {p.name: self.levels[p.name] if p.default is None else self.levels[p.name][1:] for p in self.free}
         for _ in range(RANDOM_CANDIDATES):
@@ -324,11 +327,6 @@ def _level_index(levels: list[Any], value: Any) -> int:
     return 0
 
 
-def _key(config: dict[str, Any]) -> str:
-    return json.dumps({k: config[k] for k in sorted(config) if config[k] is not None},
-                      sort_keys=True, separators=(",", ":"))
-
-
 def _transform(value: float, maximize: bool) -> float:
     """What the model fits: the log of a positive objective (speed-ups multiply), negated to minimise."""
     v = math.log(value) if value > 0 else value
@@ -351,13 +349,13 @@ def _history(study: Any) -> tuple[list[tuple[dict[str, Any], float | None, dict[
         if attrs.category == "device_unavailable":
             continue
         config = json.loads(key) if key else {k: v for k, v in t.params.items() if v is not None}
-        if not config or (_key(config) in found and found[_key(config)][1] is not None):
+        if not config or (config_key(config) in found and found[config_key(config)][1] is not None):
             continue
         # A trial that violates a constraint (the study's numerics guard: its losses diverged)
         # counts as one that did not run: never a best, and its neighbours are suspect.
         feasible = all(v <= 0 for v in (getattr(t, "constraints", None) or {}).values())
         value = t.value if t.state == optuna.trial.TrialState.COMPLETE and feasible else None
-        found[_key(config)] = (config, value, _costs(attrs.result))
+        found[config_key(config)] = (config, value, _costs(attrs.result))
     running = study.get_trials(deepcopy=False, states=(optuna.trial.TrialState.RUNNING,))
     in_flight = {TrialAttrs.of(t).config_key for t in running if TrialAttrs.of(t).config_key}
     return list(found.values()), in_flight

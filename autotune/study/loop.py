@@ -29,9 +29,8 @@ from autotune.errors import AutotuneError, InvalidConfigError
 from autotune.execution.pool import LazyPool
 from autotune.measurement.windows import PRUNE_MARGIN
 from autotune.records import MeasurementProtocol, TrialPlan, TrialRequest, TrialResult
-from autotune.search.configurations import config_key
 from autotune.search.samplers import make_sampler, suggest
-from autotune.space import SearchSpace
+from autotune.space import SearchSpace, config_key
 from autotune.study.options import (
     DEFAULT_DIR,
     EXIT_ALL_FAILED,

@@ -9,17 +9,16 @@ import pytest
 
 from autotune.errors import AutotuneError
 from autotune.landscapes.landscape import ConfigRecord, load_landscape
-from autotune.search.configurations import config_key, enumerate_space
-from autotune.measurement.windows import PRUNE_MARGIN
-from autotune.records import TrialRequest, TrialResult
 from autotune.landscapes.replay import (
     ReplayPool,
-    compile_key,
     replay_study,
     simulate,
     study_starting_points,
 )
-from autotune.space import parse_space
+from autotune.measurement.windows import PRUNE_MARGIN
+from autotune.records import TrialRequest, TrialResult
+from autotune.search.configurations import enumerate_space
+from autotune.space import compile_key, config_key, parse_space
 from autotune.targets import get_target
 
 REPO = Path(__file__).resolve().parents[2]

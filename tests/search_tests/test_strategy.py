@@ -8,11 +8,15 @@ import numpy as np
 import optuna
 import pytest
 
-from autotune.search.configurations import config_key, enumerate_space
+from autotune.search.configurations import enumerate_space
+from autotune.search.models import (
+    CategoricalGP,
+    culprit_probability,
+    success_probability,
+)
 from autotune.search.samplers import suggest
-from autotune.search.models import CategoricalGP, culprit_probability, success_probability
 from autotune.search.strategy import AutotuneSampler, _distance_table, _positions
-from autotune.space import builtin_space, parse_space
+from autotune.space import builtin_space, config_key, parse_space
 from autotune.trial_attrs import write
 
 SPACE = parse_space("""\

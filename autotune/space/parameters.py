@@ -1,0 +1,108 @@
+"""A parameter of a search space: its type, its values, when it applies, and how a value given as
+text (``--set batch_size=16``) becomes one of its values."""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass, field
+from typing import Any, Literal
+
+from autotune.errors import InvalidConfigError
+
+ParamType = Literal["categorical", "int", "float", "bool"]
+
+
+@dataclass(frozen=True)
+class Parameter:
+    name: str
+    type: ParamType
+    choices: tuple[Any, ...] | None = None
+    low: float | None = None
+    high: float | None = None
+    step: float | None = None
+    log: bool = False
+    #: ``None`` means "whatever the script does": the baseline's value.
+    default: Any = None
+    #: Active only when each named parameter has one of the listed values.
+    when: dict[str, tuple[Any, ...]] = field(default_factory=dict)
+    description: str = ""
+
+    def coerce(self, value: Any) -> Any:
+        """Turn a value (possibly a ``--set`` string) into this parameter's type, or raise."""
+        if value is None or (isinstance(value, str) and value.lower() in ("null", "none")
+                             and not self._has_choice(value)):
+            return None
+        try:
+            if self.type == "bool":
+                value = _to_bool(value)
+            elif self.type == "int":
+                value = _to_int(value)
+            elif self.type == "float":
+                value = float(value)
+            elif self.choices is not None:
+                value = _match_choice(value, self.choices)
+        except (TypeError, ValueError):
+            raise InvalidConfigError(
+                f"parameter {self.name!r}: {value!r} is not a valid {self.type}{self._allowed()}"
+            ) from None
+        if self.choices is not None and value not in self.choices:
+            raise InvalidConfigError(f"parameter {self.name!r}: {value!r} is not allowed{self._allowed()}")
+        if self.low is not None and self.high is not None and not (self.low <= value <= self.high):
+            raise InvalidConfigError(
+                f"parameter {self.name!r}: {value!r} is out of range [{_fmt(self.low)}, {_fmt(self.high)}]"
+            )
+        return value
+
+    def _has_choice(self, value: str) -> bool:
+        return self.choices is not None and value in self.choices
+
+    def _allowed(self) -> str:
+        if self.choices is not None:
+            return "; choose one of " + ", ".join(str(c) for c in self.choices)
+        if self.low is not None:
+            return f"; the range is [{_fmt(self.low)}, {_fmt(self.high)}]"
+        return ""
+
+    def is_active(self, params: dict[str, Any]) -> bool:
+        return all(params.get(other) in allowed for other, allowed in self.when.items())
+
+
+def _to_bool(value: Any) -> bool:
+    if isinstance(value, bool):
+        return value
+    if isinstance(value, str) and value.lower() in ("1", "true", "yes", "on"):
+        return True
+    if isinstance(value, str) and value.lower() in ("0", "false", "no", "off"):
+        return False
+    if isinstance(value, int) and value in (0, 1):
+        return bool(value)
+    raise ValueError(value)
+
+
+def _to_int(value: Any) -> int:
+    if isinstance(value, bool):
+        raise ValueError(value)
+    if isinstance(value, float):
+        if not value.is_integer():
+            raise ValueError(value)
+        return int(value)
+    if isinstance(value, str):
+        try:
+            return int(value.strip(), 10)  # "08" is eight
+        except ValueError:
+            return int(value.strip(), 0)  # "0x0a", "0b1010"
+    return int(value)
+
+
+def _match_choice(value: Any, choices: tuple[Any, ...]) -> Any:
+    """``--set`` gives strings; find the choice they spell (``3`` for ``"3"``)."""
+    if value in choices:
+        return value
+    for choice in choices:
+        if str(choice) == str(value) or (isinstance(choice, bool) and str(choice).lower() == str(value).lower()):
+            return choice
+    return value
+
+
+def _fmt(x: float | None) -> str:
+    return "" if x is None else (str(int(x)) if float(x).is_integer() and not math.isinf(x) else str(x))

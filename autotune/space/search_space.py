@@ -1,0 +1,105 @@
+"""A search space: the parameters of one target (and platform), those fixed for every trial, and
+the known-good configurations; it checks configurations and makes them canonical."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Any
+
+from autotune.errors import InvalidConfigError, SpaceError
+from autotune.space.parameters import Parameter
+
+
+@dataclass
+class SearchSpace:
+    target: str
+    parameters: dict[str, Parameter]
+    platform: str | None = None
+    description: str = ""
+    fixed: dict[str, Any] = field(default_factory=dict)
+    known_good: list[dict[str, Any]] = field(default_factory=list)
+    source: str = "<memory>"
+
+    def validate(self, params: dict[str, Any], *, allow_inactive: bool = False) -> dict[str, Any]:
+        """Check and coerce ``params``; returns the canonical configuration.
+
+        Canonical means: every value of its parameter's type, no ``None`` (unset) values, the
+        space's fixed parameters included, keys sorted. Equal configurations compare equal.
+        """
+        out: dict[str, Any] = {}
+        for name, value in params.items():
+            if name in self.fixed and name in self.parameters and \
+                    self.parameters[name].coerce(value) != self.fixed[name]:
+                raise InvalidConfigError(
+                    f"parameter {name!r} is fixed to {self.fixed[name]!r} here ({self.source}); "
+                    f"remove {name}={value!r} or use another search space")
+        for name, value in {**params, **self.fixed}.items():
+            if name not in self.parameters:
+                known = ", ".join(sorted(self.parameters)) or "none"
+                raise InvalidConfigError(
+                    f"unknown parameter {name!r} for target {self.target}"
+                    f"{' (' + self.platform + ')' if self.platform else ''}; known parameters: {known}"
+                )
+            coerced = self.parameters[name].coerce(value)
+            if coerced is not None:
+                out[name] = coerced
+        if not allow_inactive:
+            for name in list(out):
+                param = self.parameters[name]
+                if not param.is_active(out):
+                    cond = " and ".join(
+                        f"{k} is one of {', '.join(str(v) for v in vs)}" for k, vs in param.when.items()
+                    )
+                    raise InvalidConfigError(
+                        f"parameter {name!r} only applies when {cond}; remove it or change "
+                        f"{', '.join(param.when)}"
+                    )
+        return dict(sorted(out.items()))
+
+    def defaults(self) -> dict[str, Any]:
+        """The baseline: every parameter at its default (usually the script's own behaviour)."""
+        base = {n: p.default for n, p in self.parameters.items() if p.default is not None}
+        base.update(self.fixed)
+        active = {n: v for n, v in base.items() if self.parameters[n].is_active(base)}
+        return self.validate(active)
+
+    def restrict(self, fixed: dict[str, Any]) -> SearchSpace:
+        """A copy of this space with some parameters fixed (``--set``); ``null`` fixes "unset"."""
+        for name in fixed:
+            if name not in self.parameters:
+                self.validate({name: fixed[name]})  # raises the unknown-parameter message
+        values = {k: self.parameters[k].coerce(v) for k, v in fixed.items()}
+        for k, v in values.items():
+            if k in self.fixed and v != self.fixed[k]:
+                raise InvalidConfigError(f"parameter {k!r} is fixed to {self.fixed[k]!r} in {self.source}")
+        narrowed = dict(self.parameters)
+        for k, v in values.items():
+            if v is None:  # keep the script's own value: the parameter leaves the space
+                narrowed.pop(k)
+        new_fixed = {**self.fixed, **{k: v for k, v in values.items() if v is not None}}
+        space = SearchSpace(self.target, narrowed, self.platform, self.description, {}, [], self.source)
+        space.fixed = space.validate(new_fixed, allow_inactive=True)
+        space.known_good = list(self.known_good)
+        return space
+
+    @property
+    def free_parameters(self) -> list[Parameter]:
+        return [p for n, p in self.parameters.items() if n not in self.fixed]
+
+    def in_dependency_order(self) -> list[Parameter]:
+        """The parameters, each after those its ``when`` names (the order a study asks them in)."""
+        placed: list[Parameter] = []
+        names: set[str] = set()
+        pending = list(self.parameters.values())
+        while pending:
+            progress = False
+            for p in list(pending):
+                if all(dep in names for dep in p.when):
+                    placed.append(p)
+                    names.add(p.name)
+                    pending.remove(p)
+                    progress = True
+            if not progress:
+                raise SpaceError(f"{self.source}: the 'when' conditions of "
+                                 f"{', '.join(p.name for p in pending)} depend on each other in a cycle")
+        return placed
