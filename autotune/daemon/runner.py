@@ -31,6 +31,7 @@ import psutil
 
 from autotune.daemon.jobs import JobRecord, JobStore
 from autotune.daemon.records import EXIT_CANCELLED, JobState
+from autotune.execution.scheduler import cpu_trial_slots
 from autotune.log_tail import log_tail
 from autotune.process_tree import kill_tree
 
@@ -45,13 +46,11 @@ TICK_S = 0.5
 
 def trial_slots(resources: dict[str, float], cores_per_trial: int = 1) -> int:
     """Trials the cluster runs at once: NeuronCores // cores per trial where it declares
-    NeuronCores; otherwise the CPU rule of a study (one trial per 8 CPUs, at least one, since
-    parallel CPU trials disturb each other's timings)."""
+    NeuronCores; otherwise a study's CPU rule (:func:`autotune.execution.scheduler.cpu_trial_slots`)."""
     cores = int(resources.get("neuron_cores", 0))
     if cores:
         return max(1, cores // max(1, cores_per_trial))
-    cpus = int(resources.get("CPU", 1))
-    return 1 if cpus <= 8 else cpus // 8
+    return cpu_trial_slots(int(resources.get("CPU", 1)))
 
 
 def fair_share(slots: int, sharing: int, wanted: int | None = None) -> int:

@@ -72,6 +72,12 @@ def _check_reachable(address: str) -> None:
                             "check --ray-address (the head node's GCS address, e.g. 10.0.0.5:6379)") from None
 
 
+def cpu_trial_slots(cpus: int) -> int:
+    """Trials at once on ``cpus`` host CPUs when the trials share them: one per 8 CPUs, at least
+    one, since parallel CPU trials disturb each other's timings."""
+    return 1 if cpus <= 8 else cpus // 8
+
+
 def plan_placement(target: Target, *, workers: int | None, cores_per_trial: int) -> Placement:
     """How many workers, and what each holds, from the cluster's resources.
 
@@ -100,7 +106,7 @@ def plan_placement(target: Target, *, workers: int | None, cores_per_trial: int)
                          device_resource=resource,
                          cpus_per_worker=0, notes=notes)
     # CPU targets: parallel trials on a small machine distort each other's measurements.
-    default = 1 if cpus <= 8 else cpus // 8
+    default = cpu_trial_slots(cpus)
     n = workers or default
     if n > default:
         notes.append(f"{n} trials at once on {cpus} CPUs: their timings will disturb each other "
