@@ -44,6 +44,7 @@ from autotune.records import (
     Measurement,
     TrialSpec,
 )
+from autotune.targets import failure_patterns
 from autotune.workers import isa_probe
 
 
@@ -637,7 +638,8 @@ def run(spec: TrialSpec) -> int:
         sys.stderr.write(text)
         report.error = f"{type(exc).__name__}: {exc}"[:2000]
         default = FailureCategory.host_oom if isinstance(exc, MemoryError) else FailureCategory.script_error
-        report.failure = classify(text, default=default, default_reason=f"the script raised {type(exc).__name__}")
+        report.failure = classify(text, failure_patterns(), default=default,
+                                  default_reason=f"the script raised {type(exc).__name__}")
     finally:
         try:
             runtime.finalize()

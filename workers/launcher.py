@@ -30,6 +30,7 @@ from autotune.records import (
     TrialResult,
     TrialSpec,
 )
+from autotune.targets import failure_patterns
 
 #: What a failed trial's result keeps of its log: the last lines, at most so many characters.
 LOG_TAIL_LINES = 40
@@ -151,20 +152,16 @@ def _died(returncode: int | None, log_tail: str) -> Failure:
     """A trial process that ended without writing its report."""
     if returncode is not None and returncode < 0:
         name = _signal_name(-returncode)
-        if -returncode == signal.SIGABRT:
-            return classify(log_tail, default=FailureCategory.crash,
-                            default_reason="the trial aborted (SIGABRT)", signal=name)
-        if -returncode == signal.SIGKILL:
-            return classify(log_tail, default=FailureCategory.crash,
-                            default_reason="the trial was killed (SIGKILL) from outside", signal=name)
-        return classify(log_tail, default=FailureCategory.crash,
-                        default_reason=f"the trial died of {name}", signal=name)
+        reason = {signal.SIGABRT: "the trial aborted (SIGABRT)",
+                  signal.SIGKILL: "the trial was killed (SIGKILL) from outside"}.get(-returncode,
+                                                                                    f"the trial died of {name}")
+        return classify(log_tail, failure_patterns(), default=FailureCategory.crash, default_reason=reason,
+                        signal=name)
     code = returncode if returncode is not None else -1
-    if code == 134:  # SIGABRT as a shell reports it
-        return classify(log_tail, default=FailureCategory.crash, default_reason="the trial aborted (exit 134)",
-                        exit_code=code)
-    return classify(log_tail, default=FailureCategory.crash,
-                    default_reason=f"the trial exited with code {code} before writing its result", exit_code=code)
+    reason = ("the trial aborted (exit 134)" if code == 134  # SIGABRT as a shell reports it
+              else f"the trial exited with code {code} before writing its result")
+    return classify(log_tail, failure_patterns(), default=FailureCategory.crash, default_reason=reason,
+                    exit_code=code)
 
 
 def _signal_name(num: int) -> str:

@@ -7,6 +7,7 @@ from importlib.util import find_spec
 from pathlib import Path
 
 from autotune.errors import MissingPackageError, TargetError
+from autotune.measurement.failures import HOST_PATTERNS, FailurePattern
 from autotune.targets.base import Target
 from autotune.targets.inductor import InductorTarget
 from autotune.targets.neuron import NeuronTarget, neuron_present
@@ -30,6 +31,13 @@ def imports_torch_xla(source: str) -> bool:
         if isinstance(node, ast.ImportFrom) and (node.module or "").split(".")[0] == "torch_xla":
             return True
     return False
+
+
+def failure_patterns() -> tuple[FailurePattern, ...]:
+    """Every target's failure strings, then the host's: a trial's log is read against all of them,
+    since a script may fail in a compiler other than its target's (an XLA script that also uses
+    torch.compile, say)."""
+    return tuple(fp for cls in TARGETS.values() for fp in cls.failure_patterns) + HOST_PATTERNS
 
 
 def all_targets() -> list[Target]:

@@ -12,6 +12,7 @@ from pathlib import Path
 from typing import Any, ClassVar, Mapping, MutableMapping
 
 from autotune.host import host_device
+from autotune.measurement.failures import FailurePattern
 from autotune.records import RuntimeKnobs, TrialPlan
 from autotune.space import SearchSpace, builtin_space
 
@@ -22,6 +23,9 @@ CacheUnit = tuple[float, int, Path]
 class Target(abc.ABC):
     #: The name users pass to ``--target``.
     name: ClassVar[str]
+    #: What this target's compiler and runtime print when a configuration fails; checked, in
+    #: order, before the host's strings (:func:`autotune.targets.failure_patterns`).
+    failure_patterns: ClassVar[tuple[FailurePattern, ...]] = ()
     #: Built-in search spaces of this target, first one the default.
     spaces: ClassVar[tuple[str, ...]]
     #: The Ray resource through which a trial holds its devices (``neuron_cores``), and what a

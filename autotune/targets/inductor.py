@@ -10,7 +10,9 @@ from pathlib import Path
 from typing import Any, Mapping
 
 from autotune.errors import InvalidConfigError
+from autotune.measurement.failures import FailurePattern, failure_pattern
 from autotune.records import CompileSpec, TrialPlan
+from autotune.records import FailureCategory as C
 from autotune.targets.base import CacheUnit, Target, common_knobs, directory_usage, file_units, package_version
 
 #: The folder of the cache root that is TORCHINDUCTOR_CACHE_DIR.
@@ -30,8 +32,18 @@ AUTOCAST = {"bf16_autocast": "bfloat16", "fp16_autocast": "float16"}
 _COMPILE_PARAMS = ("fullgraph", "dynamic", *INDUCTOR_OPTIONS)
 
 
+#: What torch.compile prints when a configuration fails.
+INDUCTOR_FAILURES: tuple[FailurePattern, ...] = (
+    failure_pattern(r"torch\._dynamo\.exc\.(BackendCompilerFailed|InternalTorchDynamoError)|InductorError|CppCompileError",
+                    C.compile_error, "torch.compile failed to compile the model"),
+    failure_pattern(r"torch\._dynamo\.exc\.(Unsupported|UserError)", C.compile_error,
+                    "torch.compile could not capture the model (fullgraph needs one graph)"),
+)
+
+
 class InductorTarget(Target):
     name = "inductor"
+    failure_patterns = INDUCTOR_FAILURES
     spaces = ("inductor",)
 
     def check(self, params: Mapping[str, Any]) -> None:

@@ -12,7 +12,9 @@ from pathlib import Path
 from typing import Any, Mapping
 
 from autotune.errors import InvalidConfigError, MissingPackageError
+from autotune.measurement.failures import FailurePattern, failure_pattern
 from autotune.records import CompileSpec, TrialPlan
+from autotune.records import FailureCategory as C
 from autotune.targets.base import CacheUnit, Target, common_knobs, directory_usage, file_units, package_version
 
 #: Boolean space parameters and the XLA flag each sets, in the canonical order of XLA_FLAGS.
@@ -49,8 +51,18 @@ def merge_flag_string(user_flags: str, ours: list[str]) -> str:
     return " ".join(kept + ours)
 
 
+#: What XLA prints when a configuration fails.
+XLA_FAILURES: tuple[FailurePattern, ...] = (
+    failure_pattern(r"RESOURCE_EXHAUSTED", C.device_oom, "XLA ran out of device memory"),
+    failure_pattern(r"Unknown flags? in XLA_FLAGS", C.compile_error, "XLA_FLAGS holds a flag this XLA does not know"),
+    # XLA:CPU's LLVM back end gave up on the graph (seen with --xla_cpu_use_thunk_runtime=false).
+    failure_pattern(r"LLVM ERROR:", C.compile_error, "the XLA CPU back end (LLVM) failed to compile the graph"),
+)
+
+
 class XlaTarget(Target):
     name = "xla"
+    failure_patterns = XLA_FAILURES
     spaces = ("xla",)
     environment = ("PJRT_DEVICE", "XLA_FLAGS")
 

@@ -11,6 +11,9 @@ import pytest
 
 from autotune.measurement.failures import classify, classify_text
 from autotune.records import Failure, FailureCategory as C
+from autotune.targets import failure_patterns
+
+KNOWN = failure_patterns()
 
 LOGS: list[tuple[str, str, C]] = [
     ("hbm_estimate",
@@ -80,9 +83,9 @@ LOGS: list[tuple[str, str, C]] = [
 @pytest.mark.parametrize("text, category", [(text, category) for _, text, category in LOGS],
                          ids=[name for name, _, _ in LOGS])
 def test_real_messages_get_their_category(text: str, category: C) -> None:
-    found = classify_text(text)
+    found = classify_text(text, KNOWN)
     assert found is not None and found.category == category
-    failure = classify(text, default=C.crash, default_reason="the script crashed", exit_code=1)
+    failure = classify(text, KNOWN, default=C.crash, default_reason="the script crashed", exit_code=1)
     assert failure == Failure(category=category, reason=found.reason, exit_code=1)
 
 
@@ -98,7 +101,7 @@ def test_embedded_in_a_long_log_tail() -> None:
         "Displaying Current Memory Utilization:",
         "RuntimeError: Bad StatusOr access: INTERNAL: nrt_tensor_allocate status=4",
     ])
-    assert classify_text(tail).category == C.device_oom
+    assert classify_text(tail, KNOWN).category == C.device_oom
 
 
 def test_first_pattern_in_order_wins() -> None:
@@ -106,22 +109,22 @@ def test_first_pattern_in_order_wins() -> None:
     text = ("ERROR 7 [neuronx-cc]:  An Internal Compiler Error has occurred\n"
             "[F137] neuronx-cc was forcibly killed - This most commonly occurs due to insufficient "
             "system memory.")
-    assert classify_text(text).category == C.host_oom
+    assert classify_text(text, KNOWN).category == C.host_oom
 
 
 def test_unknown_text_gets_the_default() -> None:
     text = 'Traceback (most recent call last):\n  File "train.py", line 3\nKeyError: \'labels\''
-    assert classify_text(text) is None
-    failure = classify(text, default=C.script_error, default_reason="the script raised KeyError",
+    assert classify_text(text, KNOWN) is None
+    failure = classify(text, KNOWN, default=C.script_error, default_reason="the script raised KeyError",
                        exit_code=1, signal=None)
     assert failure == Failure(category=C.script_error, reason="the script raised KeyError", exit_code=1)
-    assert classify("", default=C.crash, default_reason="killed", signal="SIGSEGV").signal == "SIGSEGV"
+    assert classify("", KNOWN, default=C.crash, default_reason="killed", signal="SIGSEGV").signal == "SIGSEGV"
 
 
 def test_near_misses_do_not_match() -> None:
-    assert classify_text("neuronx-cc failed with -90") is None  # not SIGKILL
-    assert classify_text("Failed to allocate 2.0GB on host") is None
-    assert classify_text("inference timeout") is None
+    assert classify_text("neuronx-cc failed with -90", KNOWN) is None  # not SIGKILL
+    assert classify_text("Failed to allocate 2.0GB on host", KNOWN) is None
+    assert classify_text("inference timeout", KNOWN) is None
 
 
 # Documented variants of the HBM message that the pattern in failures.py does not recognise yet:
@@ -132,9 +135,9 @@ def test_near_misses_do_not_match() -> None:
     "ERROR [neuronx-cc]: Estimated peak HBM usage (19532251136) exceeds HBM size of 17179869184",
 ])
 def test_hbm_message_variants(text: str) -> None:
-    assert classify_text(text).category == C.device_oom
+    assert classify_text(text, KNOWN).category == C.device_oom
 
 
 def test_nonzero_compiler_status_is_a_compile_error_but_sigkill_is_host_oom() -> None:
-    assert classify_text("RuntimeError: neuronx-cc failed with 70").category == C.compile_error
-    assert classify_text("RuntimeError: neuronx-cc failed with -9").category == C.host_oom
+    assert classify_text("RuntimeError: neuronx-cc failed with 70", KNOWN).category == C.compile_error
+    assert classify_text("RuntimeError: neuronx-cc failed with -9", KNOWN).category == C.host_oom

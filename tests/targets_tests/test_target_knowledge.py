@@ -74,3 +74,12 @@ def test_the_check_sees_a_branch_and_a_flag(tmp_path: Path) -> None:
         ]
     finally:
         probe.unlink()
+
+
+def test_a_targets_error_strings_live_with_the_target() -> None:
+    """The strings a compiler or runtime prints when it fails are its target's, not measurement's."""
+    owned = {fp.pattern.pattern: name for name, cls in TARGETS.items() for fp in cls.failure_patterns}
+    assert {name for name in owned.values()} == set(TARGETS), "every target knows how its compiler fails"
+    found = [f"{path.relative_to(ROOT)} holds {name}'s {regex!r}" for path in OUTSIDE
+             for regex, name in owned.items() if regex in path.read_text()]
+    assert found == []

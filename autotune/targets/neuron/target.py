@@ -10,6 +10,7 @@ from autotune.records import CompileSpec, TrialPlan
 from autotune.targets.base import CacheUnit, Target, common_knobs, directory_usage, file_units, package_version
 from autotune.targets.neuron.cache import XLA_CACHE_DIR, compile_cache_env, failed_entry, neuron_cache_entries
 from autotune.targets.neuron.cores import VISIBLE_CORES, NeuronCoreSlot
+from autotune.targets.neuron.errors import NEURON_FAILURES
 from autotune.targets.neuron.flags import (
     _BOOL_PARAMS,
     _CHOICES,
@@ -29,6 +30,7 @@ from autotune.targets.neuron.platform import PLATFORM_SPACES, detect_platform, n
 
 class NeuronTarget(Target):
     name = "neuron"
+    failure_patterns = NEURON_FAILURES
     spaces = ("neuron-trn1", "neuron-inf2", "neuron-trn2")
     device_resource = "neuron_cores"
     device_noun = "NeuronCores"
