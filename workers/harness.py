@@ -35,207 +35,18 @@ from typing import Any, Callable
 from autotune import api
 from autotune.atomic_file import write_atomic
 from autotune.measurement.failures import classify
-from autotune.measurement.windows import Window, cannot_win, estimate, percentile, without_compiles
 from autotune.records import (
     CompileSpec,
     Failure,
     FailureCategory,
     HarnessReport,
-    Measurement,
     TrialSpec,
 )
 from autotune.targets import failure_patterns
 from autotune.workers import isa_probe
-
-
-class TrialComplete(BaseException):
-    """Raised at a step boundary once the estimate has converged, to end the user's loop.
-
-    A ``BaseException`` so that a script's ``except Exception`` does not swallow it.
-    """
-
-
-class NumericsFailure(BaseException):
-    """The loss became NaN or infinite."""
-
-
-class StepClock:
-    """Turns step boundaries into timing windows and decides when the estimate is good enough.
-
-    Warm-up lasts until ``quiet_steps`` consecutive steps compile nothing; then windows of at least
-    ``min_window_seconds`` each are timed. On a lazy device a window may only
-    end where a graph was cut, and the device is waited for at the start and at the end of the
-    measurement, so the figure is what the script's own timing loop would print in steady state.
-    """
-
-    def __init__(self, runtime: TrialRuntime) -> None:
-        self.rt = runtime
-        self.protocol = runtime.spec.protocol
-        self.lazy = runtime.spec.plan.knobs.lazy_device
-        self._reset(source=None)
-
-    def _reset(self, source: str | None) -> None:
-        self.source = source  # "explicit", "loader" or "optimizer": the first kind seen delimits steps
-        self.steps = 0
-        self.warming = True
-        self.quiet = 0
-        self.first_step_at: float | None = None
-        self.last_compiles = 0
-        self.warmup_steps = 0
-        self.warmup_seconds = 0.0
-        self.window_start: float | None = None
-        self.window_first_step = 0
-        self.window_samples = 0.0
-        self.window_compiles_at_start = 0
-        self.windows: list[Window] = []
-        self.step_times: list[float] = []
-        self.last_boundary: float | None = None
-        self.measure_started: float | None = None
-        self.measure_steps = 0
-        self.synced = True  # a graph cut happened since the last boundary
-        self.done = False
-        self.converged = False
-        self.pruned = False
-        self.sample_counts: list[float] = []
-        self._last_aligned_step = 0
-
-    # -- events ----------------------------------------------------------------------------
-    def boundary(self, source: str, samples: float | None) -> None:
-        if self.done or threading.current_thread() is not threading.main_thread():
-            return
-        if self.source is None:
-            self.source = source
-        elif source == "explicit" and self.source != "explicit":
-            self._reset(source)  # the script marks its own steps: start measuring again on those
-        elif source != self.source:
-            return
-        self.steps += 1
-        if samples is None:
-            samples = self.sample_counts[-1] if self.sample_counts else 1.0
-        self.sample_counts.append(float(samples))
-        aligned = self.synced or not self.lazy
-        if self.warming:
-            self._warmup_boundary(aligned)
-        else:
-            self._measure_boundary(aligned, samples)
-        if aligned:
-            self.synced = False
-
-    def on_sync(self) -> None:
-        self.synced = True
-
-    # -- phases ----------------------------------------------------------------------------
-    def _warmup_boundary(self, aligned: bool) -> None:
-        now = self._now(wait=aligned)
-        if self.first_step_at is None:
-            self.first_step_at = now
-        if not aligned:
-            return
-        compiles = self.rt.compiled_graphs()
-        if compiles != self.last_compiles or self.steps <= 1:
-            self.quiet = 0
-            self.last_compiles = compiles
-        else:
-            self.quiet += 1
-            if self.last_boundary is not None:
-                self.step_times.append((now - self.last_boundary) / max(1, self.steps - self._last_aligned_step))
-        self.last_boundary = now
-        self._last_aligned_step = self.steps
-        if self.quiet >= self.protocol.quiet_steps:
-            self.warming = False
-            self.warmup_steps = self.steps
-            self.warmup_seconds = now - (self.rt.started_at or now)
-            self.step_times = []
-            self._open_window(now)
-            self.measure_started = now
-
-    def _measure_boundary(self, aligned: bool, samples: float) -> None:
-        now = time.perf_counter()
-        if self.last_boundary is not None:
-            self.step_times.append(now - self.last_boundary)
-        self.last_boundary = now
-        self.window_samples += samples
-        self.measure_steps += 1
-        p = self.protocol
-        capped = (self.measure_steps >= p.max_measure_steps
-                  or now - (self.measure_started or now) >= p.max_measure_seconds)
-        # A window ends by time (steps may speed up or slow down after warm-up), and on a lazy
-        # device only where a graph was cut.
-        if not aligned or (not capped and now - (self.window_start or now) < p.min_window_seconds):
-            return
-        self._close_window(now)
-        self.rt.check_numerics()
-        est = estimate(without_compiles(self.windows))
-        enough = (est is not None and est.windows_used >= p.min_windows and est.rel_half_width <= p.rel_ci)
-        if not enough and not capped and cannot_win(est, p.stop_below):
-            self.pruned = capped = True
-        if enough or capped:
-            if self.lazy:
-                # The last window ends when the device has finished its work, not when the host
-                # has merely queued it.
-                end = self._now(wait=True)
-                last = self.windows[-1]
-                self.windows[-1] = Window(last.steps, last.samples, last.seconds + (end - now), last.compiles)
-                est = estimate(without_compiles(self.windows))
-                enough = est is not None and est.windows_used >= p.min_windows and est.rel_half_width <= p.rel_ci
-            self.converged = bool(enough)
-            self.done = True
-            if not p.run_to_end:
-                raise TrialComplete()
-        else:
-            self._open_window(now)
-
-    def _open_window(self, now: float) -> None:
-        self.window_start = now
-        self.window_first_step = self.steps
-        self.window_samples = 0.0
-        self.window_compiles_at_start = self.rt.compiled_graphs()
-
-    def _close_window(self, now: float) -> None:
-        assert self.window_start is not None
-        steps = self.steps - self.window_first_step
-        self.windows.append(Window(steps, self.window_samples, now - self.window_start,
-                                   self.rt.compiled_graphs() - self.window_compiles_at_start))
-
-    def _now(self, wait: bool) -> float:
-        if wait:
-            self.rt.wait_device()
-        return time.perf_counter()
-
-    def finish(self) -> None:
-        """The script ended: the window it was in counts, if it holds a step past warm-up."""
-        if self.done or self.warming or self.window_start is None or self.steps <= self.window_first_step:
-            return
-        now = self._now(wait=self.lazy)
-        self._close_window(now)
-        self.done = True
-
-    # -- result ----------------------------------------------------------------------------
-    def measurement(self) -> Measurement | None:
-        steady = without_compiles(self.windows)
-        est = estimate(steady)
-        if est is None:
-            return None
-        used = steady[est.truncated:]
-        steps = sum(w.steps for w in used)
-        return Measurement(
-            throughput=est.throughput,
-            ci95_low=est.ci_low,
-            ci95_high=est.ci_high if math.isfinite(est.ci_high) else est.throughput * 10,
-            step_time_median=percentile(self.step_times, 0.5),
-            step_time_p90=percentile(self.step_times, 0.9),
-            samples_per_step=sum(w.samples for w in used) / max(1, steps),
-            steps_measured=steps,
-            windows=len(used),
-            converged=self.converged,
-            warmup_steps=self.warmup_steps,
-            warmup_seconds=self.warmup_seconds,
-            pruned=self.pruned,
-        )
-
-    @property
-    def graphs_after_warmup(self) -> int:
-        return sum(w.compiles for w in self.windows)
+from autotune.workers.backends import Backends
+from autotune.workers.step_clock import NumericsFailure, StepClock, TrialComplete
+from autotune.workers.tensors import batch_len, cast_floats, input_dtype, module_device_type, to_float
 
 
 class TrialRuntime:
@@ -252,7 +63,7 @@ class TrialRuntime:
         self.last_loss: Any = None
         self.model: Any = None
         self.user_compiled = False
-        self._xla = None
+        self.backends = Backends()
         self._root_hook_installed = False
         self._orig_module_call: Callable | None = None
         self.params = dict(spec.plan.params)
@@ -264,66 +75,10 @@ class TrialRuntime:
     def on_step(self, samples: int | None) -> None:
         self.clock.boundary("explicit", samples)
 
-    # -- device ------------------------------------------------------------------------------
-    def wait_device(self) -> None:
-        if self._xla is not None:
-            import torch_xla
-
-            # Only a runtime the script started: waiting would otherwise start one (and pick a
-            # device) for a script that never touched XLA.
-            if torch_xla._XLAC._xla_runtime_is_initialized():
-                self._xla.wait_device_ops()
-        elif "torch" in sys.modules:
-            import torch
-
-            if torch.cuda.is_available() and torch.cuda.is_initialized():
-                torch.cuda.synchronize()
-
-    def compiled_graphs(self) -> int:
-        total = 0
-        if "torch_xla" in sys.modules:
-            import torch_xla.debug.metrics as met
-
-            total += met.counter_value("UncachedCompile") or 0
-        if "torch._dynamo" in sys.modules:
-            from torch._dynamo.utils import counters
-
-            total += counters["stats"].get("unique_graphs", 0)
-        return total
-
-    def compile_seconds(self) -> float | None:
-        seconds = None
-        if "torch_xla" in sys.modules:
-            import torch_xla.debug.metrics as met
-
-            data = met.metric_data("CompileTime")
-            if data:
-                seconds = (seconds or 0.0) + data[1] / 1e9
-        if "torch._dynamo" in sys.modules:
-            from torch._dynamo.utils import calculate_time_spent
-
-            # A training graph's backward is compiled at its first backward() call, outside
-            # the frame compile; a cache hit loads both at the first forward.
-            times = calculate_time_spent()
-            spent = times.get("entire_frame_compile", 0.0) + times.get("entire_backward_compile", 0.0)
-            if spent:
-                seconds = (seconds or 0.0) + spent
-        return seconds
-
-    def cache_counts(self) -> tuple[int | None, int | None]:
-        if "torch._dynamo" in sys.modules:
-            from torch._dynamo.utils import counters
-
-            ind = counters["inductor"]
-            hits, misses = ind.get("fxgraph_cache_hit", 0), ind.get("fxgraph_cache_miss", 0)
-            if hits or misses:
-                return hits, misses
-        return None, None
-
     def check_numerics(self) -> None:
         if self.last_loss is None:
             return
-        value = _to_float(self.last_loss)
+        value = to_float(self.last_loss)
         if value is not None and not math.isfinite(value):
             raise NumericsFailure(f"loss became {value} at step {self.clock.steps}")
 
@@ -372,7 +127,7 @@ class TrialRuntime:
 
         def next_(it: Any) -> Any:
             batch = orig_next(it)
-            clock.boundary("loader", _batch_len(batch))
+            clock.boundary("loader", batch_len(batch))
             return batch
 
         _BaseDataLoaderIter.__next__ = next_  # type: ignore[method-assign]
@@ -403,7 +158,7 @@ class TrialRuntime:
         import torch_xla.core.xla_model as xm
         import torch_xla.distributed.parallel_loader as pl
 
-        self._xla = xm
+        self.backends.xla = xm
         clock = self.clock
         orig_sync = torch_xla.sync
 
@@ -427,7 +182,7 @@ class TrialRuntime:
 
         def dev_next(it: Any) -> Any:
             batch = orig_dev_next(it)
-            clock.boundary("loader", _batch_len(batch))
+            clock.boundary("loader", batch_len(batch))
             return batch
 
         pl.PerDeviceLoader.__next__ = dev_next
@@ -493,23 +248,23 @@ class TrialRuntime:
             input_dtypes: list[Any] = []
 
             def cast_inputs(_mod: Any, args: tuple, kwargs: dict) -> tuple:
-                input_dtypes.append(_input_dtype(args, kwargs))
-                return _cast_floats(args, dtype), _cast_floats(kwargs, dtype)
+                input_dtypes.append(input_dtype(args, kwargs))
+                return cast_floats(args, dtype), cast_floats(kwargs, dtype)
 
             def cast_outputs(_mod: Any, _args: tuple, _kwargs: dict, out: Any) -> Any:
-                return _cast_floats(out, input_dtypes.pop() if input_dtypes else None)
+                return cast_floats(out, input_dtypes.pop() if input_dtypes else None)
 
             target.register_forward_pre_hook(cast_inputs, with_kwargs=True)
             target.register_forward_hook(cast_outputs, with_kwargs=True)
         if knobs.autocast_dtype:
-            device = knobs.autocast_device or _module_device_type(target)
+            device = knobs.autocast_device or module_device_type(target)
             dtype = getattr(torch, knobs.autocast_dtype)
             forward = target.forward
 
             def autocast_forward(*args: Any, **kwargs: Any) -> Any:
                 with torch.autocast(device_type=device, dtype=dtype):
                     out = forward(*args, **kwargs)
-                return _cast_floats(out, _input_dtype(args, kwargs))
+                return cast_floats(out, input_dtype(args, kwargs))
 
             target.forward = autocast_forward
         spec = knobs.compile
@@ -535,75 +290,16 @@ class TrialRuntime:
             r.measurement = self.clock.measurement()
         except Exception as exc:  # a bug in the statistics must not lose the rest of the result
             r.error = r.error or f"measurement failed: {exc!r}"
-        r.compile.graphs_compiled = self.compiled_graphs()
+        r.compile.graphs_compiled = self.backends.compiled_graphs()
         r.compile.graphs_after_warmup = self.clock.graphs_after_warmup
-        r.compile.compile_seconds = self.compile_seconds()
-        r.compile.cache_hits, r.compile.cache_misses = self.cache_counts()
-        values = [_to_float(t) for t in self.losses]
+        r.compile.compile_seconds = self.backends.compile_seconds()
+        r.compile.cache_hits, r.compile.cache_misses = self.backends.cache_counts()
+        values = [to_float(t) for t in self.losses]
         r.losses = [v for v in values if v is not None]
         if r.failure is None and any(not math.isfinite(v) for v in r.losses):
             r.failure = Failure(category=FailureCategory.numerics,
                                 reason="the loss became NaN or infinite in the first steps")
         return r
-
-
-def _to_float(t: Any) -> float | None:
-    try:
-        return float(t.float().cpu().item()) if hasattr(t, "cpu") else float(t)
-    except Exception:
-        return None
-
-
-def _batch_len(batch: Any) -> int | None:
-    """The number of samples in a batch: the leading dim of its first tensor."""
-    stack = [batch]
-    while stack:
-        item = stack.pop(0)
-        shape = getattr(item, "shape", None)
-        if shape is not None and len(shape) > 0:
-            return int(shape[0])
-        if isinstance(item, dict):
-            stack.extend(item.values())
-        elif isinstance(item, (list, tuple)):
-            stack.extend(item)
-    return None
-
-
-def _input_dtype(args: tuple, kwargs: dict) -> Any:
-    """The dtype of the first floating tensor among a call's arguments."""
-    import torch
-
-    for value in [*args, *kwargs.values()]:
-        if isinstance(value, torch.Tensor) and value.is_floating_point():
-            return value.dtype
-    return None
-
-
-def _cast_floats(value: Any, dtype: Any) -> Any:
-    """``value`` with its floating tensors (in tuples, lists, dicts) cast to ``dtype``.
-
-    The model runs in low precision, but the script computes its loss outside the model against
-    targets of the original dtype, as it did before; outputs go back to the inputs' dtype so that
-    such a loss (``mse_loss(out, y)``) and its backward work unchanged.
-    """
-    import torch
-
-    if dtype is None:
-        return value
-    if isinstance(value, torch.Tensor):
-        return value.to(dtype) if value.is_floating_point() and value.dtype != dtype else value
-    if isinstance(value, tuple) and hasattr(value, "_fields"):
-        return type(value)(*(_cast_floats(v, dtype) for v in value))
-    if isinstance(value, (list, tuple)):
-        return type(value)(_cast_floats(v, dtype) for v in value)
-    if isinstance(value, dict):
-        return type(value)({k: _cast_floats(v, dtype) for k, v in value.items()})
-    return value
-
-
-def _module_device_type(module: Any) -> str:
-    p = next(module.parameters(), None)
-    return p.device.type if p is not None else "cpu"
 
 
 def run(spec: TrialSpec) -> int:

@@ -1,0 +1,205 @@
+"""The step clock: turns the step boundaries the harness sees into timing windows, and decides when
+the estimate of a trial's throughput is good enough to stop."""
+
+from __future__ import annotations
+
+import math
+import threading
+import time
+from typing import TYPE_CHECKING
+
+from autotune.measurement.windows import Window, cannot_win, estimate, percentile, without_compiles
+from autotune.records import Measurement
+
+if TYPE_CHECKING:
+    from autotune.workers.harness import TrialRuntime
+
+
+class TrialComplete(BaseException):
+    """Raised at a step boundary once the estimate has converged, to end the user's loop.
+
+    A ``BaseException`` so that a script's ``except Exception`` does not swallow it.
+    """
+
+
+class NumericsFailure(BaseException):
+    """The loss became NaN or infinite."""
+
+
+class StepClock:
+    """Turns step boundaries into timing windows and decides when the estimate is good enough.
+
+    Warm-up lasts until ``quiet_steps`` consecutive steps compile nothing; then windows of at least
+    ``min_window_seconds`` each are timed. On a lazy device a window may only
+    end where a graph was cut, and the device is waited for at the start and at the end of the
+    measurement, so the figure is what the script's own timing loop would print in steady state.
+    """
+
+    def __init__(self, runtime: TrialRuntime) -> None:
+        self.rt = runtime
+        self.protocol = runtime.spec.protocol
+        self.lazy = runtime.spec.plan.knobs.lazy_device
+        self._reset(source=None)
+
+    def _reset(self, source: str | None) -> None:
+        self.source = source  # "explicit", "loader" or "optimizer": the first kind seen delimits steps
+        self.steps = 0
+        self.warming = True
+        self.quiet = 0
+        self.first_step_at: float | None = None
+        self.last_compiles = 0
+        self.warmup_steps = 0
+        self.warmup_seconds = 0.0
+        self.window_start: float | None = None
+        self.window_first_step = 0
+        self.window_samples = 0.0
+        self.window_compiles_at_start = 0
+        self.windows: list[Window] = []
+        self.step_times: list[float] = []
+        self.last_boundary: float | None = None
+        self.measure_started: float | None = None
+        self.measure_steps = 0
+        self.synced = True  # a graph cut happened since the last boundary
+        self.done = False
+        self.converged = False
+        self.pruned = False
+        self.sample_counts: list[float] = []
+        self._last_aligned_step = 0
+
+    # -- events ----------------------------------------------------------------------------
+    def boundary(self, source: str, samples: float | None) -> None:
+        if self.done or threading.current_thread() is not threading.main_thread():
+            return
+        if self.source is None:
+            self.source = source
+        elif source == "explicit" and self.source != "explicit":
+            self._reset(source)  # the script marks its own steps: start measuring again on those
+        elif source != self.source:
+            return
+        self.steps += 1
+        if samples is None:
+            samples = self.sample_counts[-1] if self.sample_counts else 1.0
+        self.sample_counts.append(float(samples))
+        aligned = self.synced or not self.lazy
+        if self.warming:
+            self._warmup_boundary(aligned)
+        else:
+            self._measure_boundary(aligned, samples)
+        if aligned:
+            self.synced = False
+
+    def on_sync(self) -> None:
+        self.synced = True
+
+    # -- phases ----------------------------------------------------------------------------
+    def _warmup_boundary(self, aligned: bool) -> None:
+        now = self._now(wait=aligned)
+        if self.first_step_at is None:
+            self.first_step_at = now
+        if not aligned:
+            return
+        compiles = self.rt.backends.compiled_graphs()
+        if compiles != self.last_compiles or self.steps <= 1:
+            self.quiet = 0
+            self.last_compiles = compiles
+        else:
+            self.quiet += 1
+            if self.last_boundary is not None:
+                self.step_times.append((now - self.last_boundary) / max(1, self.steps - self._last_aligned_step))
+        self.last_boundary = now
+        self._last_aligned_step = self.steps
+        if self.quiet >= self.protocol.quiet_steps:
+            self.warming = False
+            self.warmup_steps = self.steps
+            self.warmup_seconds = now - (self.rt.started_at or now)
+            self.step_times = []
+            self._open_window(now)
+            self.measure_started = now
+
+    def _measure_boundary(self, aligned: bool, samples: float) -> None:
+        now = time.perf_counter()
+        if self.last_boundary is not None:
+            self.step_times.append(now - self.last_boundary)
+        self.last_boundary = now
+        self.window_samples += samples
+        self.measure_steps += 1
+        p = self.protocol
+        capped = (self.measure_steps >= p.max_measure_steps
+                  or now - (self.measure_started or now) >= p.max_measure_seconds)
+        # A window ends by time (steps may speed up or slow down after warm-up), and on a lazy
+        # device only where a graph was cut.
+        if not aligned or (not capped and now - (self.window_start or now) < p.min_window_seconds):
+            return
+        self._close_window(now)
+        self.rt.check_numerics()
+        est = estimate(without_compiles(self.windows))
+        enough = (est is not None and est.windows_used >= p.min_windows and est.rel_half_width <= p.rel_ci)
+        if not enough and not capped and cannot_win(est, p.stop_below):
+            self.pruned = capped = True
+        if enough or capped:
+            if self.lazy:
+                # The last window ends when the device has finished its work, not when the host
+                # has merely queued it.
+                end = self._now(wait=True)
+                last = self.windows[-1]
+                self.windows[-1] = Window(last.steps, last.samples, last.seconds + (end - now), last.compiles)
+                est = estimate(without_compiles(self.windows))
+                enough = est is not None and est.windows_used >= p.min_windows and est.rel_half_width <= p.rel_ci
+            self.converged = bool(enough)
+            self.done = True
+            if not p.run_to_end:
+                raise TrialComplete()
+        else:
+            self._open_window(now)
+
+    def _open_window(self, now: float) -> None:
+        self.window_start = now
+        self.window_first_step = self.steps
+        self.window_samples = 0.0
+        self.window_compiles_at_start = self.rt.backends.compiled_graphs()
+
+    def _close_window(self, now: float) -> None:
+        assert self.window_start is not None
+        steps = self.steps - self.window_first_step
+        self.windows.append(Window(steps, self.window_samples, now - self.window_start,
+                                   self.rt.backends.compiled_graphs() - self.window_compiles_at_start))
+
+    def _now(self, wait: bool) -> float:
+        if wait:
+            self.rt.backends.wait_device()
+        return time.perf_counter()
+
+    def finish(self) -> None:
+        """The script ended: the window it was in counts, if it holds a step past warm-up."""
+        if self.done or self.warming or self.window_start is None or self.steps <= self.window_first_step:
+            return
+        now = self._now(wait=self.lazy)
+        self._close_window(now)
+        self.done = True
+
+    # -- result ----------------------------------------------------------------------------
+    def measurement(self) -> Measurement | None:
+        steady = without_compiles(self.windows)
+        est = estimate(steady)
+        if est is None:
+            return None
+        used = steady[est.truncated:]
+        steps = sum(w.steps for w in used)
+        return Measurement(
+            throughput=est.throughput,
+            ci95_low=est.ci_low,
+            ci95_high=est.ci_high if math.isfinite(est.ci_high) else est.throughput * 10,
+            step_time_median=percentile(self.step_times, 0.5),
+            step_time_p90=percentile(self.step_times, 0.9),
+            samples_per_step=sum(w.samples for w in used) / max(1, steps),
+            steps_measured=steps,
+            windows=len(used),
+            converged=self.converged,
+            warmup_steps=self.warmup_steps,
+            warmup_seconds=self.warmup_seconds,
+            pruned=self.pruned,
+        )
+
+    @property
+    def graphs_after_warmup(self) -> int:
+        return sum(w.compiles for w in self.windows)
