@@ -15,7 +15,7 @@ Each landscape under ``landscapes/`` (``autotune landscape record``) is replayed
   known-good configurations first, then :class:`autotune.search.strategy.AutotuneSampler`, each
   measurement stopped once it is clearly behind the best so far (``--prune``).
 
-Every strategy goes through the same replay loop (:func:`autotune.landscapes.replay.simulate`: the study's own
+Every strategy goes through the same replay loop (:func:`autotune.landscapes.simulate.simulate`: the study's own
 suggestion and duplicate rules, a configuration measured before is answered for free and not
 counted) and the same simulated clock (recorded wall time per trial; a compile is charged at the
 cached price only when the same graphs were compiled earlier in the replay and the target's cache
@@ -76,7 +76,8 @@ import optuna  # noqa: E402
 from autotune.landscapes.landscape import Landscape, load_landscape, summary  # noqa: E402
 from autotune.measurement.windows import PRUNE_MARGIN  # noqa: E402
 from autotune.search.configurations import enumerate_space  # noqa: E402
-from autotune.landscapes.replay import CompileCacheModel, interval_sigma, simulate, study_starting_points  # noqa: E402
+from autotune.landscapes.replay import CompileCacheModel, interval_sigma  # noqa: E402
+from autotune.landscapes.simulate import simulate, study_starting_points  # noqa: E402
 
 WITHIN = 0.02
 SEEDS = 30

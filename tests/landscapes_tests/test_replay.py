@@ -9,12 +9,8 @@ import pytest
 
 from autotune.errors import AutotuneError
 from autotune.landscapes.landscape import ConfigRecord, load_landscape
-from autotune.landscapes.replay import (
-    ReplayPool,
-    replay_study,
-    simulate,
-    study_starting_points,
-)
+from autotune.landscapes.replay import ReplayPool, replay_study
+from autotune.landscapes.simulate import simulate, study_starting_points
 from autotune.measurement.windows import PRUNE_MARGIN
 from autotune.records import TrialRequest, TrialResult
 from autotune.search.configurations import enumerate_space
