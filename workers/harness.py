@@ -66,6 +66,7 @@ class TrialRuntime:
         self.backends = Backends()
         self._root_hook_installed = False
         self._orig_module_call: Callable | None = None
+        self._orig_torch_compile: Callable | None = None
         self.params = dict(spec.plan.params)
 
     # -- the optional API (autotune.report / autotune.step) ----------------------------------

@@ -37,6 +37,15 @@ class CategoricalGP:
         self.n_params = len(self.distances)
         positions = list(positions) if positions is not None else [None] * self.n_params
         self.trend = [(j, pos) for j, pos in enumerate(positions) if pos is not None]
+        # What fit() learns (prior_sd() sets the same with the prior's hyperparameters): the
+        # observations, standardised, their distances, the hyperparameters and the factorisation.
+        self.X = np.zeros((0, self.n_params), dtype=int)
+        self.y = np.zeros(0)
+        self.mean, self.scale = 0.0, 1.0
+        self.D = self.ZZ = np.zeros((0, 0, 0))
+        self.theta, self.v = np.zeros(self.n_params), np.zeros(len(self.trend))
+        self.s2 = self.noise = 0.0
+        self.L = self.alpha = np.zeros(0)
 
     def _dist(self, Xa: np.ndarray, Xb: np.ndarray) -> np.ndarray:
         return np.stack([d[Xa[:, j][:, None], Xb[:, j][None, :]] for j, d in enumerate(self.distances)]) \
@@ -52,8 +61,6 @@ class CategoricalGP:
                                np.full(T, math.log(0.3))])
         sd = np.concatenate([np.full(P, 1.5), [1.0, 2.0], np.full(T, 1.5)])
         return mean, sd
-
-    mean, scale = 0.0, 1.0
 
     def fit(self, X: np.ndarray, y: np.ndarray) -> CategoricalGP:
         self.X = X
