@@ -312,6 +312,12 @@ MALFORMED: dict[str, tuple[str, str, str]] = {
     "fixed names an unknown parameter": (GOOD + "fixed: {depth: 3}\n", "fixed:", "unknown parameter 'depth'"),
     "known_good with a bad value": (GOOD + "known_good:\n  - {mode: turbo}\n", "known_good:",
                                     "known_good[0]: parameter 'mode': 'turbo' is not allowed"),
+    "choices not a list": (GOOD.replace("choices: [eager, default]", "choices: eager"), "choices: eager",
+                           "parameter 'mode': 'choices': input should be a valid list"),
+    "bound not a number": (GOOD + "  depth:\n    type: int\n    low: one\n    high: 2\n", "low: one",
+                           "parameter 'depth': 'low' must be a number"),
+    "when not a mapping": (GOOD.replace("when: {mode: [default]}", "when: default"), "when: default",
+                           "parameter 'fullgraph': 'when': input should be a valid dictionary"),
     "target missing": (GOOD.replace("target: inductor\n", "description: no target\n"), "description",
                        "'target' must name a target"),
 }

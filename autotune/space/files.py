@@ -8,14 +8,195 @@ from pathlib import Path
 from typing import Any
 
 import yaml
+from pydantic import (
+    BaseModel,
+    ConfigDict,
+    Field,
+    PrivateAttr,
+    ValidationError,
+    ValidationInfo,
+    field_validator,
+    model_validator,
+)
 
 from autotune.errors import InvalidConfigError, SpaceError
 from autotune.space.parameters import Parameter
 from autotune.space.search_space import SearchSpace
 
 _TYPES = ("categorical", "int", "float", "bool")
-_PARAM_KEYS = {"type", "choices", "low", "high", "step", "log", "default", "when", "description"}
-_TOP_KEYS = {"target", "platform", "description", "parameters", "fixed", "known_good"}
+
+
+class _At(ValueError):
+    """A problem at ``path`` (keys from the mapping being validated), reported with that key's line."""
+
+    def __init__(self, path: tuple[Any, ...], message: str) -> None:
+        super().__init__(message)
+        self.path = path
+
+
+class ParameterSpec(BaseModel):
+    """One parameter as a file writes it (``parameters: {NAME: ...}``)."""
+
+    model_config = ConfigDict(extra="forbid", coerce_numbers_to_str=True)
+
+    type: str
+    choices: list[Any] | None = None
+    low: int | float | None = None
+    high: int | float | None = None
+    step: int | float | None = None
+    log: bool = False
+    #: ``null`` keeps the script's own value (the baseline).
+    default: Any = None
+    #: ``{other: [values]}`` (or one value): active only when each named parameter has one of them.
+    when: dict[str, Any] = Field(default_factory=dict)
+    description: str = ""
+
+    @field_validator("type", mode="before")
+    @classmethod
+    def _known_type(cls, value: Any) -> Any:
+        if value not in _TYPES:
+            raise _At(("type",), f"type must be one of {', '.join(_TYPES)}")
+        return value
+
+    @model_validator(mode="after")
+    def _values(self) -> ParameterSpec:
+        if self.type == "bool" and self.choices is None:
+            self.choices = [False, True]
+        if self.choices is not None:
+            if not self.choices:
+                raise _At(("choices",), "'choices' must be a non-empty list")
+            if len(set(map(repr, self.choices))) != len(self.choices):
+                raise _At(("choices",), "'choices' has duplicates")
+            if self.low is not None or self.high is not None:
+                raise _At(("low",), "give either 'choices' or 'low'/'high', not both")
+        elif self.type == "categorical":
+            raise _At(("type",), "a categorical parameter needs 'choices'")
+        else:
+            if self.low is None or self.high is None or self.low > self.high:
+                raise _At(("type",), "a numeric range needs 'low' <= 'high'")
+            if self.log and self.low <= 0:
+                raise _At(("log",), "a log range needs 'low' > 0")
+        return self
+
+    def parameter(self, name: str) -> Parameter:
+        return Parameter(name=name, type=self.type,  # type: ignore[arg-type]  # checked by _known_type
+                         choices=tuple(self.choices) if self.choices is not None else None,
+                         low=self.low, high=self.high, step=self.step, log=self.log, default=self.default,
+                         when={k: tuple(v if isinstance(v, list) else [v]) for k, v in self.when.items()},
+                         description=self.description)
+
+
+class SpaceFile(BaseModel):
+    """A search-space file. Validated with ``context={"source": PATH}``; :attr:`space` is the result."""
+
+    model_config = ConfigDict(extra="forbid")
+
+    target: str
+    platform: str | None = None
+    description: str = ""
+    parameters: dict[str, ParameterSpec]
+    fixed: dict[str, Any] = Field(default_factory=dict)
+    known_good: list[dict[str, Any]] = Field(default_factory=list)
+    _space: SearchSpace | None = PrivateAttr(default=None)
+
+    @field_validator("parameters")
+    @classmethod
+    def _some(cls, parameters: dict[str, ParameterSpec]) -> dict[str, ParameterSpec]:
+        if not parameters:
+            raise _At((), "'parameters' must be a non-empty mapping")
+        return parameters
+
+    @model_validator(mode="after")
+    def _coherent(self, info: ValidationInfo) -> SpaceFile:
+        """What no single parameter can check: defaults against choices, ``when`` against the
+        other parameters, and the fixed, known-good and default configurations against the space."""
+        params = {name: spec.parameter(name) for name, spec in self.parameters.items()}
+        for name, p in params.items():
+            if p.default is not None:
+                try:
+                    p.coerce(p.default)
+                except InvalidConfigError as exc:
+                    raise _At(("parameters", name, "default"), f"default: {exc}") from None
+            for other, allowed in p.when.items():
+                at = ("parameters", name, "when")
+                if other not in params:
+                    raise _At(at, f"parameter {name!r}: 'when' names unknown parameter {other!r}")
+                for value in allowed:
+                    try:
+                        params[other].coerce(value)
+                    except InvalidConfigError:
+                        raise _At(at, f"parameter {name!r}: {other}={value!r} can never happen") from None
+                if other == name:
+                    raise _At(at, f"parameter {name!r}: 'when' cannot name itself")
+        space = SearchSpace(target=self.target, parameters=params, platform=self.platform,
+                            description=self.description, source=(info.context or {}).get("source", "<memory>"))
+        try:
+            space.fixed = space.validate(self.fixed, allow_inactive=True)
+        except InvalidConfigError as exc:
+            raise _At(("fixed",), f"fixed: {exc}") from None
+        for i, config in enumerate(self.known_good):
+            try:
+                space.known_good.append(space.validate(config))
+            except InvalidConfigError as exc:
+                raise _At(("known_good",), f"known_good[{i}]: {exc}") from None
+        try:
+            space.defaults()
+        except InvalidConfigError as exc:
+            named = re.search(r"parameter '([^']+)'", str(exc))
+            at = ("parameters", named.group(1)) if named and named.group(1) in params else ("parameters",)
+            raise _At(at, f"the defaults contradict each other: {exc}") from None
+        self._space = space
+        return self
+
+    @property
+    def space(self) -> SearchSpace:
+        assert self._space is not None, "set by validation"
+        return self._space
+
+
+#: What a file gets when a section has the wrong shape, instead of pydantic's own words.
+_SHAPES = {
+    "target": "'target' must name a target (xla, inductor, neuron)",
+    "parameters": "'parameters' must be a non-empty mapping",
+    "fixed": "'fixed' must be a mapping of parameter to value",
+    "known_good": "'known_good' must be a list of configurations",
+}
+
+
+def _space_error(error: Any, doc: dict[str, Any], source: str) -> SpaceError:
+    """A :class:`SpaceError` naming the file, the line and the problem of pydantic's ``error``."""
+    loc: tuple[Any, ...] = tuple(error["loc"])
+    cause = (error.get("ctx") or {}).get("error")
+    if isinstance(cause, _At):
+        loc, problem = loc + cause.path, str(cause)
+    elif error["type"] == "extra_forbidden":
+        known = ParameterSpec.model_fields if len(loc) > 2 else SpaceFile.model_fields
+        problem = f"unknown key {loc[-1]!r}" + ("" if len(loc) > 2 else f" (known: {', '.join(sorted(known))})")
+    elif len(loc) == 2 and loc[0] == "parameters" and error["type"] == "model_type":
+        problem = f"parameter {loc[1]!r} must be a mapping with a 'type'"
+    elif loc[0] in _SHAPES and (len(loc) == 1 or loc[0] != "parameters"):
+        loc, problem = loc[:1], _SHAPES[loc[0]]
+    elif len(loc) > 2 and loc[2] in ("low", "high", "step"):
+        loc, problem = loc[:3], f"'{loc[2]}' must be a number"
+    else:
+        problem = f"'{loc[2] if len(loc) > 2 else loc[-1]}': {error['msg'][:1].lower()}{error['msg'][1:]}"
+    if len(loc) >= 2 and loc[0] == "parameters" and not problem.startswith(("parameter ", "default: ", "the ")):
+        problem = f"parameter {loc[1]!r}: {problem}"
+    line = _line(doc, loc)
+    return SpaceError(f"{source}: {'line ' + str(line) + ': ' if line else ''}{problem}")
+
+
+def _line(doc: Any, loc: tuple[Any, ...]) -> int | None:
+    """The line of the deepest key of ``loc`` that the file has (or of the mapping it is missing from)."""
+    line, where = None, doc
+    for key in loc:
+        if not isinstance(where, _LinedDict):
+            break
+        line = where.lines.get(key, where.line)
+        if key not in where:
+            break
+        where = where[key]
+    return line
 
 
 class _LineLoader(yaml.SafeLoader):
@@ -68,103 +249,11 @@ def parse_space(text: str, source: str = "<memory>") -> SearchSpace:
         raise SpaceError(f"{source}: {line}not valid YAML ({exc.problem})") from None
     if not isinstance(doc, dict):
         raise SpaceError(f"{source}: a search space is a mapping with 'target' and 'parameters'")
-
-    def fail(where: _LinedDict | None, key: Any, problem: str) -> SpaceError:
-        line = (where.lines.get(key) or where.line) if isinstance(where, _LinedDict) else None
-        return SpaceError(f"{source}: {'line ' + str(line) + ': ' if line else ''}{problem}")
-
-    for key in doc:
-        if key not in _TOP_KEYS:
-            raise fail(doc, key, f"unknown key {key!r} (known: {', '.join(sorted(_TOP_KEYS))})")
-    if not isinstance(doc.get("target"), str):
-        raise fail(doc, "target", "'target' must name a target (xla, inductor, neuron)")
-    raw_params = doc.get("parameters")
-    if not isinstance(raw_params, dict) or not raw_params:
-        raise fail(doc, "parameters", "'parameters' must be a non-empty mapping")
-
-    params: dict[str, Parameter] = {}
-    for name, spec in raw_params.items():
-        if not isinstance(spec, dict):
-            raise fail(raw_params, name, f"parameter {name!r} must be a mapping with a 'type'")
-        for key in spec:
-            if key not in _PARAM_KEYS:
-                raise fail(spec, key, f"parameter {name!r}: unknown key {key!r}")
-        ptype = spec.get("type")
-        if ptype not in _TYPES:
-            raise fail(spec, "type", f"parameter {name!r}: type must be one of {', '.join(_TYPES)}")
-        choices = spec.get("choices")
-        low, high = spec.get("low"), spec.get("high")
-        if ptype == "bool":
-            choices = [False, True] if choices is None else choices
-        if choices is not None:
-            if not isinstance(choices, list) or not choices:
-                raise fail(spec, "choices", f"parameter {name!r}: 'choices' must be a non-empty list")
-            if len(set(map(repr, choices))) != len(choices):
-                raise fail(spec, "choices", f"parameter {name!r}: 'choices' has duplicates")
-            if low is not None or high is not None:
-                raise fail(spec, "low", f"parameter {name!r}: give either 'choices' or 'low'/'high', not both")
-        elif ptype in ("int", "float"):
-            if not isinstance(low, (int, float)) or not isinstance(high, (int, float)) or low > high:
-                raise fail(spec, "type", f"parameter {name!r}: a numeric range needs 'low' <= 'high'")
-            if spec.get("log") and low <= 0:
-                raise fail(spec, "log", f"parameter {name!r}: a log range needs 'low' > 0")
-        else:
-            raise fail(spec, "type", f"parameter {name!r}: a categorical parameter needs 'choices'")
-        when = spec.get("when") or {}
-        if not isinstance(when, dict):
-            raise fail(spec, "when", f"parameter {name!r}: 'when' maps parameter names to allowed values")
-        params[name] = Parameter(
-            name=name, type=ptype,
-            choices=tuple(choices) if choices is not None else None,
-            low=low, high=high, step=spec.get("step"), log=bool(spec.get("log", False)),
-            default=spec.get("default"),
-            when={k: tuple(v if isinstance(v, list) else [v]) for k, v in when.items()},
-            description=str(spec.get("description", "")),
-        )
-        if params[name].default is not None:
-            try:
-                params[name].coerce(params[name].default)
-            except InvalidConfigError as exc:
-                raise fail(spec, "default", f"default: {exc}") from None
-
-    for name, p in params.items():
-        for other, allowed in p.when.items():
-            if other not in params:
-                raise fail(raw_params[name], "when", f"parameter {name!r}: 'when' names unknown parameter {other!r}")
-            for value in allowed:
-                try:
-                    params[other].coerce(value)
-                except InvalidConfigError:
-                    raise fail(raw_params[name], "when",
-                               f"parameter {name!r}: {other}={value!r} can never happen") from None
-            if other == name:
-                raise fail(raw_params[name], "when", f"parameter {name!r}: 'when' cannot name itself")
-
-    space = SearchSpace(target=doc["target"], parameters=params, platform=doc.get("platform"),
-                        description=str(doc.get("description", "")), source=source)
-    for section in ("fixed",):
-        raw = doc.get(section) or {}
-        if not isinstance(raw, dict):
-            raise fail(doc, section, f"'{section}' must be a mapping of parameter to value")
-        try:
-            space.fixed = space.validate(raw, allow_inactive=True)
-        except InvalidConfigError as exc:
-            raise fail(doc, section, f"{section}: {exc}") from None
-    known = doc.get("known_good") or []
-    if not isinstance(known, list):
-        raise fail(doc, "known_good", "'known_good' must be a list of configurations")
-    for i, config in enumerate(known):
-        try:
-            space.known_good.append(space.validate(dict(config)))
-        except (InvalidConfigError, TypeError, ValueError) as exc:
-            raise fail(doc, "known_good", f"known_good[{i}]: {exc}") from None
     try:
-        space.defaults()
-    except InvalidConfigError as exc:
-        named = re.search(r"parameter '([^']+)'", str(exc))
-        where, key = (raw_params, named.group(1)) if named and named.group(1) in raw_params else (doc, "parameters")
-        raise fail(where, key, f"the defaults contradict each other: {exc}") from None
-    return space
+        spec = SpaceFile.model_validate(doc, context={"source": source})
+    except ValidationError as exc:
+        raise _space_error(exc.errors()[0], doc, source) from None
+    return spec.space
 
 
 def builtin_space_path(name: str) -> Path:
