@@ -14,7 +14,7 @@ import re
 from pathlib import Path
 from typing import Any, ClassVar, TypeVar
 
-from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator
+from pydantic import BaseModel, ConfigDict, Field, ValidationError, ValidationInfo, field_validator
 
 from autotune.errors import InvalidConfigError
 from autotune.targets import TARGETS
@@ -71,26 +71,13 @@ class JobConfig(BaseModel):
                                                        "end, unpruned, and pick the best on the mean of each "
                                                        "one's measurements (one lucky measurement does not win).")
 
-    @field_validator("target")
+    @field_validator("target", "sampler", "direction")
     @classmethod
-    def _known_target(cls, target: str) -> str:
-        if target != "auto" and target not in TARGETS:
-            raise ValueError(f"unknown target {target!r}; choose one of auto, {', '.join(TARGETS)}")
-        return target
-
-    @field_validator("sampler")
-    @classmethod
-    def _known_sampler(cls, sampler: str) -> str:
-        if sampler not in SAMPLERS:
-            raise ValueError(f"unknown sampler {sampler!r}; choose {', '.join(SAMPLERS[:-1])} or {SAMPLERS[-1]}")
-        return sampler
-
-    @field_validator("direction")
-    @classmethod
-    def _known_direction(cls, direction: str) -> str:
-        if direction not in DIRECTIONS:
-            raise ValueError("must be maximize or minimize")
-        return direction
+    def _one_of(cls, value: str, info: ValidationInfo) -> str:
+        allowed = {"target": ("auto", *TARGETS), "sampler": SAMPLERS, "direction": DIRECTIONS}[info.field_name]
+        if value not in allowed:
+            raise ValueError(f"unknown {info.field_name} {value!r}; choose one of {', '.join(allowed)}")
+        return value
 
     @field_validator("sets")
     @classmethod
