@@ -130,8 +130,11 @@ class Measurement(BaseModel):
     throughput: float  # samples/s over the steady-state windows
     ci95_low: float
     ci95_high: float
-    step_time_median: float  # seconds
+    #: Seconds from one step to the next over the measurement: for a loop that serves one batch
+    #: per call of the model, the latency a request sees (``--objective latency_p99``).
+    step_time_median: float
     step_time_p90: float
+    step_time_p99: float | None = None  # None: measured before it was recorded
     samples_per_step: float
     steps_measured: int
     windows: int

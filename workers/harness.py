@@ -12,6 +12,8 @@ What it intercepts, and why:
 - ``torch_xla.sync``: tells the clock where lazy graphs were cut, so that windows end on a cut.
 - ``torch.nn.Module.__call__``, until the first call of a module with parameters: that module is
   the model; the harness casts it, wraps its forward in autocast, or compiles it, as the plan says.
+  Each later call of the model is a step boundary too, for loops that have no loader and no
+  optimizer (inference); a loader or an optimizer, once seen, delimits the steps instead.
 - ``torch.compile``: a script that compiles its model itself gets the trial's options instead.
 - ``Tensor.backward``: the first losses (for the numerics guard) and a NaN check at window edges.
 
@@ -96,8 +98,7 @@ class TrialRuntime:
             self._patch_torch_compile(torch)
             if self.knobs.compile.backend == "inductor":
                 isa_probe.install(os.environ.get("TORCHINDUCTOR_CACHE_DIR"))
-        if self.knobs.compile is not None or self.knobs.model_dtype or self.knobs.autocast_dtype:
-            self._install_root_hook(torch)
+        self._install_root_hook(torch)
         if self.knobs.lazy_device or "torch_xla" in sys.modules:
             self._patch_xla()
 
@@ -279,8 +280,28 @@ class TrialRuntime:
             def run_model(*args: Any, **kwargs: Any) -> Any:
                 return call_impl(*args, **kwargs)
 
-            target._compiled_call_impl = self._orig_torch_compile(run_model, **self._compile_kwargs(spec))
+            compiled = self._orig_torch_compile(run_model, **self._compile_kwargs(spec))
+            clock = self.clock
+
+            def timed(*args: Any, **kwargs: Any) -> Any:
+                clock.boundary("forward", batch_len((args, kwargs)))  # outside the compiled code
+                return compiled(*args, **kwargs)
+
+            target._compiled_call_impl = timed
             self.user_compiled = True
+        else:
+            self._time_calls(module)
+
+    def _time_calls(self, module: Any) -> None:
+        """Each call of the model is a step boundary (for loops without a loader or an optimizer:
+        inference), taken by a hook on the object the script calls, so that it runs outside any
+        compiled code (a model the script compiled runs its wrapper's hooks eagerly)."""
+        clock = self.clock
+
+        def pre(_mod: Any, args: tuple, kwargs: dict) -> None:
+            clock.boundary("forward", batch_len((args, kwargs)))
+
+        module.register_forward_pre_hook(pre, with_kwargs=True)
 
     # -- result ------------------------------------------------------------------------------
     def finalize(self) -> HarnessReport:

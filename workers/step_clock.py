@@ -42,7 +42,10 @@ class StepClock:
         self._reset(source=None)
 
     def _reset(self, source: str | None) -> None:
-        self.source = source  # "explicit", "loader" or "optimizer": the first kind seen delimits steps
+        # "explicit", "loader", "optimizer" or "forward" (a call of the model): the first kind seen
+        # delimits steps, except that the script's own marks, and a loader or an optimizer after
+        # the model's calls, take over.
+        self.source = source
         self.steps = 0
         self.warming = True
         self.quiet = 0
@@ -72,8 +75,10 @@ class StepClock:
             return
         if self.source is None:
             self.source = source
-        elif source == "explicit" and self.source != "explicit":
-            self._reset(source)  # the script marks its own steps: start measuring again on those
+        elif source != self.source and (source == "explicit" or self.source == "forward"):
+            # The script marks its own steps, or a loader or an optimizer shows that the model's
+            # calls were not the steps (a training loop): start measuring again on those.
+            self._reset(source)
         elif source != self.source:
             return
         self.steps += 1
@@ -191,6 +196,7 @@ class StepClock:
             ci95_high=est.ci_high if math.isfinite(est.ci_high) else est.throughput * 10,
             step_time_median=percentile(self.step_times, 0.5),
             step_time_p90=percentile(self.step_times, 0.9),
+            step_time_p99=percentile(self.step_times, 0.99),
             samples_per_step=sum(w.samples for w in used) / max(1, steps),
             steps_measured=steps,
             windows=len(used),

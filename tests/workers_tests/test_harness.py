@@ -350,7 +350,9 @@ def test_batches_per_execution_cuts_the_graph_every_second_step(
     assert_measured(result)
     assert result.plan.knobs.batches_per_execution == 2
     steps, syncs = steps_and_syncs(result)
-    assert steps > 20
+    # A converged trial stops the loop: on a busy machine that can be a dozen steps, enough to
+    # tell one cut per step (syncs >= steps, as above) from one per two.
+    assert steps >= 10
     assert syncs <= 0.6 * steps
     # Two steps traced into one graph make other graphs than one step does.
     assert result.compile.graphs_compiled > xla_trial.compile.graphs_compiled
