@@ -14,9 +14,10 @@ import re
 from pathlib import Path
 from typing import Any, ClassVar, TypeVar
 
-from pydantic import BaseModel, ConfigDict, Field, ValidationError, ValidationInfo, field_validator
+from pydantic import BaseModel, ConfigDict, Field, ValidationError, ValidationInfo, field_validator, model_validator
 
 from autotune.errors import InvalidConfigError
+from autotune.objectives import Constraint, objective
 from autotune.targets import TARGETS
 
 SAMPLERS = ("autotune", "tpe", "random", "qmc")
@@ -34,7 +35,8 @@ class JobConfig(BaseModel):
     #: The short flag of an option, where it has one.
     SHORT: ClassVar[dict[str, str]] = {"trials": "-n", "target": "-t", "sets": "-s"}
     #: The name of an option's value in ``--help``, where the type's is not clear enough.
-    METAVAR: ClassVar[dict[str, str]] = {"confirm": "K"}
+    METAVAR: ClassVar[dict[str, str]] = {"confirm": "K", "objective": "NAME", "constraint": "NAME<=VALUE",
+                                         "prefer": "NAME"}
 
     trials: int = Field(20, ge=1, description="Measured trials the study should hold (a rerun continues up "
                                                 "to this number).")
@@ -56,6 +58,16 @@ class JobConfig(BaseModel):
     metric: str = Field("throughput", description="What to optimise: throughput, or a metric the script "
                                                   "reports with autotune.report().")
     direction: str = Field("maximize", description="maximize or minimize the metric.")
+    objective: list[str] = Field(default_factory=list, description=(
+        "What to optimise, its direction implied: throughput (samples/s), cost ($ per 1M samples; needs a "
+        "price), latency_p50, latency_p90, latency_p99 (ms), peak_memory, or a metric the script reports "
+        "(--direction applies to it). Repeat it for a multi-objective study: the result is the Pareto front. "
+        "Default: --metric."))
+    constraint: list[str] = Field(default_factory=list, description=(
+        "A bound a configuration must keep, e.g. latency_p99<=50 (ms), throughput>=200, peak_memory<=12GiB; "
+        "repeatable. A configuration that breaks one is never the best."))
+    prefer: str | None = Field(None, description="With several --objective: the objective whose best point of "
+                                                  "the Pareto front goes to best.env (default: the first).")
     memory_limit: str | None = Field(None, description="Host-memory limit per trial, e.g. 8GiB.")
     fresh: bool = Field(False, description="Measure again: ignore remembered results and start the study "
                                            "anew (the old one is kept under another name).")
@@ -78,6 +90,33 @@ class JobConfig(BaseModel):
         if value not in allowed:
             raise ValueError(f"unknown {info.field_name} {value!r}; choose one of {', '.join(allowed)}")
         return value
+
+    @field_validator("objective")
+    @classmethod
+    def _known_objectives(cls, names: list[str]) -> list[str]:
+        for name in names:
+            objective(name)
+        if len(set(names)) != len(names):
+            raise ValueError("an objective is named twice")
+        return names
+
+    @field_validator("constraint")
+    @classmethod
+    def _well_formed(cls, constraints: list[str]) -> list[str]:
+        for text in constraints:
+            Constraint.parse(text)
+        return constraints
+
+    @model_validator(mode="after")
+    def _preferred_is_an_objective(self) -> JobConfig:
+        if self.prefer is not None and self.prefer not in self.objectives():
+            raise ValueError(f"--prefer {self.prefer!r} is not one of the objectives "
+                             f"({', '.join(self.objectives())})")
+        return self
+
+    def objectives(self) -> list[str]:
+        """The study's objectives: ``--objective``, else ``--metric``."""
+        return list(self.objective) or [self.metric]
 
     @field_validator("sets")
     @classmethod
@@ -107,6 +146,8 @@ class JobConfig(BaseModel):
             flag = option_flag(name)
             if name == "sets":
                 out += [f"{flag}={k}={v}" for k, v in value.items()]
+            elif isinstance(value, list):
+                out += [f"{flag}={v}" for v in value]
             elif isinstance(value, bool):
                 out.append(flag if value else f"--no-{flag[2:]}")
             else:

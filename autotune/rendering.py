@@ -7,16 +7,13 @@ from rich.markup import escape
 from rich.table import Table
 from rich.text import Text
 
+from autotune.objectives import objective, speedup
 from autotune.records import TrialResult
 
-#: Units of the metrics autotune measures itself; a metric the script reports is named instead.
-METRIC_UNITS = {"throughput": "samples/s"}
-
-
 def format_value(value: float, metric: str) -> str:
-    """``850.8 samples/s`` for throughput, ``0.912 accuracy`` for a metric the script reports."""
-    unit = METRIC_UNITS.get(metric)
-    return f"{value:,.1f} {unit}" if unit else f"{value:,.6g} {metric}"
+    """``850.8 samples/s`` for throughput, ``12.345 ms`` for a latency, ``0.912 accuracy`` for a
+    metric the script reports."""
+    return objective(metric).format(value)
 
 
 def fmt_bytes(n: int | None) -> str:
@@ -97,12 +94,13 @@ def render_trial(result: TrialResult, console: Console) -> None:
 
 
 def render_trials(study: str, trials: list, baseline: float | None, best, console: Console, *,
-                  metric: str = "throughput", top: int = 10, all_trials: bool = False) -> None:
+                  metric: str = "throughput", maximize: bool = True, top: int = 10, all_trials: bool = False) -> None:
     ok = [t for t in trials if t.state == "COMPLETE" and t.duplicate_of is None and t.confirms is None
-          and not t.numerics_violated]
-    ok.sort(key=lambda t: -(t.value or 0))
+          and not t.numerics_violated and not t.violated and t.value is not None]
+    ok.sort(key=lambda t: -t.value if maximize else t.value)
     table = Table(title=f"{study}: {'all trials' if all_trials else f'top {min(top, len(ok))} configurations'}")
-    value_col = f"{metric} ({METRIC_UNITS[metric]})" if metric in METRIC_UNITS else metric
+    unit = objective(metric).unit
+    value_col = f"{metric} ({unit})" if unit else metric
     for col in ("trial", value_col, "95% CI", "speedup", "parameters"):
         table.add_column(col, justify="left" if col in ("95% CI", "parameters") else "right")
     rows = sorted(trials, key=lambda t: t.number) if all_trials else ok[:top]
@@ -110,12 +108,14 @@ def render_trials(study: str, trials: list, baseline: float | None, best, consol
         ci = f"{t.ci95_low:,.1f} .. {t.ci95_high:,.1f}" if t.ci95_low is not None else ""
         if t.pruned:
             ci += " pruned"
-        if t.state == "COMPLETE" and t.numerics_violated:
-            value = Text(f"{t.value:,.1f} diverged", style="yellow")
+        if t.state == "COMPLETE" and (t.numerics_violated or t.violated):
+            why = "diverged" if t.numerics_violated else f"breaks {', '.join(t.violated)}"
+            value = Text(f"{_number(t.value)} {why}", style="yellow")
             speed = ""
         elif t.state == "COMPLETE":
-            value = f"{t.value:,.1f}" if t.value is not None else "-"
-            speed = f"{t.value / baseline:.2f}x" if (t.value and baseline) else ""
+            value = _number(t.value)
+            ratio = speedup(t.value, baseline, maximize)
+            speed = f"{ratio:.2f}x" if ratio is not None else ""
         else:
             value, speed = Text(t.category or t.state.lower(), style="red"), ""
         params = ", ".join(f"{k}={v}" for k, v in t.params.items()) or "(baseline: the script's own)"
@@ -145,12 +145,37 @@ def render_trials(study: str, trials: list, baseline: float | None, best, consol
                  f"{', '.join(f'{v:,.1f}' for v in best.measurements)})" if len(best.measurements) > 1 else "")
         console.print(f"[bold green]best:[/bold green] trial {best.trial}, {format_value(best.value, best.metric)}"
                       f"{again}{speed}")
+        if best.front:
+            render_front(best, console)
         if best.compiler_flags:
             console.print(f"  {best.flags_env}={best.compiler_flags}")
 
 
+def render_front(best, console: Console) -> None:
+    """A multi-objective study's Pareto front: one row per configuration no other beats in every objective."""
+    names = list(best.front[0].values)
+    table = Table(title=f"Pareto front ({len(best.front)} configurations; best.env holds trial {best.trial}, "
+                        f"the best {best.metric})")
+    table.add_column("trial", justify="right")
+    for name in names:
+        unit = objective(name).unit
+        table.add_column(f"{name} ({unit})" if unit else name, justify="right")
+    table.add_column("parameters")
+    for point in sorted(best.front, key=lambda p: p.values[best.metric]):
+        params = ", ".join(f"{k}={v}" for k, v in point.params.items()) or "(baseline: the script's own)"
+        table.add_row(str(point.trial), *(_number(point.values[n]) for n in names), params)
+    console.print(table)
+
+
+def _number(value: float | None) -> str:
+    if value is None:
+        return "-"
+    return f"{value:,.3f}" if abs(value) < 100 else f"{value:,.1f}"
+
+
 def render_study(result, console: Console) -> None:
-    render_trials(result.study, result.trials, result.baseline_value, result.best, console, metric=result.metric)
+    render_trials(result.study, result.trials, result.baseline_value, result.best, console, metric=result.metric,
+                  maximize=result.maximize)
     console.print(f"measured {result.ran} trials now, reused {result.reused} earlier results; "
                   f"files in {result.out_dir}/ (best.json, best.env, trials.csv)")
     for note in result.notes:

@@ -6,7 +6,6 @@ Everything that can be rejected is rejected here, before a process starts.
 from __future__ import annotations
 
 import os
-import re
 import time
 from dataclasses import dataclass
 from pathlib import Path
@@ -47,20 +46,6 @@ def parse_sets(items: list[str] | None) -> dict[str, str]:
             raise InvalidConfigError(f"--set {item!r}: expected KEY=VALUE, for example --set batch_size=32")
         out[key.strip()] = value.strip()
     return out
-
-
-def parse_size(text: str) -> int:
-    """``"8GiB"``, ``"512M"``, ``"1e9"`` as bytes; anything else is an error naming the form."""
-    m = re.fullmatch(r"\s*(\d+(?:\.\d+)?(?:[eE][+-]?\d+)?)\s*([KMGT]?)(i?B?)\s*", text, re.IGNORECASE)
-    if not m:
-        raise InvalidConfigError(f"memory size {text!r}: use a number with an optional unit, e.g. 8GiB or 512M")
-    value = float(m.group(1))
-    unit = m.group(2).upper()
-    if unit:  # K, M, G, T and KiB, MiB, ... are all binary here: memory is counted in pages
-        value *= 1024 ** ("KMGT".index(unit) + 1)
-    if value < 1:
-        raise InvalidConfigError(f"memory size {text!r} must be positive")
-    return int(value)
 
 
 def load_trial_space(target: Target, space: str | None, platform: str | None = None) -> SearchSpace:

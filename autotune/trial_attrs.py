@@ -39,6 +39,8 @@ class TrialAttrs:
     #: far), and the constraint value Optuna learns (above 0: violated).
     loss_deviation: float | str | None = None
     numerics_constraint: float | None = None
+    #: The study's constraints (``--constraint``) this trial's result breaks: never the best.
+    violated: list[str] | None = None
 
     @classmethod
     def of(cls, trial: Any) -> TrialAttrs:
@@ -62,6 +64,11 @@ class StudyAttrs:
     provenance: dict[str, Any] | None = None
     loss_tolerance: float | None = None
     numerics_guard: bool | None = None
+    #: What the study optimises, in the order of Optuna's values (``metric`` is the first), the
+    #: constraints a configuration must keep, and the objective that picks the best of a front.
+    objectives: list[str] | None = None
+    constraints: list[str] | None = None
+    prefer: str | None = None
 
     @classmethod
     def of(cls, study: Any) -> StudyAttrs:

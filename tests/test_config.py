@@ -25,7 +25,8 @@ CHANGED = {"trials": 7, "target": "inductor", "space": "inductor", "platform": "
            "direction": "minimize", "memory_limit": "8GiB", "fresh": True, "retry_failed": True,
            "loss_tolerance": 0.5, "numerics_guard": False, "prune": False, "confirm": 2,
            "ray_address": "10.0.0.5:6379", "storage": "sqlite:////tmp/x.db", "out": Path("/tmp/out"),
-           "cache": Path("/tmp/cache")}
+           "cache": Path("/tmp/cache"), "objective": ["latency_p99", "throughput"],
+           "constraint": ["throughput>=200", "peak_memory<=12GiB"], "prefer": "throughput"}
 
 
 def _params(command: str) -> dict:
@@ -34,7 +35,9 @@ def _params(command: str) -> dict:
 
 def _cli_default(command: str, name: str):
     param = _params(command)["set_" if name == "sets" else name]
-    return {} if name == "sets" else param.default
+    if name == "sets":
+        return {}
+    return [] if param.multiple and param.default is None else param.default  # a repeatable option given never
 
 
 def test_every_option_has_a_changed_value_here() -> None:
@@ -68,6 +71,7 @@ def test_a_configuration_survives_its_command_line() -> None:
     parsed = {("sets" if k == "set_" else k): v for k, v in ctx.params.items()
               if k not in ("script", "script_args", "json_out")}
     parsed["sets"] = dict(item.split("=", 1) for item in parsed["sets"])
+    parsed = {k: list(v) if isinstance(v, tuple) else v for k, v in parsed.items()}
     assert RunConfig(**parsed) == config
 
 

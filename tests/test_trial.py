@@ -7,7 +7,8 @@ from pathlib import Path
 import pytest
 
 from autotune.errors import AutotuneError, InvalidConfigError, ScriptError, TargetError
-from autotune.trial import check_script, parse_sets, parse_size, prepare_trial
+from autotune.trial import check_script, parse_sets, prepare_trial
+from autotune.units import parse_size
 
 XLA_SCRIPT = "import torch_xla\nprint('hello')\n"
 

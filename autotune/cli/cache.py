@@ -47,7 +47,7 @@ def cache_prune_cmd(
     """Remove old entries; entries locked by a running compile are kept."""
     from autotune.cache import open_cache, parse_age, prune
     from autotune.rendering import fmt_bytes
-    from autotune.trial import parse_size
+    from autotune.units import parse_size
 
     if max_size is None and older_than is None:
         raise InvalidConfigError("give --max-size, --older-than or both")

@@ -51,7 +51,8 @@ def trial(
     interval, step times, graphs compiled, peak host memory, the first losses and the status.
     Exit code 0 when the trial succeeded, 1 when it failed, 2 for bad input.
     """
-    from autotune.trial import default_trial_dir, parse_size, prepare_trial, run_prepared
+    from autotune.trial import default_trial_dir, prepare_trial, run_prepared
+    from autotune.units import parse_size
     from autotune.workers.launcher import TrialLimits
 
     if timeout <= 0:
@@ -210,7 +211,7 @@ def show(
     json_out: bool = typer.Option(False, "--json", help="Print the trials as JSON."),
 ) -> None:
     """Show every trial of a stored study: values, speedups, failures with category and log tail."""
-    from autotune.study.results import baseline_value, best_config, study_summaries
+    from autotune.study.results import baseline_value, best_config, maximizes, objective_names, study_summaries
     from autotune.study.storage import load_study
 
     st = load_study(study, storage)
@@ -219,8 +220,8 @@ def show(
         typer.echo(json.dumps([t.model_dump(mode="json") for t in trials]))
         return
     from autotune.rendering import render_trials
-    from autotune.trial_attrs import StudyAttrs
 
-    render_trials(study, trials, baseline_value(st), best_config(st, study), Console(),
-                  metric=StudyAttrs.of(st).metric or "throughput", all_trials=True)
+    best = best_config(st, study)
+    render_trials(study, trials, baseline_value(st), best, Console(),
+                  metric=best.metric if best else objective_names(st)[0], maximize=maximizes(st), all_trials=True)
 

@@ -52,7 +52,7 @@ def serve(
     """
     from autotune.daemon.client import read_token
     from autotune.daemon.server import DaemonConfig, serve as run_server
-    from autotune.trial import parse_size
+    from autotune.units import parse_size
 
     token = read_token(token_file) if token_file is not None else None
     run_server(DaemonConfig(host=host, port=port, storage=storage, ray_address=ray_address, cache=cache,

@@ -59,6 +59,9 @@ def config_options(model: type[JobConfig], *, exclude: Iterable[str] = (), only:
             values = {n: kwargs.pop(_param(n)) for n in names}
             if "sets" in values:
                 values["sets"] = parse_sets(values["sets"])
+            for name in names:
+                if _is_list(model, name) and name != "sets":
+                    values[name] = values[name] or []
             return command(*args, config=model.checked(**values), **kwargs)
 
         with_config.__signature__ = signature.replace(parameters=[*own, *added])  # type: ignore[attr-defined]
@@ -76,7 +79,7 @@ def _option(model: type[JobConfig], name: str, helps: dict[str, str]) -> Any:
     text = helps.get(name, field.description or "")
     flag = option_flag(name)
     short = [model.SHORT[name]] if name in model.SHORT else []
-    if name == "sets":
+    if name == "sets" or _is_list(model, name):
         return typer.Option(None, flag, *short, help=text)
     default = field.get_default(call_default_factory=True)
     if field.annotation is bool:
@@ -88,8 +91,15 @@ def _annotation(model: type[JobConfig], name: str) -> Any:
     """The type typer parses the option as: the field's, ``X | None`` as ``Optional[X]``."""
     if name == "sets":
         return Optional[list[str]]
+    if _is_list(model, name):
+        return Optional[model.model_fields[name].annotation]
     annotation = model.model_fields[name].annotation
     if isinstance(annotation, types.UnionType) or typing.get_origin(annotation) is typing.Union:
         (inner,) = [a for a in typing.get_args(annotation) if a is not type(None)]
         return Optional[inner]
     return annotation
+
+
+def _is_list(model: type[JobConfig], name: str) -> bool:
+    """A repeatable option: the field is a list (``--objective A --objective B``)."""
+    return typing.get_origin(model.model_fields[name].annotation) is list

@@ -26,8 +26,10 @@ from pathlib import Path
 from typing import Any
 
 from autotune.errors import AutotuneError, InvalidConfigError
+from autotune.host import instance_type
 from autotune.execution.pool import LazyPool
 from autotune.measurement.windows import PRUNE_MARGIN
+from autotune.objectives import Constraint, objective
 from autotune.records import MeasurementProtocol, TrialPlan, TrialRequest, TrialResult
 from autotune.search.samplers import make_sampler, suggest
 from autotune.space import SearchSpace, config_key
@@ -45,6 +47,7 @@ from autotune.study.outputs import TrialSummary, check_writable, write_outputs
 from autotune.study.record import TrialRecorder
 from autotune.study.results import (
     _best,
+    maximizes,
     _ranked_configurations,
     baseline_value,
     best_config,
@@ -52,7 +55,8 @@ from autotune.study.results import (
 )
 from autotune.study.storage import HEARTBEAT_S, open_storage, open_study
 from autotune.targets import Target, resolve_target
-from autotune.trial import check_script, load_trial_space, parse_size, validate_for
+from autotune.trial import check_script, load_trial_space, validate_for
+from autotune.units import parse_size
 from autotune.trial_attrs import StudyAttrs, TrialAttrs, trial_attrs, write
 
 #: A best measured once whose 95% interval is wider than this (half-width over throughput) gets a
@@ -96,7 +100,12 @@ class Study:
         # The driver beats for its in-flight trials itself (ask/tell has no optimize loop).
         warnings.filterwarnings("ignore", message="Heartbeat of storage is supposed to be used with Study.optimize")
         self.baseline_params = self.space.defaults()
-        self.progress = StudyProgress(self.name, self.target.name, options.trials, metric=options.metric)
+        self.objectives = [objective(name, options.direction) for name in options.objectives()]
+        self.constraints = [Constraint.parse(text) for text in options.constraint]
+        #: What a sample-second on this instance costs, for the cost objective (None: no price).
+        self.usd_per_sample_second = self._cost_rate()
+        self.progress = StudyProgress(self.name, self.target.name, options.trials, metric=self.objectives[0].name,
+                                      maximize=self.objectives[0].maximize)
         # What run() opens and learns: the Optuna storage and study, where it measures (and the
         # parts of that which key remembered results), and what this invocation measured.
         self.storage: Any = None
@@ -109,22 +118,52 @@ class Study:
 
     # -- set-up --------------------------------------------------------------------------------
     def _open_study(self) -> Any:
-        study, notes = open_study(self.storage, self.name, self.o.direction, self._sampler(), fresh=self.o.fresh)
+        names = [o.name for o in self.objectives]
+        directions = [o.direction for o in self.objectives]
+        study, notes = open_study(self.storage, self.name, directions, self._sampler(), fresh=self.o.fresh)
         self.notes.extend(notes)
         attrs = StudyAttrs.of(study)
         if attrs.target not in (None, self.target.name):
             raise AutotuneError(f"study {self.name!r} tunes target {attrs.target!r}, not {self.target.name!r}; "
                                 "choose another --study name")
-        if study.direction.name.lower() != self.o.direction:
-            raise AutotuneError(f"study {self.name!r} was created to {study.direction.name.lower()}; "
-                                "choose another --study name to change the direction")
-        write(study, loss_tolerance=self.o.loss_tolerance, numerics_guard=self.o.numerics_guard)
+        had = [d.name.lower() for d in study.directions]
+        if attrs.target is not None and (had != directions or (attrs.objectives or [attrs.metric]) != names):
+            was = ", ".join(f"{n} ({d})" for n, d in zip(attrs.objectives or [attrs.metric], had))
+            raise AutotuneError(f"study {self.name!r} was created to optimise {was}; choose another --study "
+                                "name to change what it optimises")
+        write(study, loss_tolerance=self.o.loss_tolerance, numerics_guard=self.o.numerics_guard,
+              constraints=list(self.o.constraint), prefer=self.o.prefer or names[0])
         if attrs.target is None:
-            write(study, target=self.target.name, metric=self.o.metric, script=str(self.script),
+            write(study, target=self.target.name, metric=names[0], objectives=names, script=str(self.script),
                   args=list(self.o.args), space=self.space.source)
         return study
 
+    def _cost_rate(self) -> float | None:
+        """$ per sample-second of the whole instance, when the study needs a cost: the price per
+        second over the trials the instance runs side by side."""
+        if "cost" not in [o.name for o in self.objectives] + [c.name for c in self.constraints]:
+            return None
+        from autotune.pricing import instance_info, instance_throughput, resolve_price
+
+        itype = self.o.instance_type or instance_type()
+        price = resolve_price(itype, price_per_hour=self.o.price_per_hour, prices_file=self.o.prices)
+        if price is None:
+            raise InvalidConfigError("--objective cost needs the instance's price: give --instance-type (one the "
+                                     "catalogue prices) or --price-per-hour")
+        instance = instance_info(itype) if itype else None
+        holds_devices = self.target.device_resource is not None
+        _, side_by_side = instance_throughput(
+            1.0, devices_per_trial=self.o.cores_per_trial,
+            instance_devices=instance.neuron_cores if instance is not None and holds_devices else None)
+        self.notes.append(f"cost at ${price.per_hour:g}/hour ({price.source}), {side_by_side} trial(s) side by "
+                          "side on the instance")
+        return price.per_hour / 3600 / side_by_side
+
     def _sampler(self) -> Any:
+        if len(self.objectives) > 1 and self.o.sampler == "autotune":
+            self.notes.append("autotune's sampler optimises one objective: this multi-objective study uses "
+                              "Optuna's TPE")
+            return make_sampler("tpe", self.space, self.o.seed)
         return make_sampler(self.o.sampler, self.space, self.o.seed)
 
     # -- the loop --------------------------------------------------------------------------------
@@ -147,7 +186,8 @@ class Study:
                 ray.shutdown()
             raise
         self.recorder = TrialRecorder(self.study, self.o, self.cache, self.progress, self.baseline_params,
-                                      self.notes, on_told=self.write_outputs)
+                                      self.notes, on_told=self.write_outputs, objectives=self.objectives,
+                                      constraints=self.constraints, usd_per_sample_second=self.usd_per_sample_second)
         self.provenance = provenance(self.target, self.script, self.o.args)
         write(self.study, provenance=self.provenance)
         self._model_key, self._env_key = model_of(self.provenance), environment_of(self.provenance)
@@ -308,15 +348,17 @@ class Study:
         return None
 
     def _trial_protocol(self) -> MeasurementProtocol:
-        """The study's protocol with the bar below which a trial stops measuring: the best value
-        so far less PRUNE_MARGIN. Only for throughput, which the harness times itself."""
+        """The study's protocol with the bar below which a trial stops measuring: the best
+        throughput so far less PRUNE_MARGIN, when throughput is the one objective, and the bound of
+        a ``throughput>=X`` constraint (a trial certainly below it is infeasible). Only throughput,
+        which the harness times itself, can stop a trial early."""
         o = self.o
-        if not o.prune or o.metric != "throughput" or o.direction != "maximize":
-            return o.protocol
-        best = _best(self.study)
-        if best is None or not best[1]:
-            return o.protocol
-        return o.protocol.model_copy(update={"stop_below": best[1] * (1 - PRUNE_MARGIN)})
+        bars = [c.bound for c in self.constraints if c.name == "throughput" and not c.upper]
+        if o.prune and [obj.name for obj in self.objectives] == ["throughput"]:
+            best = _best(self.study)
+            if best is not None and best[1]:
+                bars.append(best[1] * (1 - PRUNE_MARGIN))
+        return o.protocol.model_copy(update={"stop_below": max(bars)}) if bars else o.protocol
 
     def _enqueue_starting_points(self) -> None:
         """Baseline first, then the known-good configurations, each once per study."""
@@ -359,20 +401,26 @@ class Study:
                 by_cat[t.category] = by_cat.get(t.category, 0) + 1
         code = EXIT_OK if best is not None else EXIT_ALL_FAILED
         notes = list(self.notes)
+        infeasible = [t for t in trials if t.violated]
+        if best is None and infeasible:
+            broken = sorted({c for t in infeasible for c in t.violated})
+            notes.append(f"every configuration measured breaks a constraint ({', '.join(broken)}): there is no "
+                         "best; loosen the bound or search other configurations")
         spread = best.relative_spread() if best is not None and len(best.measurements) < 2 else None
         if spread is not None and spread > WIDE_INTERVAL:
             notes.append(f"trial {best.trial}'s 95% interval is {best.ci95_low:,.1f} .. {best.ci95_high:,.1f} "
                          f"(±{spread:.0%}): one measurement may be a lucky draw; --confirm 2 measures the "
                          "two best configurations again")
         return StudyResult(study=self.name, storage=self.storage_url, target=self.target.name,
-                           out_dir=str(self.out), metric=self.o.metric, best=best, baseline_value=baseline_value(self.study),
+                           out_dir=str(self.out), metric=best.metric if best else self.objectives[0].name,
+                           maximize=maximizes(self.study), best=best, baseline_value=baseline_value(self.study),
                            trials=trials, failures_by_category=by_cat, ran=self._told.ran, reused=self._told.reused,
                            notes=notes, exit_code=code)
 
     def write_outputs(self) -> None:
         trials = self.summaries()
         best = best_config(self.study, self.name, self.provenance)
-        write_outputs(self.out, best, trials, baseline_value(self.study))
+        write_outputs(self.out, best, trials, baseline_value(self.study), maximize=maximizes(self.study))
 
     def _update_progress(self, running: int) -> None:
         p = self.progress

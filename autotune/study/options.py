@@ -11,6 +11,7 @@ from pydantic import BaseModel, ConfigDict, Field
 
 from autotune.config import RunConfig
 from autotune.records import MeasurementProtocol
+from autotune.objectives import speedup
 from autotune.study.outputs import BestConfig, TrialSummary
 
 DEFAULT_DIR = Path(".autotune")
@@ -35,6 +36,8 @@ class StudyResult(BaseModel):
     out_dir: str
     #: What the values are: ``throughput`` (samples/s) or a metric the script reports.
     metric: str = "throughput"
+    #: Whether more of ``metric`` is better.
+    maximize: bool = True
     best: BestConfig | None = None
     baseline_value: float | None = None
     trials: list[TrialSummary] = Field(default_factory=list)
@@ -88,12 +91,11 @@ class StudyProgress:
     best_params: dict[str, Any] | None = None
     baseline_value: float | None = None
     metric: str = "throughput"
+    maximize: bool = True
     last: str = ""
     #: Every trial finished by this driver, in the order they ended.
     finished: list[FinishedTrial] = field(default_factory=list)
 
     @property
     def speedup(self) -> float | None:
-        if self.best_value and self.baseline_value:
-            return self.best_value / self.baseline_value
-        return None
+        return speedup(self.best_value, self.baseline_value, self.maximize)

@@ -14,13 +14,19 @@ from pydantic import BaseModel, Field
 
 from autotune.atomic_file import write_atomic
 from autotune.errors import AutotuneError
+from autotune.objectives import speedup
 
 
 class TrialSummary(BaseModel):
     number: int
     state: str  # COMPLETE, FAIL, RUNNING, WAITING, PRUNED
     params: dict[str, Any]
+    #: The preferred objective's value (``--prefer``; the only one in a single-objective study).
     value: float | None = None
+    #: Every objective's value, by name.
+    values: dict[str, float] = Field(default_factory=dict)
+    #: The ``--constraint`` bounds its result breaks: measured, but never the best.
+    violated: list[str] = Field(default_factory=list)
     throughput: float | None = None
     ci95_low: float | None = None
     ci95_high: float | None = None
@@ -45,6 +51,14 @@ class TrialSummary(BaseModel):
     losses: list[float] = Field(default_factory=list)
 
 
+class FrontPoint(BaseModel):
+    """A configuration of a multi-objective study's Pareto front."""
+
+    trial: int
+    params: dict[str, Any]
+    values: dict[str, float]
+
+
 class BestConfig(BaseModel):
     """The tuned configuration, in the form a training job uses directly."""
 
@@ -66,6 +80,11 @@ class BestConfig(BaseModel):
     ci95_high: float | None = None
     baseline_value: float | None = None
     speedup: float | None = None
+    #: Every objective's value at this configuration, and the constraints every best keeps.
+    objectives: dict[str, float] = Field(default_factory=dict)
+    constraints: list[str] = Field(default_factory=list)
+    #: A multi-objective study's Pareto front; this configuration is its point best in ``metric``.
+    front: list[FrontPoint] = Field(default_factory=list)
     provenance: dict[str, Any] = Field(default_factory=dict)
 
     def relative_spread(self) -> float | None:
@@ -96,17 +115,21 @@ def _shell_value(v: Any) -> str:
 
 
 CSV_FIELDS = ["number", "state", "value", "throughput", "ci95_low", "ci95_high", "pruned", "speedup", "category",
-              "reason", "numerics_violated", "wall_seconds", "compile_seconds", "duplicate_of", "confirms", "params"]
+              "reason", "numerics_violated", "violated", "wall_seconds", "compile_seconds", "duplicate_of",
+              "confirms", "values", "params"]
 
 
-def trials_csv(trials: list[TrialSummary], baseline: float | None) -> str:
+def trials_csv(trials: list[TrialSummary], baseline: float | None, maximize: bool = True) -> str:
     buf = io.StringIO()
     w = csv.DictWriter(buf, fieldnames=CSV_FIELDS)
     w.writeheader()
     for t in trials:
         row = t.model_dump(include=set(CSV_FIELDS))
-        row["speedup"] = f"{t.value / baseline:.4f}" if (t.value and baseline) else ""
+        ratio = speedup(t.value, baseline, maximize)
+        row["speedup"] = f"{ratio:.4f}" if ratio is not None else ""
         row["params"] = json.dumps(t.params, sort_keys=True)
+        row["values"] = json.dumps(t.values, sort_keys=True)
+        row["violated"] = "; ".join(t.violated)
         w.writerow(row)
     return buf.getvalue()
 
@@ -131,9 +154,10 @@ def check_writable(directory: Path) -> Path:
     return directory
 
 
-def write_outputs(out: Path, best: BestConfig | None, trials: list[TrialSummary], baseline: float | None) -> None:
+def write_outputs(out: Path, best: BestConfig | None, trials: list[TrialSummary], baseline: float | None,
+                  maximize: bool = True) -> None:
     out.mkdir(parents=True, exist_ok=True)
-    write_atomic(out / "trials.csv", trials_csv(trials, baseline))
+    write_atomic(out / "trials.csv", trials_csv(trials, baseline, maximize))
     if best is not None:
         write_atomic(out / "best.json", best.model_dump_json(indent=2) + "\n")
         write_atomic(out / "best.env", best.env_file())

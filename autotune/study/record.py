@@ -12,8 +12,8 @@ import math
 from typing import Any, Callable
 
 from autotune.cache import CacheRoot
+from autotune.objectives import Constraint, Objective, objective
 from autotune.records import Failure, FailureCategory, TrialPlan, TrialResult
-from autotune.rendering import format_value
 from autotune.study.numerics import constraint_value, loss_deviation
 from autotune.study.options import FinishedTrial, StudyOptions, StudyProgress
 from autotune.study.results import _baseline_losses, _trial_env
@@ -24,7 +24,9 @@ class TrialRecorder:
     """Tells Optuna each outcome of one study, and counts what this driver ran and reused."""
 
     def __init__(self, study: Any, options: StudyOptions, cache: CacheRoot, progress: StudyProgress,
-                 baseline_params: dict[str, Any], notes: list[str], on_told: Callable[[], None]) -> None:
+                 baseline_params: dict[str, Any], notes: list[str], on_told: Callable[[], None], *,
+                 objectives: list[Objective], constraints: list[Constraint],
+                 usd_per_sample_second: float | None) -> None:
         self.study = study
         self.o = options
         self.cache = cache
@@ -33,6 +35,9 @@ class TrialRecorder:
         #: The study's notes, shared with the driver: a re-measurement that fails adds one.
         self.notes = notes
         self.on_told = on_told
+        self.objectives = objectives
+        self.constraints = constraints
+        self.usd_per_sample_second = usd_per_sample_second
         self.ran = self.reused = 0
 
     def tell(self, trial: Any, result_json: str | None, error: str | None, from_cache: bool = False) -> None:
@@ -58,14 +63,17 @@ class TrialRecorder:
         if not from_cache and TrialAttrs.of(trial).result_key is not None:
             self.cache.put_result(TrialAttrs.of(trial).result_key, result)
         write(trial, env=_trial_env(result))
-        value = self.objective(result)
-        if result.ok and value is not None:
+        values = self.values(result)
+        if result.ok and values is not None:
             self._guard_numerics(trial, result)
-            self.study.tell(trial, value)
+            violated = self._judge_constraints(trial, result)
+            self.study.tell(trial, values)
             status = "pruned" if result.measurement and result.measurement.pruned else "ok"
             if (TrialAttrs.of(trial).numerics_constraint or 0) > 0:
                 status = "diverged"
-            self.finished(trial.number, result.plan.params, value,
+            if violated:
+                status = f"infeasible ({', '.join(violated)})"
+            self.finished(trial.number, result.plan.params, values[0],
                           f"{status}, remembered" if from_cache else status)
         else:
             category, reason = self._failure(result)
@@ -92,30 +100,34 @@ class TrialRecorder:
         write(trial, **{name: value for name, value in (("category", told.category), ("reason", told.reason))
                         if value is not None})
         if earlier.state == optuna.trial.TrialState.COMPLETE:
-            self.study.tell(trial, earlier.value)
+            for key, value in earlier.constraints.items():
+                trial.set_constraint(key, value)
+            self.study.tell(trial, earlier.values)
         else:
             self.study.tell(trial, state=optuna.trial.TrialState.FAIL)
         self.count_reused()
-        self.finished(trial.number, params, earlier.value, f"same as trial {earlier.number}")
+        self.finished(trial.number, params, earlier.values[0] if earlier.values else None,
+                      f"same as trial {earlier.number}")
 
     def tell_confirmation(self, original: Any, result_json: str | None, error: str | None) -> None:
         """Store a re-measurement of ``original`` as a finished trial of its own."""
         import optuna
 
         attrs: dict[str, Any] = {"config_key": TrialAttrs.of(original).config_key, "confirms": original.number}
-        value = None
+        values = None
         if result_json is not None:
             result = TrialResult.model_validate_json(result_json)
             attrs.update(result=result_json, env=_trial_env(result))
-            value = self.objective(result) if result.ok else None
-            if value is None:
+            values = self.values(result) if result.ok else None
+            if values is None:
                 attrs["category"], attrs["reason"] = self._failure(result)
         else:
             attrs["category"], attrs["reason"] = "crash", error or "the worker failed"
-        state = optuna.trial.TrialState.COMPLETE if value is not None else optuna.trial.TrialState.FAIL
+        state = optuna.trial.TrialState.COMPLETE if values is not None else optuna.trial.TrialState.FAIL
         self.study.add_trial(optuna.trial.create_trial(
-            params=original.params, distributions=original.distributions, value=value, state=state,
+            params=original.params, distributions=original.distributions, values=values, state=state,
             user_attrs=trial_attrs(**attrs)))
+        value = values[0] if values is not None else None
         self.ran += 1
         if value is None:
             self.notes.append(f"trial {original.number}'s configuration failed when measured again "
@@ -141,20 +153,36 @@ class TrialRecorder:
         """Record a trial's end for the progress displays, and the live line's last event."""
         changed = {k: v for k, v in params.items() if self.baseline_params.get(k) != v}
         self.progress.finished.append(FinishedTrial(number, changed, value, status))
-        shown = f"{format_value(value, self.o.metric)} " if value is not None else ""
+        shown = f"{self.objectives[0].format(value)} " if value is not None else ""
         self.progress.last = f"trial {number}: {shown}{status}"
 
-    def objective(self, result: TrialResult) -> float | None:
-        if self.o.metric == "throughput":
-            return result.measurement.throughput if result.measurement else None
-        return result.metrics.get(self.o.metric)
+    def values(self, result: TrialResult) -> list[float] | None:
+        """The objectives' values of a result, in the study's order; None if one is missing."""
+        values = [o.read(result, self.usd_per_sample_second) for o in self.objectives]
+        return None if any(v is None for v in values) else values  # type: ignore[return-value]
 
     def _failure(self, result: TrialResult) -> tuple[str, str]:
         """The category and reason of a trial that gave no value."""
         failure = result.failure
-        if failure is None:
-            return "script_error", f"the script reported no {self.o.metric!r}"
-        return failure.category.value, failure.reason
+        if failure is not None:
+            return failure.category.value, failure.reason
+        missing = [o for o in self.objectives if o.read(result, self.usd_per_sample_second) is None]
+        if missing and missing[0].unit == "":
+            return "script_error", f"the script reported no {missing[0].name!r}"
+        what = missing[0].name if missing else "value"
+        return "script_error", f"the trial gave no {what}: no step was measured"
+
+    def _judge_constraints(self, trial: Any, result: TrialResult) -> list[str]:
+        """Tell Optuna how far the result is from each constraint (above 0: broken); the broken ones."""
+        violated = []
+        for c in self.constraints:
+            amount = c.violation(objective(c.name, self.o.direction).read(result, self.usd_per_sample_second))
+            trial.set_constraint(c.text, amount)
+            if amount > 0:
+                violated.append(c.text)
+        if violated:
+            write(trial, violated=violated)
+        return violated
 
     def _guard_numerics(self, trial: Any, result: TrialResult) -> None:
         """Record how far this trial's first losses are from the baseline's (a constraint)."""

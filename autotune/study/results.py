@@ -9,7 +9,8 @@ from typing import Any
 from autotune.config import JobConfig
 from autotune.records import TrialResult
 from autotune.study.numerics import loss_deviation
-from autotune.study.outputs import BestConfig, TrialSummary
+from autotune.objectives import speedup
+from autotune.study.outputs import BestConfig, FrontPoint, TrialSummary
 from autotune.trial_attrs import StudyAttrs, TrialAttrs
 
 
@@ -45,11 +46,34 @@ def _trial_env(result: TrialResult) -> dict[str, str]:
     return {**result.plan.env, **{k: v for k, v in result.placement.items() if k.startswith("NEURON_")}}
 
 
-def _sign(study: Any) -> float:
-    """-1 when the study maximises (so that sorting ascending puts the best first), else 1."""
+def objective_names(study: Any) -> list[str]:
+    """The study's objectives, in the order of Optuna's values."""
+    attrs = StudyAttrs.of(study)
+    return attrs.objectives or [attrs.metric or "throughput"]
+
+
+def _preferred(study: Any) -> int:
+    """The index of the objective that ranks configurations: ``--prefer``, else the first."""
+    attrs = StudyAttrs.of(study)
+    names = objective_names(study)
+    return names.index(attrs.prefer) if attrs.prefer in names else 0
+
+
+def maximizes(study: Any, index: int | None = None) -> bool:
     import optuna
 
-    return -1.0 if study.direction == optuna.study.StudyDirection.MAXIMIZE else 1.0
+    return study.directions[_preferred(study) if index is None else index] == optuna.study.StudyDirection.MAXIMIZE
+
+
+def _value(study: Any, trial: Any) -> float | None:
+    """The trial's value of the preferred objective."""
+    return trial.values[_preferred(study)] if trial.values else None
+
+
+def _sign(study: Any) -> float:
+    """-1 when the study maximises the preferred objective (so that sorting ascending puts the best
+    first), else 1."""
+    return -1.0 if maximizes(study) else 1.0
 
 
 def _measured(study: Any) -> list[tuple[Any, list[float], bool]]:
@@ -67,9 +91,9 @@ def _measured(study: Any) -> list[tuple[Any, list[float], bool]]:
             continue
         key = TrialAttrs.of(t).config_key or f"#{t.number}"
         again = TrialAttrs.of(t).confirms is not None
-        if t.state == optuna.trial.TrialState.COMPLETE and t.value is not None \
+        if t.state == optuna.trial.TrialState.COMPLETE and t.values and not TrialAttrs.of(t).violated \
                 and not numerics_violated(study, t, base):
-            values.setdefault(key, []).append(t.value)
+            values.setdefault(key, []).append(_value(study, t))
             if not again:
                 first.setdefault(key, t)
         elif again:
@@ -91,7 +115,7 @@ def _ranked(study: Any) -> list[tuple[Any, list[float], bool]]:
 def _ranked_configurations(study: Any) -> list[Any]:
     """The first trial of each configuration measured, best first by that first measurement."""
     sign = _sign(study)
-    return [t for t, _, _ in sorted(_measured(study), key=lambda m: (sign * m[0].value, m[0].number))]
+    return [t for t, _, _ in sorted(_measured(study), key=lambda m: (sign * _value(study, m[0]), m[0].number))]
 
 
 def _best(study: Any) -> tuple[Any, float, list[float]] | None:
@@ -110,12 +134,20 @@ def baseline_value(study: Any) -> float | None:
     key = StudyAttrs.of(study).baseline_key
     for t in study.get_trials(deepcopy=False, states=[optuna.trial.TrialState.COMPLETE]):
         if TrialAttrs.of(t).config_key == key and TrialAttrs.of(t).duplicate_of is None:
-            return t.value
+            return _value(study, t)
     return None
 
 
+def pareto_front(study: Any) -> list[Any]:
+    """The first trials of the configurations no other feasible one beats in every objective
+    (better or equal in all, better in one), by their first measurement."""
+    signs = [-1.0 if maximizes(study, i) else 1.0 for i in range(len(study.directions))]
+    points = [(t, [s * v for s, v in zip(signs, t.values)]) for t, _, _ in _measured(study)]
+    return [t for t, p in points
+            if not any(all(a <= b for a, b in zip(q, p)) and q != p for _, q in points)]
+
+
 def best_config(study: Any, name: str, prov: dict[str, Any] | None = None) -> BestConfig | None:
-    import optuna
 
     found = _best(study)
     if found is None:
@@ -124,10 +156,7 @@ def best_config(study: Any, name: str, prov: dict[str, Any] | None = None) -> Be
     attrs, stored = TrialAttrs.of(t), StudyAttrs.of(study)
     result = TrialResult.model_validate_json(attrs.result) if attrs.result is not None else None
     base = baseline_value(study)
-    maximize = study.direction == optuna.study.StudyDirection.MAXIMIZE
-    speedup = None
-    if base and value:
-        speedup = value / base if maximize else base / value
+    ratio = speedup(value, base, maximizes(study))
     plan = result.plan if result else None
     m = result.measurement if result else None
     return BestConfig(
@@ -137,11 +166,23 @@ def best_config(study: Any, name: str, prov: dict[str, Any] | None = None) -> Be
         flags_env=plan.flags_env if plan else None,
         compiler_flags=plan.compiler_flags if plan else None,
         knobs={k: v for k, v in (plan.knobs.model_dump() if plan else {}).items() if v not in (None, False)},
-        metric=stored.metric or "throughput", value=value, measurements=values,
+        metric=objective_names(study)[_preferred(study)], value=value, measurements=values,
+        objectives=_named_values(study, t), constraints=list(stored.constraints or []),
+        front=[FrontPoint(trial=p.number, params=_params(p), values=_named_values(study, p))
+               for p in pareto_front(study)] if len(study.directions) > 1 else [],
         throughput=m.throughput if m else None, ci95_low=m.ci95_low if m else None,
-        ci95_high=m.ci95_high if m else None, baseline_value=base, speedup=speedup,
+        ci95_high=m.ci95_high if m else None, baseline_value=base, speedup=ratio,
         provenance=prov or stored.provenance or {},
     )
+
+
+def _named_values(study: Any, trial: Any) -> dict[str, float]:
+    return dict(zip(objective_names(study), trial.values or []))
+
+
+def _params(trial: Any) -> dict[str, Any]:
+    result = TrialAttrs.of(trial).result
+    return dict(TrialResult.model_validate_json(result).plan.params) if result else dict(trial.params)
 
 
 def study_summaries(study: Any) -> list[TrialSummary]:
@@ -154,7 +195,9 @@ def study_summaries(study: Any) -> list[TrialSummary]:
         out.append(TrialSummary(
             number=t.number, state=t.state.name,
             params=dict(result.plan.params) if result else {k: v for k, v in t.params.items() if v is not None},
-            value=t.value if t.state.name == "COMPLETE" else None,
+            value=_value(study, t) if t.state.name == "COMPLETE" else None,
+            values=_named_values(study, t) if t.state.name == "COMPLETE" and t.values else {},
+            violated=attrs.violated or [],
             throughput=m.throughput if m else None,
             ci95_low=m.ci95_low if m else None, ci95_high=m.ci95_high if m else None,
             pruned=bool(m and m.pruned),

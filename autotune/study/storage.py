@@ -127,7 +127,7 @@ def load_study(name: str, storage: str | None = None) -> Any:
         raise AutotuneError(f"no study named {name!r} in {url}; studies there: {names}") from None
 
 
-def open_study(storage: Any, name: str, direction: str, sampler: Any, *, fresh: bool) -> tuple[Any, list[str]]:
+def open_study(storage: Any, name: str, directions: list[str], sampler: Any, *, fresh: bool) -> tuple[Any, list[str]]:
     """The Optuna study ``name`` in ``storage``, created when new; with ``fresh`` an existing one is
     first kept under ``<name>@<time>``. Returns the study and what its user should be told."""
     import optuna
@@ -135,7 +135,7 @@ def open_study(storage: Any, name: str, direction: str, sampler: Any, *, fresh: 
     notes = [_archive(storage, name)] if fresh else []
     for _ in range(3):
         try:
-            study = optuna.create_study(storage=storage, study_name=name, direction=direction, sampler=sampler,
+            study = optuna.create_study(storage=storage, study_name=name, directions=directions, sampler=sampler,
                                         load_if_exists=True)
             return study, [n for n in notes if n]
         except optuna.exceptions.DuplicatedStudyError:

@@ -1,0 +1,154 @@
+"""Objectives other than throughput, constraints and Pareto fronts, on an unmodified forward-only
+inference script (no DataLoader, no optimizer, no autotune import) measured for real."""
+
+from __future__ import annotations
+
+import csv
+import json
+from pathlib import Path
+
+import optuna
+import pytest
+
+from autotune.errors import InvalidConfigError
+from autotune.objectives import Constraint, objective, speedup
+from autotune.records import MeasurementProtocol, TrialResult
+from autotune.study.loop import tune
+from autotune.study.outputs import BestConfig
+from autotune.trial_attrs import TrialAttrs
+
+SCRIPTS = Path(__file__).resolve().parents[1] / "scripts"
+INFER = SCRIPTS / "infer_only.py"
+ARGS = ["--width", "1024", "--batch-size", "64", "--iters", "100000"]
+#: Three configurations that change what a forward pass costs, without a compile.
+PRECISIONS = """
+target: inductor
+parameters:
+  precision:
+    type: categorical
+    choices: [fp32, bf16_autocast, fp16_autocast]
+    default: fp32
+  mode:
+    type: categorical
+    choices: [eager]
+    default: eager
+"""
+QUICK = MeasurementProtocol(max_measure_steps=2000, max_measure_seconds=3.0)
+
+
+# -- parsing ------------------------------------------------------------------------------------
+
+
+@pytest.mark.parametrize(("text", "name", "upper", "bound"), [
+    ("latency_p99<=50", "latency_p99", True, 50.0),
+    ("latency_p99 <= 0.05s", "latency_p99", True, 50.0),
+    ("throughput>=200", "throughput", False, 200.0),
+    ("peak_memory<=12GiB", "peak_memory", True, 12 * 1024 ** 3),
+    ("cost<=$0.5", "cost", True, 0.5),
+    ("accuracy>0.9", "accuracy", False, 0.9),
+])
+def test_constraints_parse_with_their_units(text: str, name: str, upper: bool, bound: float) -> None:
+    c = Constraint.parse(text)
+    assert (c.name, c.upper, c.bound) == (name, upper, bound)
+
+
+@pytest.mark.parametrize(("text", "fragment"), [
+    ("latency_p99", "expected NAME<=VALUE or NAME>=VALUE"),
+    ("latency_p99<=fast", "'fast' is not a number of ms"),
+    ("peak_memory<=lots", "is not a number of bytes"),
+    ("throughput>=inf", "must be a finite number"),
+    ("9lives>=1", "expected NAME<=VALUE"),
+])
+def test_malformed_constraints_say_what_is_wrong(text: str, fragment: str) -> None:
+    with pytest.raises(InvalidConfigError, match=fragment):
+        Constraint.parse(text)
+
+
+def test_violation_is_relative_and_positive_when_broken() -> None:
+    at_most = Constraint.parse("latency_p99<=50")
+    assert at_most.violation(40.0) == pytest.approx(-0.2)
+    assert at_most.violation(75.0) == pytest.approx(0.5)
+    at_least = Constraint.parse("throughput>=200")
+    assert at_least.violation(100.0) == pytest.approx(0.5)
+    assert at_least.violation(None) > 0, "a figure the trial did not give breaks the bound"
+
+
+def test_objectives_imply_their_direction_and_unit() -> None:
+    assert objective("throughput").maximize and objective("throughput").unit == "samples/s"
+    for name in ("cost", "latency_p50", "latency_p90", "latency_p99", "peak_memory"):
+        assert not objective(name).maximize, name
+    assert objective("accuracy", "maximize").maximize and not objective("loss", "minimize").maximize
+    assert objective("latency_p99").format(12.3456) == "12.346 ms"
+    assert speedup(10.0, 20.0, maximize=False) == 2.0 and speedup(30.0, 20.0) == 1.5
+    with pytest.raises(InvalidConfigError, match="unknown objective 'p99 latency'"):
+        objective("p99 latency")
+
+
+# -- studies ------------------------------------------------------------------------------------
+
+
+def _study(tmp_path: Path, **options) -> tuple:
+    space = tmp_path / "space.yaml"
+    space.write_text(PRECISIONS)
+    result = tune(INFER, *ARGS, trials=3, target="inductor", space=str(space), seed=0, protocol=QUICK,
+                  out=tmp_path / "out", storage=f"sqlite:///{tmp_path / 'db.sqlite'}", **options)
+    study = optuna.load_study(study_name=result.study, storage=result.storage)
+    results = {t.number: TrialResult.model_validate_json(TrialAttrs.of(t).result)
+               for t in study.get_trials() if t.state.name == "COMPLETE" and TrialAttrs.of(t).duplicate_of is None}
+    return result, results
+
+
+@pytest.mark.slow
+def test_latency_objective_with_a_throughput_constraint(ray_cluster, tmp_path, monkeypatch) -> None:
+    monkeypatch.chdir(tmp_path)
+    result, results = _study(tmp_path, objective=["latency_p99"], constraint=["throughput>=1"])
+    assert result.exit_code == 0, result.trials
+    assert len(results) == 3, "a forward-only loop is measured: each call of the model is a step"
+    for number, r in results.items():
+        assert r.measurement.samples_per_step == 64, "the batch is the model's input"
+        summary = next(t for t in result.trials if t.number == number)
+        assert summary.values["latency_p99"] == pytest.approx(r.measurement.step_time_p99 * 1e3)
+        assert summary.value == summary.values["latency_p99"] and not summary.violated
+    best = result.best
+    assert best.metric == "latency_p99" and not result.maximize
+    assert best.value == min(t.value for t in result.trials if t.state == "COMPLETE"), "less is better"
+    assert best.constraints == ["throughput>=1"]
+    stored = BestConfig.model_validate_json((tmp_path / "out" / "best.json").read_text())
+    assert stored.objectives == {"latency_p99": best.value}
+    rows = list(csv.DictReader((tmp_path / "out" / "trials.csv").open()))
+    assert {json.loads(r["values"])["latency_p99"] for r in rows if r["state"] == "COMPLETE"} == \
+        {t.value for t in result.trials if t.state == "COMPLETE"}
+
+
+@pytest.mark.slow
+def test_a_constraint_no_configuration_keeps_leaves_no_best(ray_cluster, tmp_path, monkeypatch) -> None:
+    monkeypatch.chdir(tmp_path)
+    result, results = _study(tmp_path, objective=["latency_p50"], constraint=["throughput>=1e12"])
+    assert len(results) == 3
+    assert all(t.violated == ["throughput>=1e12"] for t in result.trials if t.state == "COMPLETE")
+    assert result.best is None and result.exit_code == 3
+    assert any("breaks a constraint" in n for n in result.notes), result.notes
+    for r in results.values():
+        assert r.measurement.pruned, "a trial certainly below a throughput bound stops early"
+
+
+@pytest.mark.slow
+def test_two_objectives_give_a_pareto_front(ray_cluster, tmp_path, monkeypatch) -> None:
+    monkeypatch.chdir(tmp_path)
+    result, _ = _study(tmp_path, objective=["throughput", "latency_p50"], prefer="latency_p50")
+    assert result.exit_code == 0, result.trials
+    assert any("uses Optuna's TPE" in n for n in result.notes)
+    measured = {t.number: t.values for t in result.trials if t.state == "COMPLETE" and t.duplicate_of is None}
+    front = {p.trial: p.values for p in result.best.front}
+    assert front and set(front) <= set(measured)
+
+    def dominates(a: dict, b: dict) -> bool:
+        better_or_equal = a["throughput"] >= b["throughput"] and a["latency_p50"] <= b["latency_p50"]
+        return better_or_equal and a != b
+
+    for n, v in front.items():
+        assert not any(dominates(w, v) for m, w in measured.items() if m != n), f"trial {n} is dominated"
+    for n, v in measured.items():
+        assert n in front or any(dominates(w, v) for w in front.values()), f"trial {n} should be on the front"
+    assert result.best.metric == "latency_p50"
+    assert result.best.value == min(v["latency_p50"] for v in front.values()), "--prefer picks the point"
