@@ -154,7 +154,8 @@ def study_summaries(study: Any) -> list[TrialSummary]:
         out.append(TrialSummary(
             number=t.number, state=t.state.name,
             params=dict(result.plan.params) if result else {k: v for k, v in t.params.items() if v is not None},
-            value=t.value if t.state.name == "COMPLETE" else None,
+            # The first objective's: a study of several objectives has no single ``value``.
+            value=t.values[0] if t.state.name == "COMPLETE" and t.values else None,
             throughput=m.throughput if m else None,
             ci95_low=m.ci95_low if m else None, ci95_high=m.ci95_high if m else None,
             pruned=bool(m and m.pruned),

@@ -1,0 +1,131 @@
+"""``autotune report``: one self-contained HTML file, opened offline in a real Chromium, whose every
+number is one of the stored trials' (as ``autotune show --json`` prints them)."""
+
+from __future__ import annotations
+
+import json
+import shutil
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from autotune.report.page import SECTIONS
+
+from .conftest import StoredStudy
+
+#: The figures of a one-objective study, by their element id.
+FIGURES = ["fig-history", "fig-knob_effects", "fig-importances", "fig-compile_time"]
+
+
+@pytest.fixture(scope="module")
+def written(main_job_study: StoredStudy) -> dict:
+    """``autotune report --format png --json``, once for the module."""
+    done = main_job_study.cli("report", main_job_study.name, "--storage", main_job_study.storage,
+                              "--format", "png", "--json")
+    assert done.returncode == 0, done.stderr
+    return json.loads(done.stdout)
+
+
+def test_the_main_jobs_report_opens_offline_and_shows_every_section(written, open_page, tmp_path: Path) -> None:
+    report = Path(written["report"])
+    assert report == Path(written["report"]).parent / "report.html" and report.parent.name == "vit_xla_train-xla"
+    opened = open_page(report.as_uri(), offline=True)
+    page = opened.page
+    for key, title in SECTIONS.items():
+        assert page.locator(f"section#{key} > h2").inner_text() == title
+    for fig in FIGURES:
+        # plotly has drawn the figure: its SVG and a point or bar for the data
+        assert page.locator(f"#{fig} .main-svg").count() >= 1, fig
+        assert page.locator(f"#{fig} .point, #{fig} .bars path").count() >= 1, fig
+    assert "One objective" in page.locator("section#pareto").inner_text()
+    assert "crash" in page.locator("section#failures").inner_text()
+    assert "unknown" in page.locator("section#cost").inner_text()
+    page.screenshot(path=str(tmp_path / "report.png"), full_page=True)
+    assert opened.errors == [] and opened.outside_requests == []
+    for image in written["figures"]:
+        assert Path(image).read_bytes()[:8] == b"\x89PNG\r\n\x1a\n", image
+    assert sorted(Path(p).stem for p in written["figures"]) == sorted(f[4:] for f in FIGURES)
+
+
+def test_every_number_in_the_report_is_a_stored_one(written, open_page, main_job_study: StoredStudy) -> None:
+    show = main_job_study.cli("show", main_job_study.name, "--storage", main_job_study.storage, "--json")
+    best = main_job_study.cli("best", main_job_study.name, "--storage", main_job_study.storage)
+    env = main_job_study.cli("best", main_job_study.name, "--storage", main_job_study.storage, "--format", "env")
+    trials = {t["number"]: t for t in json.loads(show.stdout)}
+    best = json.loads(best.stdout)
+    page = open_page(Path(written["report"]).as_uri(), offline=True).page
+
+    history = page.evaluate("document.getElementById('fig-history').data")
+    points = {}
+    for trace in history:
+        if trace["name"] == "best so far" or trace["name"].startswith("failed"):
+            continue
+        for n, y in zip(trace["x"], trace["y"]):
+            points[n] = y
+            t = trials[n]
+            assert trace["name"].startswith("pruned") == t["pruned"]
+    measured = {n: t["value"] for n, t in trials.items() if t["value"] is not None and t["duplicate_of"] is None}
+    assert points == measured and len(measured) >= 10
+    failed = {n for tr in history if tr["name"].startswith("failed") for n in tr["x"]}
+    assert failed == {n for n, t in trials.items() if t["state"] == "FAIL"} and failed
+    running = [max(v for m, v in measured.items() if m <= n) for n in sorted(measured)]
+    steps = next(tr for tr in history if tr["name"] == "best so far")
+    assert steps["y"] == running and steps["y"][-1] == best["value"]
+    baseline = page.evaluate("document.getElementById('fig-history').layout.shapes[0].y0")
+    assert baseline == best["baseline_value"]
+
+    compile_time = page.evaluate("document.getElementById('fig-compile_time').data[0]")
+    assert dict(zip(compile_time["x"], compile_time["y"])) == {trials[n]["compile_seconds"]: v
+                                                               for n, v in measured.items()}
+    for n, t in trials.items():
+        shown = page.locator(f"tr[data-trial='{n}'] td.value").inner_text()
+        assert shown == (f"{t['value']:,.1f}" if t["value"] is not None else "-"), n
+    assert page.locator("#best-env").inner_text().strip() == env.stdout.strip()
+
+
+def test_a_study_of_two_objectives_shows_its_pareto_front(tmp_path: Path) -> None:
+    """Studies of several objectives (a cost objective beside throughput, say) get Optuna's own
+    Pareto-front plot; the rest of the report reads the first objective."""
+    import optuna
+
+    from autotune.report import write_report
+    from autotune.trial_attrs import trial_attrs
+
+    study = optuna.create_study(directions=["maximize", "minimize"], storage=f"sqlite:///{tmp_path / 'two.db'}",
+                                study_name="two")
+    for i, (throughput, cost) in enumerate([(100.0, 5.0), (200.0, 9.0), (150.0, 4.0), (90.0, 8.0)]):
+        study.add_trial(optuna.trial.create_trial(
+            params={"batch_size": 8 * (i + 1)}, values=[throughput, cost],
+            distributions={"batch_size": optuna.distributions.CategoricalDistribution([8, 16, 24, 32])},
+            user_attrs=trial_attrs(counted=True)))
+    page = write_report(study, "two", tmp_path / "out")[0].read_text()
+    assert "id=\"fig-pareto_front\"" in page and "Trials on the front: 1, 2." in page
+    assert "Several objectives: the Pareto front above" in page
+    assert {t.number for t in study.best_trials} == {1, 2}
+
+
+def test_report_without_plotly_names_the_install_command(main_job_study: StoredStudy) -> None:
+    """On a machine without the report extra (plotly hidden from the import system)."""
+    hide = ("import sys; sys.modules['plotly'] = None; from autotune.cli import main; "
+            f"sys.argv = ['autotune', 'report', {main_job_study.name!r}, '--storage', {main_job_study.storage!r}]; main()")
+    done = subprocess.run([sys.executable, "-c", hide], cwd=main_job_study.home, capture_output=True, text=True,
+                          timeout=60)
+    assert done.returncode == 2
+    lines = [ln for ln in done.stderr.splitlines() if ln.startswith("error:")]
+    assert len(lines) == 1 and 'pip install "autotune[report]"' in lines[0], done.stderr
+
+
+def test_images_without_a_browser_are_a_clear_error(main_job_study: StoredStudy, tmp_path: Path) -> None:
+    """kaleido renders images in a Chrome or Chromium; with none to be found it cannot, and the
+    error says what to install (nothing is written in place of the image)."""
+    if shutil.which("chromium") is None:
+        pytest.skip("needs a Chromium to hide: this machine has none")
+    done = subprocess.run(
+        [sys.executable, "-m", "autotune.cli", "report", main_job_study.name, "--storage", main_job_study.storage,
+         "--out", str(tmp_path), "--format", "svg"],
+        cwd=main_job_study.home, capture_output=True, text=True, timeout=120,
+        env={"PATH": str(Path(sys.executable).parent), "HOME": str(tmp_path), "BROWSER_PATH": str(tmp_path / "none")})
+    assert done.returncode == 2, done.stderr
+    assert "apt-get install chromium" in done.stderr and not (tmp_path / "figures" / "history.svg").exists()
