@@ -130,6 +130,9 @@ def compile_vs_value(report: StudyReport) -> Any:
                                hovertemplate="%{text}<br>compile %{x:.1f} s<br>%{y:,.1f}<extra></extra>"))
     fig.update_layout(title="Compile time against " + report.metric, xaxis_title="compile time (s)",
                       yaxis_title=value_axis(report))
+    if not ts:
+        fig.add_annotation(text="no measured trial recorded a compile time (nothing compiled?)", showarrow=False,
+                           xref="paper", yref="paper", x=0.5, y=0.5)
     return fig
 
 

@@ -96,7 +96,8 @@ def _failures(report: StudyReport) -> str:
             tail = t.log_tail.strip() if t.log_tail else ""
             log = (f"<details class='log'><summary>log tail</summary><pre>{_e(tail)}</pre></details>" if tail
                    else "<span class='note'>no log kept</span>")
-            rows.append(f"<tr><td class='num'>{t.number}</td><td>{_e(category)}</td><td>{_e(t.reason or '-')}</td>"
+            rows.append(f"<tr class='failure' data-trial='{t.number}'><td class='num'>{t.number}</td><td>{_e(category)}</td>"
+                        f"<td>{_e(t.reason or '-')}</td>"
                         f"<td>{_e(_params(t.params))}</td><td>{log}</td></tr>")
     return (head + "<p></p><table><tr><th>trial</th><th>category</th><th>reason</th><th>parameters</th>"
             "<th>log</th></tr>" + "".join(rows) + "</table>")
@@ -109,7 +110,8 @@ def _cost(report: StudyReport) -> str:
             ("device", prov.get("device") or "unknown"),
             ("host", f"{prov.get('host') or 'unknown'}, {prov.get('cpu_count') or '?'} CPUs"),
             ("versions", ", ".join(f"{k} {v}" for k, v in (prov.get("versions") or {}).items() if v) or "unknown"),
-            ("machine time of the trials that ran", f"{fmt_seconds(wall)} wall, of which {fmt_seconds(compile_s)} compiling"),
+            ("machine time of the trials that ran",
+             f"{fmt_seconds(wall)} wall, of which {fmt_seconds(compile_s) if compile_s else 'nothing'} compiling"),
             ("price", "unknown: the study stores no price per hour, so no cost in money is shown")]
     return "<table>" + "".join(f"<tr><th>{_e(k)}</th><td>{_e(v)}</td></tr>" for k, v in rows) + "</table>"
 
@@ -129,7 +131,9 @@ def _trials(report: StudyReport) -> str:
             "<th>wall (s)</th><th>parameters</th></tr>")
     rows = []
     for t in report.trials:
-        interval = f"{_num(t.ci95_low)} .. {_num(t.ci95_high)}" if t.ci95_low is not None else "-"
+        # a failed trial may hold the windows it measured before it failed: not a value of the study
+        interval = f"{_num(t.ci95_low)} .. {_num(t.ci95_high)}" if t.value is not None and t.ci95_low is not None \
+            else "-"
         rows.append(f"<tr data-trial='{t.number}'><td class='num'>{t.number}</td><td>{_e(_status(t))}</td>"
                     f"<td class='num value'>{_num(t.value)}</td><td class='num'>{interval}</td>"
                     f"<td class='num'>{_num(t.compile_seconds)}</td><td class='num'>{_num(t.wall_seconds)}</td>"
@@ -164,7 +168,7 @@ def render_page(report: StudyReport, figs: dict[str, Any]) -> str:
     when = datetime.datetime.fromtimestamp(report.generated_at, tz=datetime.timezone.utc).strftime("%Y-%m-%d %H:%M UTC")
     sections = "".join(f"<section id='{key}'><h2>{_e(title)}</h2>{body[key]}</section>"
                        for key, title in SECTIONS.items())
-    return (f"<!DOCTYPE html><html lang='en'><head><meta charset='utf-8'><title>autotune: {_e(report.study)}</title>"
+    return (f"<!DOCTYPE html><html lang='en'><head><meta charset='utf-8'><link rel='icon' href='data:,'><title>autotune: {_e(report.study)}</title>"
             f"<style>{_STYLE}</style><script>{get_plotlyjs()}</script></head><body>"
             f"<h1>autotune study {_e(report.study)}</h1><p class='note'>Read from the study's storage at {when}.</p>"
             f"{sections}</body></html>")
