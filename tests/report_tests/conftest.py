@@ -1,6 +1,10 @@
 """A study to report on: the README's main job (the ViT example on XLA:CPU), replayed from its
 recorded landscape through the real study loop and the real Optuna storage in a few seconds, with
-its real pruned trials and crashes."""
+its real pruned trials and crashes.
+
+Where the main job itself has just run (``.ci/run`` sets ``AUTOTUNE_MAIN_JOB_DIR`` to the folder it
+ran in), :func:`main_job_run` is that study, as the README's command left it.
+"""
 
 from __future__ import annotations
 
@@ -35,3 +39,14 @@ def main_job_study(tmp_path_factory: pytest.TempPathFactory) -> StoredStudy:
     home = tmp_path_factory.mktemp("main-job")
     replay_study(MAIN_JOB, trials=16, workdir=home, seed=3)
     return StoredStudy(home=home, storage=f"sqlite:///{home / 'replay.db'}", name=STUDY)
+
+
+@pytest.fixture(scope="session")
+def main_job_run() -> StoredStudy | None:
+    """The study of the README's main job run for real in ``AUTOTUNE_MAIN_JOB_DIR``; None elsewhere."""
+    home = os.environ.get("AUTOTUNE_MAIN_JOB_DIR")
+    if not home:
+        return None
+    db = Path(home) / ".autotune" / "autotune.db"
+    assert db.is_file(), f"AUTOTUNE_MAIN_JOB_DIR={home}: the main job left no {db}"
+    return StoredStudy(home=Path(home), storage=f"sqlite:///{db}", name=STUDY)
