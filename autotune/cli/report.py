@@ -57,27 +57,33 @@ def dashboard(
                                                                  "configuration's, every 15 s."),
 ) -> None:
     """Serve optuna-dashboard on the studies' storage, live, until interrupted; prints its URL."""
+    import optuna
+
     from autotune.daemon.server import is_loopback
     from autotune.report import require
     from autotune.study.options import default_storage
-    from autotune.study.storage import load_study, open_storage
+    from autotune.study.storage import open_existing_storage
 
     require("optuna_dashboard", "autotune dashboard")
     url = storage or default_storage()
-    names = _study_names(url)
+    opened = open_existing_storage(url)
+
+    def names() -> list[str]:
+        return [s.study_name for s in optuna.get_all_study_summaries(opened, include_best_trial=False)]
+
     if not is_loopback(host):
         err.print(f"warning: listening on {host}: optuna-dashboard has no login; anyone who reaches the port can "
                   "read and change these studies", highlight=False)
-    server = _server(open_storage(url), host, port)
+    server = _server(opened, host, port)
     stop = threading.Event()
     if notes:
         def annotate_all() -> None:
             from autotune.report.dashboard import annotate
 
             while True:
-                for name in _study_names(url):
+                for name in names():
                     try:
-                        annotate(load_study(name, url), name)
+                        annotate(optuna.load_study(study_name=name, storage=opened), name)
                     except Exception as exc:  # a study that is not autotune's, or one being written
                         err.print(f"notes of study {name}: {exc}", highlight=False)
                 if stop.wait(NOTES_EVERY_S):
@@ -86,7 +92,7 @@ def dashboard(
         threading.Thread(target=annotate_all, name="dashboard-notes", daemon=True).start()
     shown = f"[{host}]" if ":" in host else host
     typer.echo(f"optuna-dashboard: http://{shown}:{server.server_port}/dashboard "
-               f"({len(names)} studies in {url}; Ctrl-C stops it)")
+               f"({len(names())} studies in {url}; Ctrl-C stops it)")
     try:
         server.serve_forever()
     except KeyboardInterrupt:
@@ -94,14 +100,6 @@ def dashboard(
     finally:
         stop.set()
         server.server_close()
-
-
-def _study_names(url: str) -> list[str]:
-    import optuna
-
-    from autotune.study.storage import open_existing_storage
-
-    return [s.study_name for s in optuna.get_all_study_summaries(open_existing_storage(url), include_best_trial=False)]
 
 
 def _server(storage: Any, host: str, port: int) -> Any:
