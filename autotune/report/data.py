@@ -102,7 +102,7 @@ def _importances(study: Any) -> tuple[dict[str, float], str | None]:
     """Optuna's own importances (its default evaluator, PED-ANOVA), or why there are none."""
     import optuna
 
-    complete = [t for t in study.get_trials(deepcopy=False, states=[optuna.trial.TrialState.COMPLETE])]
+    complete = study.get_trials(deepcopy=False, states=[optuna.trial.TrialState.COMPLETE])
     if len({tuple(sorted(t.params.items(), key=lambda kv: kv[0])) for t in complete}) < 2:
         return {}, "fewer than two configurations measured: no importance to tell"
     try:

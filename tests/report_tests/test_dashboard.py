@@ -33,7 +33,8 @@ def dashboard(main_job_study: StoredStudy, tmp_path: Path):
         proc.wait(timeout=15)
 
 
-def test_dashboard_serves_the_studies_and_their_trials(dashboard: str, main_job_study: StoredStudy) -> None:
+def test_dashboard_serves_the_studies_and_their_trials(dashboard: str, main_job_study: StoredStudy, open_page,
+                                                       tmp_path: Path) -> None:
     base = dashboard.removesuffix("/dashboard")
     show = json.loads(main_job_study.cli("show", main_job_study.name, "--storage", main_job_study.storage,
                                          "--json").stdout)
@@ -59,6 +60,12 @@ def test_dashboard_serves_the_studies_and_their_trials(dashboard: str, main_job_
     failed = [t["number"] for t in show if t["state"] == "FAIL"]
     assert failed and all("**Failed: crash**" in notes[n] for n in failed)
     assert "95% interval" in notes[0] and "1.00x the baseline" in notes[0]
+
+    # optuna-dashboard's own page, in a browser: the first trial's note shows in words
+    opened = open_page(f"{dashboard}/studies/{study_id}/trials")
+    opened.page.get_by_text("1.00x the baseline").wait_for()
+    opened.page.screenshot(path=str(tmp_path / "dashboard-trials.png"))
+    assert opened.errors == []
 
 
 def test_dashboard_on_a_missing_database_is_a_clear_error(tmp_path: Path) -> None:
