@@ -104,6 +104,12 @@ def test_every_number_in_the_report_is_a_stored_one(written, open_page, main_job
         shown = page.locator(f"tr[data-trial='{n}'] td.value").inner_text()
         assert shown == (f"{t['value']:,.1f}" if t["value"] is not None else "-"), n
     assert page.locator("#best-env").inner_text().strip() == env.stdout.strip()
+    summary = page.locator("section#summary").inner_text()
+    assert f"{best['baseline_value']:,.1f} samples/s" in summary
+    assert f"{best['value']:,.1f} samples/s (trial {best['trial']}, {best['speedup']:.2f}x the baseline)" in summary
+    ran = [t for t in trials.values() if t["duplicate_of"] is None and not t["cached"]]
+    wall, compiled = sum(t["wall_seconds"] or 0 for t in ran), sum(t["compile_seconds"] or 0 for t in ran)
+    assert f"{wall:.1f} s wall, of which {compiled:.1f} s compiling" in page.locator("section#cost").inner_text()
 
 
 def test_a_study_of_two_objectives_shows_its_pareto_front(tmp_path: Path) -> None:
