@@ -32,11 +32,10 @@ def report(
     against the value, the failures by category with their log tails, the Pareto front of a study of
     several objectives, the instance and machine time, and the best configuration's best.env lines.
     """
-    from autotune.report import require, write_report
+    from autotune.report import write_report
     from autotune.study.options import DEFAULT_DIR
     from autotune.study.storage import load_study
 
-    require("plotly", "autotune report")
     paths = write_report(load_study(study, storage), study, out or DEFAULT_DIR / study, tuple(formats or ()))
     if json_out:
         typer.echo(json.dumps({"report": str(paths[0].resolve()), "figures": [str(p.resolve()) for p in paths[1:]]}))

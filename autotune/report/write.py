@@ -12,7 +12,7 @@ from typing import Any
 
 from autotune.atomic_file import write_atomic
 from autotune.errors import AutotuneError, MissingPackageError
-from autotune.report.data import StudyReport, study_report
+from autotune.report.data import study_report
 
 IMAGE_FORMATS = ("png", "svg")
 _EXTRA = 'pip install "autotune[report]"'
@@ -26,15 +26,15 @@ def require(package: str, needed_for: str) -> None:
         raise MissingPackageError(package, needed_for, _EXTRA) from None
 
 
-def report_html(study: Any, name: str) -> tuple[str, StudyReport, dict[str, Any]]:
-    """The report page of a stored study, with the data and figures it was drawn from."""
+def report_html(study: Any, name: str) -> tuple[str, dict[str, Any]]:
+    """The report page of a stored study, and its figures by name."""
     from autotune.report.figures import figures
     from autotune.report.page import render_page
 
     require("plotly", "autotune report")
     report = study_report(study, name)
     figs = figures(report, study)
-    return render_page(report, figs), report, figs
+    return render_page(report, figs), figs
 
 
 def write_report(study: Any, name: str, out: Path, formats: tuple[str, ...] = ()) -> list[Path]:
@@ -45,7 +45,7 @@ def write_report(study: Any, name: str, out: Path, formats: tuple[str, ...] = ()
         raise AutotuneError(f"--format {', '.join(unknown)}: choose {' or '.join(IMAGE_FORMATS)}")
     if formats:
         require("kaleido", "autotune report --format " + "/".join(formats))
-    page, _, figs = report_html(study, name)
+    page, figs = report_html(study, name)
     out.mkdir(parents=True, exist_ok=True)
     path = out / "report.html"
     write_atomic(path, page)
