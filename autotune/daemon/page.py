@@ -11,7 +11,6 @@ import time
 
 from autotune.daemon.records import JobInfo, JobState
 from autotune.rendering import fmt_seconds, format_value
-from autotune.study.options import seconds_left
 
 #: Seconds between two refreshes of the page while a job is queued or running.
 REFRESH_S = 5
@@ -29,15 +28,13 @@ def _e(value: object) -> str:
 
 
 def _times(job: JobInfo, now: float) -> tuple[str, str]:
-    """Elapsed, and an estimate of what is left at the pace so far (the job's measured trials over
-    its running time)."""
-    if job.started_at is None:
+    """Elapsed, and an estimate of what is left at the pace so far."""
+    elapsed, left = job.elapsed_s(now), job.remaining_s(now)
+    if elapsed is None:
         return "-", "-"
-    elapsed = (job.ended_at or now) - job.started_at
-    if job.state.final:
-        return fmt_seconds(elapsed), "-"
-    left = seconds_left(elapsed, job.done, job.trials - job.done)
-    return fmt_seconds(elapsed), "after the first trial" if left is None else "about " + fmt_seconds(left)
+    if left is None:
+        return fmt_seconds(elapsed), "-" if job.state.final else "after the first trial"
+    return fmt_seconds(elapsed), "about " + fmt_seconds(left)
 
 
 def _row(job: JobInfo, now: float) -> str:

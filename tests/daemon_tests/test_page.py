@@ -74,6 +74,8 @@ def test_a_running_jobs_estimate_is_its_pace_so_far() -> None:
     running = JobInfo(id="job-1", state=JobState.running, study="s", script="/x/train.py", trials=6, created_at=now - 90,
                       started_at=now - 60, done=2, running=1)
     queued = JobInfo(id="job-2", state=JobState.queued, study="t", script="train.py", trials=6, created_at=now)
+    assert (running.elapsed_s(now), running.remaining_s(now)) == (60.0, 120.0)
+    assert (queued.elapsed_s(now), queued.remaining_s(now)) == (None, None)
     page = jobs_page([queued, running], now=now)
     assert "<td class='num'>60.0 s</td><td class='num'>about 120.0 s</td>" in page
     assert "href='jobs/job-1/report'" in page and "jobs/job-2/report" not in page
