@@ -202,7 +202,7 @@ class _StudyDisplay:
 def best(
     study: str = typer.Argument(..., help="Study name; with --server, a job id of that daemon."),
     format: str = typer.Option("json", "--format", "-f", help="json, env or flags."),
-    storage: Optional[str] = typer.Option(None, help="Optuna storage URL (default: sqlite under .autotune/)."),
+    storage: Optional[str] = opt.STORAGE,
     server: Optional[str] = typer.Option(None, "--server", help="Read the best configuration of job STUDY from "
                                                                 "this daemon."),
     token_file: Optional[Path] = opt.TOKEN_FILE,
@@ -233,7 +233,7 @@ def best(
 @app.command(context_settings={"help_option_names": ["-h", "--help"]})
 def show(
     study: str = typer.Argument(..., help="Study name."),
-    storage: Optional[str] = typer.Option(None, help="Optuna storage URL (default: sqlite under .autotune/)."),
+    storage: Optional[str] = opt.STORAGE,
     json_out: bool = typer.Option(False, "--json", help="Print the trials as JSON."),
 ) -> None:
     """Show every trial of a stored study: values, speedups, failures with category and log tail."""

@@ -9,6 +9,7 @@ from typing import Any, Optional
 
 import typer
 
+from autotune.cli import options as opt
 from autotune.cli.app import app, err
 from autotune.errors import AutotuneError
 
@@ -20,7 +21,7 @@ NOTES_EVERY_S = 15.0
 @app.command(context_settings={"help_option_names": ["-h", "--help"]})
 def report(
     study: str = typer.Argument(..., help="Study name."),
-    storage: Optional[str] = typer.Option(None, help="Optuna storage URL (default: sqlite under .autotune/)."),
+    storage: Optional[str] = opt.STORAGE,
     out: Optional[Path] = typer.Option(None, help="Folder of the report (default: .autotune/STUDY/)."),
     formats: Optional[list[str]] = typer.Option(None, "--format", "-f",
                                                 help="Also write each figure as an image: png or svg "
@@ -46,7 +47,7 @@ def report(
 
 @app.command(context_settings={"help_option_names": ["-h", "--help"]})
 def dashboard(
-    storage: Optional[str] = typer.Option(None, help="Optuna storage URL (default: sqlite under .autotune/)."),
+    storage: Optional[str] = opt.STORAGE,
     host: str = typer.Option("127.0.0.1", help="Address to listen on; optuna-dashboard has no login, so "
                                                "anything but loopback lets anyone who reaches it read "
                                                "and change the studies."),
