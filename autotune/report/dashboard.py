@@ -19,6 +19,7 @@ from autotune.report.data import StudyReport, study_report
 from autotune.report.figures import value_axis
 from autotune.report.write import require
 from autotune.study.outputs import TrialSummary
+from autotune.trial_attrs import StudyAttrs
 
 
 def trial_note(report: StudyReport, t: TrialSummary) -> str:
@@ -66,12 +67,15 @@ def study_note(report: StudyReport) -> str:
 
 def annotate(study: Any, name: str) -> int:
     """Name the objective and write the study's and its trials' notes where their text changed;
-    the number of notes written."""
+    the number of notes written. A study that autotune did not create (no target among its
+    attributes) is left as it is: it shares the database, not the format."""
     import optuna
 
     require("optuna_dashboard", "notes for optuna-dashboard")
     from optuna_dashboard import get_note, save_note
 
+    if StudyAttrs.of(study).target is None:
+        return 0
     report = study_report(study, name)
     if study.metric_names is None and len(report.directions) == 1:
         with warnings.catch_warnings():  # experimental in Optuna, and stable in every version tested

@@ -21,6 +21,10 @@ def dashboard(main_job_study: StoredStudy, tmp_path: Path):
     """A dashboard on a copy of the main job's database (it writes notes there); its URL."""
     db = tmp_path / "copy.db"
     shutil.copy(main_job_study.home / "replay.db", db)
+    import optuna
+
+    other = optuna.create_study(study_name="not-autotune", storage=f"sqlite:///{db}")
+    other.optimize(lambda t: t.suggest_float("x", 0, 1), n_trials=2)
     proc = subprocess.Popen([sys.executable, "-m", "autotune.cli", "dashboard", "--storage", f"sqlite:///{db}",
                              "--port", "0"], cwd=tmp_path, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
                             env=os.environ.copy())
@@ -42,8 +46,8 @@ def test_dashboard_serves_the_studies_and_their_trials(dashboard: str, main_job_
     with httpx.Client(base_url=base, timeout=30) as http:
         assert http.get("/dashboard").status_code == 200
         studies = http.get("/api/studies").json()["study_summaries"]
-        assert [s["study_name"] for s in studies] == [main_job_study.name]
-        study_id = studies[0]["study_id"]
+        assert [s["study_name"] for s in studies] == [main_job_study.name, "not-autotune"]
+        study_id, other_id = studies[0]["study_id"], studies[1]["study_id"]
         deadline = time.monotonic() + 60
         while True:  # the notes are written by a thread that starts with the server
             detail = http.get(f"/api/studies/{study_id}").json()
@@ -51,10 +55,13 @@ def test_dashboard_serves_the_studies_and_their_trials(dashboard: str, main_job_
             if all(notes.values()) or time.monotonic() > deadline:
                 break
             time.sleep(0.5)
+        other = http.get(f"/api/studies/{other_id}").json()
     assert [(t["number"], t["state"].upper()) for t in detail["trials"]] == [(t["number"], t["state"]) for t in show]
     assert [t["values"][0] if t.get("values") else None for t in detail["trials"]] == \
         [t["value"] if t["state"] == "COMPLETE" else None for t in show]
     assert detail["objective_names"] == ["throughput (samples/s)"]
+    assert other["note"]["body"] == "" and not any(t["note"]["body"] for t in other["trials"]), \
+        "a study autotune did not create gets no notes"
     assert "Best: trial 5" in detail["note"]["body"] and f"trial {best['trial']}" in detail["note"]["body"]
     assert "### Best configuration" in notes[best["trial"]] and "export XLA_FLAGS=" in notes[best["trial"]]
     failed = [t["number"] for t in show if t["state"] == "FAIL"]
