@@ -44,7 +44,8 @@ def serve(
                                                        "(default: .autotune/jobs; shared storage for a multi-node cluster)."),
     max_upload: str = typer.Option("64MiB", help="Largest snapshot a client may upload, unpacked."),
 ) -> None:
-    """Run the autotune daemon: an HTTP API over a persistent job queue.
+    """Run the autotune daemon: an HTTP API over a persistent job queue, and at its root a page of
+    the jobs (progress, best so far, each one's report) for a browser.
 
     A job runs the code it is given, with this process's rights. Stopping the daemon leaves its
     running jobs running; the next start adopts them, keeps queued jobs queued, and resumes jobs
