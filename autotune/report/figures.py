@@ -7,6 +7,7 @@ configuration) and the same figures export as PNG or SVG.
 
 from __future__ import annotations
 
+import html
 import json
 from typing import Any
 
@@ -29,7 +30,7 @@ def value_axis(report: StudyReport) -> str:
 
 
 def _hover(t: TrialSummary) -> str:
-    return f"trial {t.number}<br>" + "<br>".join(f"{k}={v}" for k, v in t.params.items())
+    return f"trial {t.number}<br>" + "<br>".join(html.escape(f"{k}={v}") for k, v in t.params.items())
 
 
 def _interval(ts: list[TrialSummary]) -> dict[str, Any]:
@@ -68,7 +69,7 @@ def history(report: StudyReport) -> Any:
         fig.add_trace(go.Scatter(x=[t.number for t in ts], y=[0] * len(ts), mode="markers",
                                  name=f"failed: {category}",
                                  marker=dict(symbol="x", size=11, color=_CATEGORY_COLOURS.get(category, "#000")),
-                                 text=[f"{_hover(t)}<br>{t.reason or ''}" for t in ts],
+                                 text=[f"{_hover(t)}<br>{html.escape(t.reason or '')}" for t in ts],
                                  hovertemplate="%{text}<extra>" + category + "</extra>"))
     fig.update_layout(title="Optimisation history", xaxis_title="trial (number)", yaxis_title=value_axis(report),
                       legend=dict(orientation="h", y=-0.2))
