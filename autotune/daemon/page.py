@@ -49,7 +49,7 @@ def _row(job: JobInfo, now: float) -> str:
             f"<td class='num'><progress max='{job.trials}' value='{min(job.done, job.trials)}'></progress> "
             f"<span class='done'>{job.done}/{job.trials}</span></td>"
             f"<td class='num'>{job.running}</td><td class='num'>{job.failed}</td><td class='num best'>{_e(best)}</td>"
-            f"<td class='num'>{elapsed}</td><td class='num'>{_e(left)}</td>"
+            f"<td class='num elapsed'>{elapsed}</td><td class='num left'>{_e(left)}</td>"
             f"<td>{report}</td></tr>")
 
 

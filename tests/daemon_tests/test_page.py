@@ -3,10 +3,13 @@ each linking to the report of its study."""
 
 from __future__ import annotations
 
+import re
 from pathlib import Path
 
 import pytest
+from playwright.sync_api import expect
 
+from autotune.daemon.page import REFRESH_S
 from autotune.report.page import SECTIONS
 
 from .conftest import SCRIPTS, autotune
@@ -33,15 +36,19 @@ def test_the_page_follows_a_job_and_links_to_its_report(start_daemon, open_page,
     assert submitted.returncode == 0, submitted.stderr
     job_id = submitted.stdout.strip()
 
+    d.wait_for(job_id, lambda i: i["state"] != "queued")
     live = open_page(d.url + "/")
     row = live.page.locator(f"tr[data-job='{job_id}']")
-    assert row.locator(".state").inner_text() in ("queued", "running")
+    assert row.locator(".state").inner_text() == "running"
+    assert re.fullmatch(r"[0-9.]+ m?s", row.locator("td.elapsed").inner_text())
     assert live.page.locator("meta[http-equiv='refresh']").count() == 1, "a running job refreshes the page"
     assert row.locator("progress").get_attribute("max") == "2"
     live.page.screenshot(path=str(tmp_path / "jobs-running.png"), full_page=True)
 
     info = d.wait_for(job_id, lambda i: i["state"] in ("succeeded", "failed", "cancelled"))
     assert info["state"] == "succeeded" and info["done"] == 2 and info["failed"] == 1, info
+    # the page that was left open refreshes itself and shows the end
+    expect(row.locator(".state")).to_have_text("succeeded", timeout=(REFRESH_S + 10) * 1000)
     done = open_page(d.url + "/")
     row = done.page.locator(f"tr[data-job='{job_id}']")
     assert row.locator(".state").inner_text() == "succeeded" and row.locator(".done").inner_text() == "2/2"
@@ -77,6 +84,6 @@ def test_a_running_jobs_estimate_is_its_pace_so_far() -> None:
     assert (running.elapsed_s(now), running.remaining_s(now)) == (60.0, 120.0)
     assert (queued.elapsed_s(now), queued.remaining_s(now)) == (None, None)
     page = jobs_page([queued, running], now=now)
-    assert "<td class='num'>60.0 s</td><td class='num'>about 120.0 s</td>" in page
+    assert "<td class='num elapsed'>60.0 s</td><td class='num left'>about 120.0 s</td>" in page
     assert "href='jobs/job-1/report'" in page and "jobs/job-2/report" not in page
     assert "http-equiv='refresh'" in page
