@@ -9,7 +9,9 @@ from __future__ import annotations
 
 import textwrap
 from collections.abc import Callable, Iterator
+from dataclasses import dataclass
 from pathlib import Path
+from typing import Any
 
 import pytest
 
@@ -42,3 +44,66 @@ def write_script(tmp_path_factory: pytest.TempPathFactory) -> Callable[[str, str
         return path
 
     return write
+
+
+#: Where a system Chromium (or Chrome) may be; Playwright's own browser download is not possible here.
+BROWSERS = ("chromium", "chromium-browser", "google-chrome", "google-chrome-stable")
+
+
+@pytest.fixture(scope="session")
+def browser() -> Iterator[Any]:
+    """A headless Chromium driven by Playwright: the system's browser, found on PATH. Skipped, with
+    the reason, only when this machine has none (.ci/run installs it)."""
+    import shutil
+
+    executable = next((found for name in BROWSERS if (found := shutil.which(name))), None)
+    if executable is None:
+        pytest.skip(f"no Chromium on this machine (none of {', '.join(BROWSERS)} on PATH): apt-get install chromium")
+    from playwright.sync_api import sync_playwright
+
+    with sync_playwright() as p:
+        launched = p.chromium.launch(executable_path=executable, headless=True)
+        yield launched
+        launched.close()
+
+
+@dataclass
+class OpenedPage:
+    """A page opened in :func:`browser`, with every JavaScript error it raised or logged and every
+    request it made beyond the page's own origin."""
+
+    page: Any
+    errors: list[str]
+    outside_requests: list[str]
+
+
+@pytest.fixture
+def open_page(browser: Any) -> Iterator[Callable[..., OpenedPage]]:
+    """``open_page(url, offline=False, headers=None)``: the page loaded in a fresh browser context,
+    its console errors and uncaught exceptions collected; ``offline`` blocks every request but the
+    page itself (a report must open without a network)."""
+    contexts: list[Any] = []
+
+    def open_(url: str, *, offline: bool = False, headers: dict[str, str] | None = None) -> OpenedPage:
+        context = browser.new_context(viewport={"width": 1280, "height": 900}, extra_http_headers=headers or {},
+                                      offline=offline)
+        contexts.append(context)
+        page = context.new_page()
+        opened = OpenedPage(page=page, errors=[], outside_requests=[])
+        page.on("console", lambda m: opened.errors.append(m.text) if m.type == "error" else None)
+        page.on("pageerror", lambda e: opened.errors.append(str(e)))
+        if offline:
+            def route(r: Any) -> None:
+                if r.request.url == url:
+                    r.continue_()
+                else:
+                    opened.outside_requests.append(r.request.url)
+                    r.abort()
+
+            page.route("**/*", route)
+        page.goto(url, wait_until="load")
+        return opened
+
+    yield open_
+    for c in contexts:
+        c.close()

@@ -132,7 +132,8 @@ def _stdout_reserved(reserve: bool) -> Iterator[None]:
 class _StudyDisplay:
     """Progress of a study on stderr.
 
-    On a terminal, one live line: trials done and running, best so far and its speedup. Anywhere
+    On a terminal, one live line: a bar of the trials done, those running, the best so far and its
+    speedup, the time elapsed and an estimate of the time left (at the pace so far). Anywhere
     else (a log file, a CI job, a Ray job, a pipeline) one line per finished trial, flushed at once,
     so that a long study is not silent until its final table.
     """
@@ -141,12 +142,15 @@ class _StudyDisplay:
         self.live_wanted = live
         self.live: Any = None
         self.printed = 0
+        self.progress: Any = None
 
     def __enter__(self) -> "_StudyDisplay":
         if self.live_wanted:
             from rich.live import Live
 
-            self.live = Live("starting Ray and the study...", console=err, refresh_per_second=4, transient=True)
+            # Live renders this object at each refresh (__rich__), so the elapsed time runs on
+            # between two trials' ends.
+            self.live = Live(self, console=err, refresh_per_second=4, transient=True)
             self.live.__enter__()
         return self
 
@@ -154,20 +158,43 @@ class _StudyDisplay:
         if self.live is not None:
             self.live.__exit__(*exc)
 
-    def update(self, p: Any) -> None:
+    def __rich__(self) -> Any:
+        from rich.progress_bar import ProgressBar
+        from rich.table import Table
+
+        from autotune.rendering import fmt_seconds
+
+        p = self.progress
+        if p is None:
+            return "starting Ray and the study..."
+        left = p.remaining_s
+        until = ("estimate after the first trial" if left is None else "none left" if left == 0
+                 else f"about {fmt_seconds(left)} left")
+        line = Table.grid(padding=(0, 1))
+        line.add_row(f"[bold]{p.study}[/bold]", ProgressBar(total=max(p.wanted, 1), completed=p.done, width=24),
+                     f"{p.done}/{p.wanted} done, {p.running} running, {p.failed} failed, {p.reused} reused  |  "
+                     f"{self._best(p)}  |  {fmt_seconds(p.elapsed_s)} elapsed, {until}  [dim]{p.last}[/dim]")
+        return line
+
+    @staticmethod
+    def _best(p: Any) -> str:
         from autotune.rendering import format_value
 
         best = f"best {format_value(p.best_value, p.metric)}" if p.best_value is not None else "no result yet"
-        speed = f" ({p.speedup:.2f}x baseline)" if p.speedup else ""
+        return best + (f" ({p.speedup:.2f}x baseline)" if p.speedup else "")
+
+    def update(self, p: Any) -> None:
+        from autotune.rendering import format_value
+
+        self.progress = p
         if self.live is not None:
-            self.live.update(f"[bold]{p.study}[/bold]  {p.done}/{p.wanted} done, {p.running} running, "
-                             f"{p.failed} failed, {p.reused} reused  |  {best}{speed}  [dim]{p.last}[/dim]")
+            self.live.refresh()
             return
         for t in p.finished[self.printed:]:
             config = " ".join(f"{k}={v}" for k, v in t.changed.items()) or "baseline"
             value = format_value(t.value, p.metric) if t.value is not None else "-"
             sys.stderr.write(f"[{time.strftime('%H:%M:%S')}] trial {t.number} ({p.done}/{p.wanted}): {value}, "
-                             f"{t.status}; {config} | {best}{speed}\n")
+                             f"{t.status}; {config} | {self._best(p)}\n")
         sys.stderr.flush()
         self.printed = len(p.finished)
 
@@ -176,7 +203,7 @@ class _StudyDisplay:
 def best(
     study: str = typer.Argument(..., help="Study name; with --server, a job id of that daemon."),
     format: str = typer.Option("json", "--format", "-f", help="json, env or flags."),
-    storage: Optional[str] = typer.Option(None, help="Optuna storage URL (default: sqlite under .autotune/)."),
+    storage: Optional[str] = opt.STORAGE,
     server: Optional[str] = typer.Option(None, "--server", help="Read the best configuration of job STUDY from "
                                                                 "this daemon."),
     token_file: Optional[Path] = opt.TOKEN_FILE,
@@ -207,7 +234,7 @@ def best(
 @app.command(context_settings={"help_option_names": ["-h", "--help"]})
 def show(
     study: str = typer.Argument(..., help="Study name."),
-    storage: Optional[str] = typer.Option(None, help="Optuna storage URL (default: sqlite under .autotune/)."),
+    storage: Optional[str] = opt.STORAGE,
     json_out: bool = typer.Option(False, "--json", help="Print the trials as JSON."),
 ) -> None:
     """Show every trial of a stored study: values, speedups, failures with category and log tail."""

@@ -20,7 +20,7 @@ from autotune.cli.app import app
 from autotune.cli.options import config_options
 from autotune.config import JobConfig, RunConfig
 from autotune.errors import InvalidConfigError
-from autotune.rendering import format_value
+from autotune.rendering import fmt_seconds, format_value
 
 err = Console(stderr=True, highlight=False, soft_wrap=True)
 CONTEXT = {"help_option_names": ["-h", "--help"]}
@@ -44,7 +44,8 @@ def serve(
                                                        "(default: .autotune/jobs; shared storage for a multi-node cluster)."),
     max_upload: str = typer.Option("64MiB", help="Largest snapshot a client may upload, unpacked."),
 ) -> None:
-    """Run the autotune daemon: an HTTP API over a persistent job queue.
+    """Run the autotune daemon: an HTTP API over a persistent job queue, and at its root a page of
+    the jobs (progress, best so far, each one's report) for a browser.
 
     A job runs the code it is given, with this process's rights. Stopping the daemon leaves its
     running jobs running; the next start adopts them, keeps queued jobs queued, and resumes jobs
@@ -107,6 +108,10 @@ def _progress_line(info: Any) -> str:
         return f"{info.id} queued" + (f" ({info.message})" if info.message else "")
     line = (f"{info.id} {info.state.value}: {info.done}/{info.trials} trials done, {info.running} running, "
             f"{info.failed} failed{best}")
+    now = time.time()
+    elapsed, left = info.elapsed_s(now), info.remaining_s(now)
+    if elapsed is not None:
+        line += f" | {fmt_seconds(elapsed)} elapsed" + (f", about {fmt_seconds(left)} left" if left is not None else "")
     if info.state.final:
         line += f" (exit code {info.exit_code})" + (f": {info.message}" if info.message and
                                                      info.state.value != "succeeded" else "")

@@ -23,6 +23,8 @@ from autotune.trial import parse_sets
 
 SCRIPT = typer.Argument(..., help="The training or inference script, unmodified.")
 SCRIPT_ARGS = typer.Argument(None, help="Arguments for the script, after --.")
+#: The storage of the commands that read stored studies (best, show, report, dashboard).
+STORAGE = typer.Option(None, help="Optuna storage URL (default: sqlite under .autotune/).")
 
 # The daemon a client command talks to.
 SERVER_ENV = "AUTOTUNE_SERVER"

@@ -13,6 +13,7 @@ from typing import Any, Literal
 from pydantic import BaseModel, Field, field_validator
 
 from autotune.config import JobConfig
+from autotune.study.options import seconds_left
 from autotune.study.outputs import BestConfig
 
 #: Study names, job ids: plain tokens (they appear in URLs and log lines).
@@ -118,6 +119,18 @@ class JobInfo(BaseModel):
     speedup: float | None = None
     #: Trials this job measured itself (``None`` until it ends).
     ran: int | None = None
+
+    def elapsed_s(self, now: float) -> float | None:
+        """Seconds it has run (until it ended); None before it started."""
+        return None if self.started_at is None else (self.ended_at or now) - self.started_at
+
+    def remaining_s(self, now: float) -> float | None:
+        """An estimate of the seconds it still needs at its pace so far; None when there is none
+        yet (not started, or no trial done) or no more (it ended)."""
+        elapsed = self.elapsed_s(now)
+        if elapsed is None or self.state.final:
+            return None
+        return seconds_left(elapsed, self.done, self.trials - self.done)
 
 
 class UploadInfo(BaseModel):

@@ -2,6 +2,7 @@
 
 Endpoints (the OpenAPI schema is at ``/openapi.json``, browsable at ``/docs``)::
 
+    GET  /                         a page of the jobs with their progress (HTML, refreshed while they run)
     GET  /health                   version, storage, slots, limits, jobs by state
     POST /uploads                  a tar.gz snapshot as the request body -> its upload id
     POST /jobs                     a JobSpec -> the queued job
@@ -10,6 +11,7 @@ Endpoints (the OpenAPI schema is at ``/openapi.json``, browsable at ``/docs``)::
     POST /jobs/{id}/cancel         cancel a queued job, or stop a running one
     GET  /jobs/{id}/best           the best configuration so far (BestConfig)
     GET  /jobs/{id}/logs           the job's log, or ?trial=N for a trial's (?tail=LINES)
+    GET  /jobs/{id}/report         the report of the job's study (HTML, as ``autotune report`` writes)
     POST /ensure                   a JobSpec -> the stored best configuration, or the job tuning it
 
 With a token every request, these pages included, must carry ``Authorization: Bearer <token>``.
@@ -29,7 +31,7 @@ from typing import Any
 
 from fastapi import Body, FastAPI, HTTPException, Path as PathParam, Query, Request
 from fastapi.concurrency import run_in_threadpool
-from fastapi.responses import JSONResponse, PlainTextResponse
+from fastapi.responses import HTMLResponse, JSONResponse, PlainTextResponse
 
 import autotune
 from autotune.daemon.archive import ArchiveError, extract_snapshot
@@ -264,6 +266,14 @@ def create_app(daemon: Daemon) -> FastAPI:
     async def _not_found(_: Request, exc: LookupError) -> JSONResponse:
         return JSONResponse({"detail": str(exc.args[0] if exc.args else exc)}, status_code=404)
 
+    @app.get("/", response_class=HTMLResponse)
+    def page(limit: int = Query(50, ge=1, le=1000)) -> HTMLResponse:
+        """The jobs, newest first, with their progress and a link to each one's report."""
+        from autotune.daemon.page import jobs_page
+
+        return HTMLResponse(jobs_page([daemon.info(j) for j in daemon.store.find(None, limit=limit,
+                                                                                  newest_first=True)]))
+
     @app.get("/health", response_model=DaemonHealth)
     def health() -> DaemonHealth:
         return DaemonHealth(version=autotune.__version__, storage=daemon.store.redacted_url,
@@ -346,6 +356,20 @@ def create_app(daemon: Daemon) -> FastAPI:
             raise LookupError(f"no log of {what} yet")
         text = log_tail(path, max_bytes=LOG_LIMIT_BYTES, lines=tail)
         return PlainTextResponse(text + "\n" if tail else text)
+
+    @app.get("/jobs/{job_id}/report", response_class=HTMLResponse)
+    def report(job_id: str = JobId) -> HTMLResponse:
+        import optuna
+
+        from autotune.report import report_html
+
+        job = daemon.job(job_id)
+        try:
+            study = optuna.load_study(study_name=job.study, storage=daemon.studies)
+        except KeyError:
+            raise HTTPException(409, f"job {job_id} has no trial yet ({job.state.value}); "
+                                     "its report exists once its study does") from None
+        return HTMLResponse(report_html(study, job.study)[0])
 
     @app.post("/ensure", response_model=EnsureReply)
     def ensure(spec: JobSpec = Body(...)) -> EnsureReply:

@@ -231,7 +231,7 @@ def _script_path(land: Landscape) -> str:
     script = Path(land.header["script"])
     if script.is_absolute() or script.exists():
         return str(script)
-    beside = Path(__file__).resolve().parent.parent / script  # a landscape of the repository's examples
+    beside = Path(__file__).resolve().parents[2] / script  # a landscape of the repository's examples
     return str(beside if beside.exists() else script)
 
 

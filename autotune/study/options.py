@@ -3,6 +3,7 @@ Python caller chooses), its progress as it runs, and its result."""
 
 from __future__ import annotations
 
+import time
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Callable
@@ -95,7 +96,27 @@ class StudyProgress:
     last: str = ""
     #: Every trial finished by this driver, in the order they ended.
     finished: list[FinishedTrial] = field(default_factory=list)
+    #: When this driver started (``time.monotonic``).
+    started: float = field(default_factory=time.monotonic)
+
+    @property
+    def elapsed_s(self) -> float:
+        return time.monotonic() - self.started
+
+    @property
+    def remaining_s(self) -> float | None:
+        return seconds_left(self.elapsed_s, len(self.finished), self.wanted - self.done)
 
     @property
     def speedup(self) -> float | None:
         return speedup(self.best_value, self.baseline_value, self.maximize)
+
+
+def seconds_left(elapsed_s: float, finished: int, left: int) -> float | None:
+    """An estimate of the time a study still needs, at its pace so far: the seconds per trial
+    finished, times the trials left. None before a trial has finished (no pace yet)."""
+    if left <= 0:
+        return 0.0
+    if finished <= 0:
+        return None
+    return elapsed_s / finished * left

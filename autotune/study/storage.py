@@ -112,14 +112,22 @@ def open_storage(url: str) -> Any:
         raise AutotuneError(f"cannot open storage {url}: {first}") from None
 
 
-def load_study(name: str, storage: str | None = None) -> Any:
+def open_existing_storage(url: str) -> Any:
+    """:func:`open_storage` on a database that must exist already (a command that reads studies
+    must not leave an empty SQLite file behind a typo)."""
     import optuna
 
     optuna.logging.set_verbosity(optuna.logging.WARNING)
-    url = storage or default_storage()
     if url.startswith("sqlite:///") and not Path(url[len("sqlite:///"):]).exists():
         raise AutotuneError(f"no study database at {url[len('sqlite:///'):]}; run autotune run first or pass --storage")
-    st = open_storage(url)
+    return open_storage(url)
+
+
+def load_study(name: str, storage: str | None = None) -> Any:
+    import optuna
+
+    url = storage or default_storage()
+    st = open_existing_storage(url)
     try:
         return optuna.load_study(study_name=name, storage=st)
     except KeyError:

@@ -1,0 +1,159 @@
+"""The report's figures, drawn with plotly from a :class:`~autotune.report.data.StudyReport`.
+
+Plotly rather than hand-drawn SVG: it is what ``optuna.visualization`` draws with (the Pareto front
+here is Optuna's own plot), its figures are interactive in the HTML report (hover shows a trial's
+configuration) and the same figures export as PNG or SVG.
+"""
+
+from __future__ import annotations
+
+import html
+import json
+from typing import Any
+
+from autotune.rendering import METRIC_UNITS
+from autotune.report.data import StudyReport
+from autotune.study.outputs import TrialSummary
+
+#: Failure categories get one marker colour each, always the same (a crash is red in every report).
+_CATEGORY_COLOURS = {
+    "compile_error": "#d62728", "crash": "#8c1c13", "device_oom": "#ff7f0e", "host_oom": "#e377c2",
+    "timeout": "#9467bd", "script_error": "#7f7f7f", "numerics": "#bcbd22", "invalid_config": "#17becf",
+    "device_unavailable": "#8c564b",
+}
+
+
+def value_axis(report: StudyReport) -> str:
+    """``throughput (samples/s)``; a metric the script reports is named as it is (its unit is its own)."""
+    unit = METRIC_UNITS.get(report.metric)
+    return f"{report.metric} ({unit})" if unit else report.metric
+
+
+def _hover(t: TrialSummary) -> str:
+    return f"trial {t.number}<br>" + "<br>".join(html.escape(f"{k}={v}") for k, v in t.params.items())
+
+
+def _interval(ts: list[TrialSummary]) -> dict[str, Any]:
+    """Error bars of the 95% interval, asymmetric around each value (0 where none was stored)."""
+    return dict(type="data", symmetric=False,
+                array=[(t.ci95_high - t.value) if t.ci95_high is not None and t.value is not None else 0 for t in ts],
+                arrayminus=[(t.value - t.ci95_low) if t.ci95_low is not None and t.value is not None else 0
+                            for t in ts])
+
+
+def history(report: StudyReport) -> Any:
+    """Each trial's value with its 95% interval, the best so far, the baseline, and the failed
+    trials along the bottom by category."""
+    import plotly.graph_objects as go
+
+    fig = go.Figure()
+    measured = report.measured()
+    groups = [("measured", [t for t in measured if not t.pruned and not t.numerics_violated], "circle", "#1f77b4"),
+              ("pruned (stopped early: wider interval)", [t for t in measured if t.pruned and not t.numerics_violated],
+               "circle-open", "#1f77b4"),
+              ("losses left the baseline's (never best)", [t for t in measured if t.numerics_violated],
+               "diamond-open", "#bcbd22")]
+    for name, ts, symbol, colour in groups:
+        if ts:
+            fig.add_trace(go.Scatter(x=[t.number for t in ts], y=[t.value for t in ts], mode="markers", name=name,
+                                     marker=dict(symbol=symbol, size=9, color=colour), error_y=_interval(ts),
+                                     text=[_hover(t) for t in ts], hovertemplate="%{text}<br>%{y:,.1f}<extra></extra>"))
+    steps = report.best_so_far()
+    if steps:
+        fig.add_trace(go.Scatter(x=[n for n, _ in steps], y=[v for _, v in steps], mode="lines", name="best so far",
+                                 line=dict(shape="hv", color="#2ca02c", width=2)))
+    if report.baseline_value is not None:
+        fig.add_hline(y=report.baseline_value, line=dict(dash="dash", color="#555"),
+                      annotation_text=f"baseline {report.baseline_value:,.1f}", annotation_position="bottom right")
+    for category, ts in report.failures_by_category().items():
+        fig.add_trace(go.Scatter(x=[t.number for t in ts], y=[0] * len(ts), mode="markers",
+                                 name=f"failed: {category}",
+                                 marker=dict(symbol="x", size=11, color=_CATEGORY_COLOURS.get(category, "#000")),
+                                 text=[f"{_hover(t)}<br>{html.escape(t.reason or '')}" for t in ts],
+                                 hovertemplate="%{text}<extra>" + category + "</extra>"))
+    fig.update_layout(title="Optimisation history", xaxis_title="trial (number)", yaxis_title=value_axis(report),
+                      legend=dict(orientation="h", y=-0.2))
+    return fig
+
+
+def knob_effects(report: StudyReport) -> Any:
+    """Each parameter's levels against the values measured at them, one panel per parameter."""
+    import plotly.graph_objects as go
+    from plotly.subplots import make_subplots
+
+    names = report.parameters()
+    cols = min(3, max(1, len(names)))
+    rows = max(1, -(-len(names) // cols))
+    fig = make_subplots(rows=rows, cols=cols, subplot_titles=names or ["no parameters"], shared_yaxes=True)
+    measured = [t for t in report.measured() if not t.numerics_violated]
+    for i, name in enumerate(names):
+        ts = sorted(measured, key=lambda t: _level_order(t.params.get(name)))
+        fig.add_trace(go.Box(x=[json.dumps(t.params.get(name)) for t in ts], y=[t.value for t in ts], name=name, boxpoints="all", jitter=0.3,
+                             pointpos=0, showlegend=False, text=[_hover(t) for t in ts],
+                             hovertemplate="%{text}<br>%{y:,.1f}<extra></extra>"),
+                      row=i // cols + 1, col=i % cols + 1)
+    for r in range(1, rows + 1):
+        fig.update_yaxes(title_text=value_axis(report), row=r, col=1)
+    fig.update_xaxes(type="category")
+    fig.update_layout(title="Each knob's effect: value by level (null: the script's own setting)",
+                      height=max(350, 300 * rows))
+    return fig
+
+
+def _level_order(value: Any) -> tuple[int, float, str]:
+    """Levels left to right: the script's own setting (null) first, numbers by size, then names."""
+    if value is None:
+        return (0, 0.0, "")
+    if isinstance(value, (int, float)) and not isinstance(value, bool):
+        return (1, float(value), "")
+    return (2, 0.0, str(value))
+
+
+def importances(report: StudyReport) -> Any:
+    import plotly.graph_objects as go
+
+    names = list(report.importances)[::-1]  # most important at the top
+    fig = go.Figure(go.Bar(x=[report.importances[n] for n in names], y=names, orientation="h",
+                           hovertemplate="%{y}: %{x:.3f}<extra></extra>"))
+    n = sum(1 for t in report.trials if t.state == "COMPLETE")
+    fig.update_layout(title=f"Parameter importances (Optuna's PED-ANOVA evaluator, from {n} measured trials)",
+                      xaxis_title="importance (fraction of 1)", height=max(300, 60 * len(names) + 150))
+    return fig
+
+
+def compile_vs_value(report: StudyReport) -> Any:
+    """Compile time against the value: is the fast configuration also slow to build?"""
+    import plotly.graph_objects as go
+
+    ts = [t for t in report.measured() if t.compile_seconds is not None]
+    fig = go.Figure(go.Scatter(x=[t.compile_seconds for t in ts], y=[t.value for t in ts], mode="markers",
+                               marker=dict(size=9, symbol=["circle-open" if t.pruned else "circle" for t in ts]),
+                               error_y=_interval(ts), text=[_hover(t) for t in ts],
+                               hovertemplate="%{text}<br>compile %{x:.1f} s<br>%{y:,.1f}<extra></extra>"))
+    fig.update_layout(title="Compile time against " + report.metric, xaxis_title="compile time (s)",
+                      yaxis_title=value_axis(report))
+    if not ts:
+        fig.add_annotation(text="no measured trial recorded a compile time (nothing compiled?)", showarrow=False,
+                           xref="paper", yref="paper", x=0.5, y=0.5)
+    return fig
+
+
+def pareto_front(study: Any, report: StudyReport) -> Any | None:
+    """Optuna's own Pareto-front plot, for a study of two or three objectives; None otherwise."""
+    if not 2 <= len(report.directions) <= 3:
+        return None
+    import optuna
+
+    return optuna.visualization.plot_pareto_front(study)
+
+
+def figures(report: StudyReport, study: Any) -> dict[str, Any]:
+    """Every figure of the report by its file stem, in the order the report shows them."""
+    out = {"history": history(report), "knob_effects": knob_effects(report)}
+    if report.importances:
+        out["importances"] = importances(report)
+    out["compile_time"] = compile_vs_value(report)
+    front = pareto_front(study, report)
+    if front is not None:
+        out["pareto_front"] = front
+    return out
