@@ -10,6 +10,7 @@ A default written anywhere else is a second definition; ``tests/test_config.py``
 
 from __future__ import annotations
 
+import math
 import re
 from pathlib import Path
 from typing import Any, ClassVar, TypeVar
@@ -22,6 +23,7 @@ from autotune.targets import TARGETS
 SAMPLERS = ("autotune", "tpe", "random", "qmc")
 DIRECTIONS = ("maximize", "minimize")
 _PARAMETER_NAME = re.compile(r"^[A-Za-z_][A-Za-z0-9_.]*$")
+_INSTANCE_TYPE = re.compile(r"^[a-z0-9-]+\.[a-z0-9-]+$")
 
 C = TypeVar("C", bound="JobConfig")
 
@@ -34,7 +36,11 @@ class JobConfig(BaseModel):
     #: The short flag of an option, where it has one.
     SHORT: ClassVar[dict[str, str]] = {"trials": "-n", "target": "-t", "sets": "-s"}
     #: The name of an option's value in ``--help``, where the type's is not clear enough.
-    METAVAR: ClassVar[dict[str, str]] = {"confirm": "K"}
+    METAVAR: ClassVar[dict[str, str]] = {"confirm": "K", "price_per_hour": "USD"}
+    #: Options the command line passes on as text for the model to parse: ``--price-per-hour cheap``
+    #: is then the one-line error that names the option, as ``--price-per-hour -1`` is, and not
+    #: click's usage box.
+    PARSED_BY_MODEL: ClassVar[frozenset[str]] = frozenset({"price_per_hour"})
 
     trials: int = Field(20, ge=1, description="Measured trials the study should hold (a rerun continues up "
                                                 "to this number).")
@@ -70,6 +76,13 @@ class JobConfig(BaseModel):
     confirm: int = Field(0, ge=0, le=1000, description="Measure the best K configurations once more at the "
                                                        "end, unpruned, and pick the best on the mean of each "
                                                        "one's measurements (one lucky measurement does not win).")
+    instance_type: str | None = Field(None, description="EC2 instance type the study measures on, e.g. inf2.xlarge "
+                                                        "(default: the EC2 metadata service's answer); it picks "
+                                                        "the price of the cost figures.")
+    price_per_hour: float | None = Field(None, description="US dollars per hour of this instance, instead of the "
+                                                           "catalogue's on-demand price (a reserved or spot rate).")
+    prices: Path | None = Field(None, description="YAML or JSON file of 'instance_type: US dollars per hour' that "
+                                                  "overrides the catalogue's on-demand prices.")
 
     @field_validator("target", "sampler", "direction")
     @classmethod
@@ -77,6 +90,20 @@ class JobConfig(BaseModel):
         allowed = {"target": ("auto", *TARGETS), "sampler": SAMPLERS, "direction": DIRECTIONS}[info.field_name]
         if value not in allowed:
             raise ValueError(f"unknown {info.field_name} {value!r}; choose one of {', '.join(allowed)}")
+        return value
+
+    @field_validator("instance_type")
+    @classmethod
+    def _is_an_instance_type(cls, value: str | None) -> str | None:
+        if value is not None and not _INSTANCE_TYPE.match(value):
+            raise ValueError("not an EC2 instance type; write it as EC2 does, e.g. inf2.xlarge")
+        return value
+
+    @field_validator("price_per_hour")
+    @classmethod
+    def _is_a_price(cls, value: float | None) -> float | None:
+        if value is not None and not 0 < value < math.inf:
+            raise ValueError("a price is a positive number of US dollars per hour")
         return value
 
     @field_validator("sets")
@@ -110,7 +137,8 @@ class JobConfig(BaseModel):
             elif isinstance(value, bool):
                 out.append(flag if value else f"--no-{flag[2:]}")
             else:
-                out.append(f"{flag}={value:g}" if isinstance(value, float) else f"{flag}={value}")
+                # 15 significant digits: a price such as 1.967861 comes back as it was given
+                out.append(f"{flag}={value:.15g}" if isinstance(value, float) else f"{flag}={value}")
         return out
 
     def job_config(self) -> JobConfig:

@@ -7,6 +7,7 @@ from rich.markup import escape
 from rich.table import Table
 from rich.text import Text
 
+from autotune.pricing import Cost
 from autotune.records import TrialResult
 
 #: Units of the metrics autotune measures itself; a metric the script reports is named instead.
@@ -37,6 +38,21 @@ def fmt_seconds(s: float | None) -> str:
     if s < 1:
         return f"{s * 1e3:.2f} ms"
     return f"{s:.1f} s"
+
+
+def fmt_usd(usd: float | None) -> str:
+    """US dollars with the digits that matter: ``$0.1053``, ``$12.98``."""
+    if usd is None:
+        return "-"
+    return f"${usd:,.2f}" if usd >= 10 else f"${usd:.4g}"
+
+
+def cost_line(cost: Cost) -> str:
+    """``$0.1053 per 1M samples on inf2.xlarge at $0.7582/h (catalogue: ...); 2 trials side by side``."""
+    side = (f"; {cost.instance_samples_per_second:,.1f} samples/s for the instance: {cost.trials_side_by_side} "
+            "trials side by side" if cost.trials_side_by_side > 1 else "")
+    return (f"{fmt_usd(cost.usd_per_million_samples)} per 1M samples on {cost.instance_type or 'this instance'} "
+            f"at ${cost.per_hour:g}/h ({cost.source}){side}")
 
 
 def _stop_note(result: TrialResult) -> str:
@@ -103,7 +119,8 @@ def render_trials(study: str, trials: list, baseline: float | None, best, consol
     ok.sort(key=lambda t: -(t.value or 0))
     table = Table(title=f"{study}: {'all trials' if all_trials else f'top {min(top, len(ok))} configurations'}")
     value_col = f"{metric} ({METRIC_UNITS[metric]})" if metric in METRIC_UNITS else metric
-    for col in ("trial", value_col, "95% CI", "speedup", "parameters"):
+    priced = any(t.usd_per_million_samples is not None for t in trials)
+    for col in ("trial", value_col, "95% CI", "speedup", *(["$ / 1M samples"] if priced else []), "parameters"):
         table.add_column(col, justify="left" if col in ("95% CI", "parameters") else "right")
     rows = sorted(trials, key=lambda t: t.number) if all_trials else ok[:top]
     for t in rows:
@@ -123,7 +140,8 @@ def render_trials(study: str, trials: list, baseline: float | None, best, consol
             params += f"  [same as trial {t.duplicate_of}]"
         if t.confirms is not None:
             params += f"  [trial {t.confirms} measured again]"
-        table.add_row(str(t.number), value, ci, speed, params)
+        cost = [fmt_usd(t.usd_per_million_samples)] if priced else []
+        table.add_row(str(t.number), value, ci, speed, *cost, params)
     console.print(table)
     failed = [t for t in trials if t.state == "FAIL" and t.duplicate_of is None and t.category]
     if failed:
@@ -147,6 +165,8 @@ def render_trials(study: str, trials: list, baseline: float | None, best, consol
                       f"{again}{speed}")
         if best.compiler_flags:
             console.print(f"  {best.flags_env}={best.compiler_flags}")
+        if best.cost is not None:
+            console.print(f"  cost: {cost_line(best.cost)}", highlight=False)
 
 
 def render_study(result, console: Console) -> None:
@@ -157,3 +177,4 @@ def render_study(result, console: Console) -> None:
         console.print(f"[yellow]note:[/yellow] {escape(note)}")
     if result.best is None:
         console.print("[red]every trial failed[/red]")
+

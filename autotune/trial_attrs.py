@@ -62,6 +62,10 @@ class StudyAttrs:
     provenance: dict[str, Any] | None = None
     loss_tolerance: float | None = None
     numerics_guard: bool | None = None
+    #: What an hour of the instance cost at the last run (:class:`autotune.pricing.Price`, as a dict),
+    #: and the devices each trial held (``None``: the target holds none): what cost figures use.
+    price: dict[str, Any] | None = None
+    devices_per_trial: int | None = None
 
     @classmethod
     def of(cls, study: Any) -> StudyAttrs:

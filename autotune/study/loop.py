@@ -27,7 +27,9 @@ from typing import Any
 
 from autotune.errors import AutotuneError, InvalidConfigError
 from autotune.execution.pool import LazyPool
+from autotune.host import instance_type
 from autotune.measurement.windows import PRUNE_MARGIN
+from autotune.pricing import check_instance_type, resolve_price
 from autotune.records import MeasurementProtocol, TrialPlan, TrialRequest, TrialResult
 from autotune.search.samplers import make_sampler, suggest
 from autotune.space import SearchSpace, config_key
@@ -88,6 +90,10 @@ class Study:
         if self.storage_url.startswith("sqlite:///"):
             check_writable(Path(self.storage_url[len("sqlite:///"):]).parent)
         self.notes: list[str] = []
+        #: The instance it measures on, and what an hour of it costs (``None``: no price known).
+        check_instance_type(options.instance_type, price_per_hour=options.price_per_hour, prices_file=options.prices)
+        self.instance_type = instance_type(options.instance_type)
+        self.price = resolve_price(self.instance_type, price_per_hour=options.price_per_hour, prices_file=options.prices)
         from autotune.cache import open_cache
 
         self.cache = open_cache(options.cache)
@@ -148,8 +154,9 @@ class Study:
             raise
         self.recorder = TrialRecorder(self.study, self.o, self.cache, self.progress, self.baseline_params,
                                       self.notes, on_told=self.write_outputs)
-        self.provenance = provenance(self.target, self.script, self.o.args)
-        write(self.study, provenance=self.provenance)
+        self.provenance = provenance(self.target, self.script, self.o.args, instance_type=self.instance_type)
+        write(self.study, provenance=self.provenance, price=self.price.model_dump() if self.price else None,
+              devices_per_trial=self.o.cores_per_trial if self.target.device_resource else None)
         self._model_key, self._env_key = model_of(self.provenance), environment_of(self.provenance)
         note = self.target.availability_note()
         if note:
