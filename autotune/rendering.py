@@ -178,3 +178,28 @@ def render_study(result, console: Console) -> None:
     if result.best is None:
         console.print("[red]every trial failed[/red]")
 
+
+def render_comparison(rows: list, console: Console) -> None:
+    """``autotune compare``'s table (rows: :class:`autotune.study.comparison.ComparisonRow`)."""
+    table = Table(title="best configuration of each study; ratios to the first row")
+    for col in ("study", "instance", "best configuration", "samples/s", "latency (ms)", "$ / hour (price used)",
+                "$ / 1M samples", "samples/s vs first", "$ / 1M vs first"):
+        table.add_column(col, justify="left" if col in ("study", "instance", "best configuration", "latency (ms)",
+                                                        "$ / hour (price used)") else "right", overflow="fold")
+    for r in rows:
+        if r.configuration is None:
+            table.add_row(r.study, r.instance_type or "unknown", Text("no successful trial", style="red"),
+                          *["-"] * 6)
+            continue
+        sps = f"{r.instance_samples_per_second:,.1f}" if r.instance_samples_per_second else "-"
+        if r.trials_side_by_side > 1:
+            sps += f" ({r.trials_side_by_side} trials of {r.trial_samples_per_second:,.1f})"
+        latency = (" / ".join(f"{k.removeprefix('latency_')} {v:.2f}" for k, v in r.latency_ms.items()) or
+                   " / ".join(f"step {k.removeprefix('step_time_')} {v:.2f}" for k, v in r.step_time_ms.items()))
+        price = f"${r.usd_per_hour:g} ({r.price_source})" if r.usd_per_hour is not None else "no price known"
+        table.add_row(r.study, r.instance_type or "unknown",
+                      ", ".join(f"{k}={v}" for k, v in r.configuration.items()) or "(the script's own)",
+                      sps, latency or "-", price, fmt_usd(r.usd_per_million_samples),
+                      f"{r.throughput_ratio:.2f}x" if r.throughput_ratio else "-",
+                      f"{r.cost_ratio:.2f}x" if r.cost_ratio else "-")
+    console.print(table)

@@ -1,7 +1,7 @@
 """The ``autotune`` command line.
 
 :mod:`.app` holds the Typer app; each module beside it registers a group of commands on it:
-:mod:`.commands` (trial, run, best, show), :mod:`.cache`, :mod:`.landscape`, and :mod:`.daemon`
+:mod:`.commands` (trial, run, best, show), :mod:`.compare`, :mod:`.cache`, :mod:`.landscape`, and :mod:`.daemon`
 (serve, submit, status, cancel, logs, ensure, and ``best --server``). This is the top layer: it
 may import every other part of autotune, and nothing imports it.
 """
@@ -12,7 +12,7 @@ import sys
 
 from rich.markup import escape
 
-from autotune.cli import cache, commands, daemon, landscape  # noqa: F401  (each registers its commands)
+from autotune.cli import cache, commands, compare, daemon, landscape  # noqa: F401  (each registers its commands)
 from autotune.cli.app import app, err
 from autotune.errors import AutotuneError
 

@@ -1,18 +1,34 @@
-"""Cost figures: what a study stores becomes best.json's cost and trials.csv's column."""
+"""Cost figures: a real study recorded with ``--instance-type``, its best.json, trials.csv and table,
+and ``autotune compare`` of two studies recorded on different instance types, whose arithmetic is
+checked against the formula from the measured throughput."""
 
 from __future__ import annotations
 
 import csv
+import json
+import os
+import subprocess
+import sys
+from pathlib import Path
 
 import optuna
 import pytest
 
 from autotune.records import Measurement, TrialPlan, TrialResult
-from autotune.study.outputs import trials_csv
+from autotune.study.loop import tune
+from autotune.study.outputs import BestConfig, trials_csv
 from autotune.study.results import best_config, study_summaries
 from autotune.trial_attrs import trial_attrs, write
 
+from .test_study import SCRIPTS
+
 CATALOGUE = "catalogue: us-east-1 on-demand, 2026-11-23"
+ONE_POINT_SPACE = """
+target: inductor
+parameters:
+  batch_size: {type: int, choices: [32]}
+  mode: {type: categorical, choices: [eager], default: eager}
+"""
 
 
 def _per_million(samples_per_second: float, per_hour: float) -> float:
@@ -54,3 +70,64 @@ def test_without_a_price_there_is_no_cost() -> None:
     assert best_config(study, "s").cost is None
     assert study_summaries(study)[0].usd_per_million_samples is None
 
+
+def _compare(cwd: Path, *args: str) -> subprocess.CompletedProcess[str]:
+    proc = subprocess.run([sys.executable, "-m", "autotune.cli", "compare", *args], cwd=cwd, capture_output=True,
+                          text=True, timeout=120, env={**os.environ, "COLUMNS": "200"})
+    assert proc.returncode == 0, proc.stderr
+    return proc
+
+
+@pytest.mark.slow
+def test_compare_two_studies_recorded_on_different_instance_types(ray_cluster, tmp_path, monkeypatch) -> None:
+    monkeypatch.chdir(tmp_path)
+    space = tmp_path / "one.yaml"
+    space.write_text(ONE_POINT_SPACE)
+    common = dict(trials=1, target="inductor", space=str(space), seed=0)
+    on_inf2 = tune(SCRIPTS / "tiny_train.py", study="on-inf2", instance_type="inf2.xlarge", **common)
+    on_trn1 = tune(SCRIPTS / "tiny_train.py", study="on-trn1", instance_type="trn1.2xlarge", price_per_hour=0.5,
+                   **common)
+    assert on_inf2.exit_code == 0 and on_trn1.exit_code == 0, (on_inf2.trials, on_trn1.trials)
+
+    # The cost study: its figures follow the formula from its measured throughput.
+    best = BestConfig.model_validate_json((Path(on_inf2.out_dir) / "best.json").read_text())
+    assert best.provenance["instance_type"] == "inf2.xlarge"
+    assert (best.cost.instance_type, best.cost.per_hour, best.cost.source) == ("inf2.xlarge", 0.7582, CATALOGUE)
+    assert best.cost.trials_side_by_side == 1, "an inductor trial holds no NeuronCores: it is the whole instance"
+    assert best.cost.usd_per_million_samples == pytest.approx(_per_million(best.throughput, 0.7582))
+    (row,) = csv.DictReader((Path(on_inf2.out_dir) / "trials.csv").open())
+    assert float(row["usd_per_million_samples"]) == pytest.approx(_per_million(float(row["throughput"]), 0.7582))
+    assert on_trn1.best.cost.source == "--price-per-hour" and on_trn1.best.cost.per_hour == 0.5
+
+    rows = json.loads(_compare(tmp_path, "on-inf2", "on-trn1", "--json").stdout)
+    assert [(r["study"], r["instance_type"]) for r in rows] == [("on-inf2", "inf2.xlarge"), ("on-trn1", "trn1.2xlarge")]
+    first, second = rows
+    for r, price, source, best in ((first, 0.7582, CATALOGUE, on_inf2.best), (second, 0.5, "--price-per-hour",
+                                                                               on_trn1.best)):
+        throughput = best.throughput
+        assert (r["usd_per_hour"], r["price_source"]) == (price, source), "the price each study ran with"
+        assert r["instance_samples_per_second"] == pytest.approx(throughput)
+        assert r["usd_per_million_samples"] == pytest.approx(_per_million(throughput, price))
+        assert r["configuration"] == best.params and r["trial"] == best.trial
+        assert r["step_time_ms"]["step_time_median"] > 0
+    assert first["cost_ratio"] == 1.0 and first["throughput_ratio"] == 1.0
+    assert second["cost_ratio"] == pytest.approx(second["usd_per_million_samples"] / first["usd_per_million_samples"])
+    assert second["throughput_ratio"] == pytest.approx(on_trn1.best.throughput / on_inf2.best.throughput)
+
+    # The table shows the same figures, each price with its source.
+    table = _compare(tmp_path, "on-inf2", "on-trn1").stdout
+    flat = " ".join(table.split())
+    for r in rows:
+        assert f"${r['usd_per_million_samples']:.4g}" in flat and f"{r['instance_samples_per_second']:,.1f}" in flat
+    assert f"{second['cost_ratio']:.2f}x" in flat and "inf2.xlarge" in flat and "trn1.2xlarge" in flat
+    assert "--price-per-hour" in flat and "catalogue: us-east-1" in flat
+
+    # A prices file overrides the price a study ran with; STORAGE#STUDY names a study anywhere.
+    prices = tmp_path / "reserved.yaml"
+    prices.write_text("inf2.xlarge: 0.2951\n")
+    url = f"sqlite:///{tmp_path / '.autotune' / 'autotune.db'}"
+    lines = list(csv.DictReader(_compare(tmp_path, f"{url}#on-inf2", "on-trn1", "--prices", str(prices),
+                                         "--csv").stdout.splitlines()))
+    assert lines[0]["price_source"] == f"prices file {prices}" and float(lines[0]["usd_per_hour"]) == 0.2951
+    assert float(lines[0]["usd_per_million_samples"]) == pytest.approx(_per_million(on_inf2.best.throughput, 0.2951))
+    assert lines[1]["price_source"] == "--price-per-hour", "not in the prices file: the study's own price"
