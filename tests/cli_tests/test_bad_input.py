@@ -79,6 +79,8 @@ CASES = {
                               ["not_prices.yaml line 2", "not YAML or JSON"]),
     "missing prices file": (["run", TINY, "--target", "inductor", "--prices", "no_prices.yaml"],
                             ["no_prices.yaml", "cannot read it"]),
+    "compare with two formats": (["compare", "a", "b", "--json", "--csv"], ["--json and --csv"]),
+    "compare a study that is not stored": (["compare", "nowhere"], ["no study database"]),
     "trial with bad combination": (["trial", TINY, "--target", "inductor", "--set", "mode=eager",
                                     "--set", "freezing=true"], ["only applies"]),
 }

@@ -18,7 +18,7 @@ from autotune.records import Measurement, TrialPlan, TrialResult
 from autotune.study.loop import tune
 from autotune.study.outputs import BestConfig, trials_csv
 from autotune.study.results import best_config, study_summaries
-from autotune.trial_attrs import trial_attrs, write
+from autotune.trial_attrs import StudyAttrs, trial_attrs, write
 
 from .test_study import SCRIPTS
 
@@ -29,6 +29,12 @@ parameters:
   batch_size: {type: int, choices: [32]}
   mode: {type: categorical, choices: [eager], default: eager}
 """
+
+
+def _one_point(directory: Path) -> Path:
+    space = directory / "one.yaml"
+    space.write_text(ONE_POINT_SPACE)
+    return space
 
 
 def _per_million(samples_per_second: float, per_hour: float) -> float:
@@ -81,9 +87,7 @@ def _compare(cwd: Path, *args: str) -> subprocess.CompletedProcess[str]:
 @pytest.mark.slow
 def test_compare_two_studies_recorded_on_different_instance_types(ray_cluster, tmp_path, monkeypatch) -> None:
     monkeypatch.chdir(tmp_path)
-    space = tmp_path / "one.yaml"
-    space.write_text(ONE_POINT_SPACE)
-    common = dict(trials=1, target="inductor", space=str(space), seed=0)
+    common = dict(trials=1, target="inductor", space=str(_one_point(tmp_path)), seed=0)
     on_inf2 = tune(SCRIPTS / "tiny_train.py", study="on-inf2", instance_type="inf2.xlarge", **common)
     on_trn1 = tune(SCRIPTS / "tiny_train.py", study="on-trn1", instance_type="trn1.2xlarge", price_per_hour=0.5,
                    **common)
@@ -131,3 +135,20 @@ def test_compare_two_studies_recorded_on_different_instance_types(ray_cluster, t
     assert lines[0]["price_source"] == f"prices file {prices}" and float(lines[0]["usd_per_hour"]) == 0.2951
     assert float(lines[0]["usd_per_million_samples"]) == pytest.approx(_per_million(on_inf2.best.throughput, 0.2951))
     assert lines[1]["price_source"] == "--price-per-hour", "not in the prices file: the study's own price"
+
+
+@pytest.mark.slow
+def test_a_neuron_study_stores_the_cores_a_trial_holds_and_its_price(ray_cluster, tmp_path, monkeypatch) -> None:
+    """What the costs above are computed from, as a real study stores it. (Its trial fails here:
+    no Neuron device; the arithmetic on those figures is the first test's.)"""
+    monkeypatch.chdir(tmp_path)
+    tune(SCRIPTS / "sleepy_train.py", trials=1, target="neuron", platform="trn1", cores_per_trial=2, seed=0,
+         sets={"batches_per_execution": 1, "precision": "fp32"}, instance_type="trn1.32xlarge", study="n")
+    stored = StudyAttrs.of(optuna.load_study(study_name="n", storage=f"sqlite:///{tmp_path}/.autotune/autotune.db"))
+    assert stored.devices_per_trial == 2 and stored.provenance["instance_type"] == "trn1.32xlarge"
+    assert stored.price == {"per_hour": 21.5, "source": CATALOGUE}
+    inductor = tune(SCRIPTS / "tiny_train.py", trials=1, target="inductor", space=str(_one_point(tmp_path)), seed=0,
+                    study="i", price_per_hour=0.096)
+    stored = StudyAttrs.of(optuna.load_study(study_name="i", storage=f"sqlite:///{tmp_path}/.autotune/autotune.db"))
+    assert stored.devices_per_trial is None, "an inductor trial holds no NeuronCores"
+    assert inductor.best.cost.trials_side_by_side == 1 and inductor.best.cost.source == "--price-per-hour"
