@@ -10,6 +10,7 @@ A default written anywhere else is a second definition; ``tests/test_config.py``
 
 from __future__ import annotations
 
+import math
 import re
 from pathlib import Path
 from typing import Any, ClassVar, TypeVar
@@ -23,6 +24,7 @@ from autotune.targets import TARGETS
 SAMPLERS = ("autotune", "tpe", "random", "qmc")
 DIRECTIONS = ("maximize", "minimize")
 _PARAMETER_NAME = re.compile(r"^[A-Za-z_][A-Za-z0-9_.]*$")
+_INSTANCE_TYPE = re.compile(r"^[a-z0-9-]+\.[a-z0-9-]+$")
 
 C = TypeVar("C", bound="JobConfig")
 
@@ -36,7 +38,11 @@ class JobConfig(BaseModel):
     SHORT: ClassVar[dict[str, str]] = {"trials": "-n", "target": "-t", "sets": "-s"}
     #: The name of an option's value in ``--help``, where the type's is not clear enough.
     METAVAR: ClassVar[dict[str, str]] = {"confirm": "K", "objective": "NAME", "constraint": "NAME<=VALUE",
-                                         "prefer": "NAME"}
+                                         "prefer": "NAME", "price_per_hour": "USD"}
+    #: Options the command line passes on as text for the model to parse: ``--price-per-hour cheap``
+    #: is then the one-line error that names the option, as ``--price-per-hour -1`` is, and not
+    #: click's usage box.
+    PARSED_BY_MODEL: ClassVar[frozenset[str]] = frozenset({"price_per_hour"})
 
     trials: int = Field(20, ge=1, description="Measured trials the study should hold (a rerun continues up "
                                                 "to this number).")
@@ -82,6 +88,13 @@ class JobConfig(BaseModel):
     confirm: int = Field(0, ge=0, le=1000, description="Measure the best K configurations once more at the "
                                                        "end, unpruned, and pick the best on the mean of each "
                                                        "one's measurements (one lucky measurement does not win).")
+    instance_type: str | None = Field(None, description="EC2 instance type the study measures on, e.g. inf2.xlarge "
+                                                        "(default: the EC2 metadata service's answer); it picks "
+                                                        "the price of the cost figures.")
+    price_per_hour: float | None = Field(None, description="US dollars per hour of this instance, instead of the "
+                                                           "catalogue's on-demand price (a reserved or spot rate).")
+    prices: Path | None = Field(None, description="YAML or JSON file of 'instance_type: US dollars per hour' that "
+                                                  "overrides the catalogue's on-demand prices.")
 
     @field_validator("target", "sampler", "direction")
     @classmethod
@@ -117,6 +130,19 @@ class JobConfig(BaseModel):
     def objectives(self) -> list[str]:
         """The study's objectives: ``--objective``, else ``--metric``."""
         return list(self.objective) or [self.metric]
+    @field_validator("instance_type")
+    @classmethod
+    def _is_an_instance_type(cls, value: str | None) -> str | None:
+        if value is not None and not _INSTANCE_TYPE.match(value):
+            raise ValueError("not an EC2 instance type; write it as EC2 does, e.g. inf2.xlarge")
+        return value
+
+    @field_validator("price_per_hour")
+    @classmethod
+    def _is_a_price(cls, value: float | None) -> float | None:
+        if value is not None and not 0 < value < math.inf:
+            raise ValueError("a price is a positive number of US dollars per hour")
+        return value
 
     @field_validator("sets")
     @classmethod
@@ -151,7 +177,8 @@ class JobConfig(BaseModel):
             elif isinstance(value, bool):
                 out.append(flag if value else f"--no-{flag[2:]}")
             else:
-                out.append(f"{flag}={value:g}" if isinstance(value, float) else f"{flag}={value}")
+                # 15 significant digits: a price such as 1.967861 comes back as it was given
+                out.append(f"{flag}={value:.15g}" if isinstance(value, float) else f"{flag}={value}")
         return out
 
     def job_config(self) -> JobConfig:

@@ -29,6 +29,14 @@ class TargetError(AutotuneError):
     """An unknown target, or one that cannot run on this machine."""
 
 
+class PricingError(AutotuneError):
+    """A price that cannot be used: not a positive number, or a prices file that cannot be read."""
+
+
+class UnknownInstanceTypeError(PricingError):
+    """An instance type that autotune's catalogue does not list, given without a price."""
+
+
 class MissingPackageError(AutotuneError):
     """An optional package that this use needs is not installed; the message names the install command."""
 

@@ -1,7 +1,9 @@
-"""What this machine is, read without a process, a network call or an import of torch: the EC2
-instance type, the CPU model and a GPU where the driver lists one.
+"""What this machine is: the EC2 instance type, the CPU model and a GPU where the driver lists one,
+read without a process or an import of torch.
 
-A rerun answered from the cache should take seconds, and these facts key the cache.
+A rerun answered from the cache should take seconds, and these facts key the cache: the one
+network call (the EC2 metadata service) is capped at a fraction of a second and asked once per
+process (:mod:`autotune.instance_metadata`).
 """
 
 from __future__ import annotations
@@ -10,16 +12,25 @@ import os
 import platform
 from pathlib import Path
 
-#: On EC2 (Nitro) the DMI product name is the instance type, e.g. ``trn1.32xlarge``: a file read,
-#: where neuron-ls or the instance metadata service would take a process or a network round trip.
+from autotune.instance_metadata import imds_instance_type
+
+#: On EC2 (Nitro) the DMI product name is the instance type, e.g. ``trn1.32xlarge``: the answer
+#: where the metadata service is out of reach (a container beyond IMDSv2's default hop limit).
 DMI_PRODUCT_NAME = Path("/sys/devices/virtual/dmi/id/product_name")
 _NVIDIA_GPUS = Path("/proc/driver/nvidia/gpus")
 
 
-def instance_type() -> str | None:
-    """The EC2 instance type: ``AUTOTUNE_INSTANCE_TYPE``, else the DMI product name where it is one."""
+def instance_type(declared: str | None = None) -> str | None:
+    """The EC2 instance type: ``declared`` (``--instance-type``), else ``AUTOTUNE_INSTANCE_TYPE``,
+    else the instance metadata service's answer, else the DMI product name where it is one, else
+    ``None``."""
+    if declared:
+        return declared
     if os.environ.get("AUTOTUNE_INSTANCE_TYPE"):
         return os.environ["AUTOTUNE_INSTANCE_TYPE"]
+    asked = imds_instance_type()
+    if asked is not None:
+        return asked
     try:
         name = DMI_PRODUCT_NAME.read_text(errors="replace").strip()
     except OSError:

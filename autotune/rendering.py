@@ -8,6 +8,7 @@ from rich.table import Table
 from rich.text import Text
 
 from autotune.objectives import objective, speedup
+from autotune.pricing import Cost
 from autotune.records import TrialResult
 
 def format_value(value: float, metric: str) -> str:
@@ -34,6 +35,21 @@ def fmt_seconds(s: float | None) -> str:
     if s < 1:
         return f"{s * 1e3:.2f} ms"
     return f"{s:.1f} s"
+
+
+def fmt_usd(usd: float | None) -> str:
+    """US dollars with the digits that matter: ``$0.1053``, ``$12.98``."""
+    if usd is None:
+        return "-"
+    return f"${usd:,.2f}" if usd >= 10 else f"${usd:.4g}"
+
+
+def cost_line(cost: Cost) -> str:
+    """``$0.1053 per 1M samples on inf2.xlarge at $0.7582/h (catalogue: ...); 2 trials side by side``."""
+    side = (f"; {cost.instance_samples_per_second:,.1f} samples/s for the instance: {cost.trials_side_by_side} "
+            "trials side by side" if cost.trials_side_by_side > 1 else "")
+    return (f"{fmt_usd(cost.usd_per_million_samples)} per 1M samples on {cost.instance_type or 'this instance'} "
+            f"at ${cost.per_hour:g}/h ({cost.source}){side}")
 
 
 def _stop_note(result: TrialResult) -> str:
@@ -101,7 +117,8 @@ def render_trials(study: str, trials: list, baseline: float | None, best, consol
     table = Table(title=f"{study}: {'all trials' if all_trials else f'top {min(top, len(ok))} configurations'}")
     unit = objective(metric).unit
     value_col = f"{metric} ({unit})" if unit else metric
-    for col in ("trial", value_col, "95% CI", "speedup", "parameters"):
+    priced = any(t.usd_per_million_samples is not None for t in trials)
+    for col in ("trial", value_col, "95% CI", "speedup", *(["$ / 1M samples"] if priced else []), "parameters"):
         table.add_column(col, justify="left" if col in ("95% CI", "parameters") else "right")
     rows = sorted(trials, key=lambda t: t.number) if all_trials else ok[:top]
     for t in rows:
@@ -123,7 +140,8 @@ def render_trials(study: str, trials: list, baseline: float | None, best, consol
             params += f"  [same as trial {t.duplicate_of}]"
         if t.confirms is not None:
             params += f"  [trial {t.confirms} measured again]"
-        table.add_row(str(t.number), value, ci, speed, params)
+        cost = [fmt_usd(t.usd_per_million_samples)] if priced else []
+        table.add_row(str(t.number), value, ci, speed, *cost, params)
     console.print(table)
     failed = [t for t in trials if t.state == "FAIL" and t.duplicate_of is None and t.category]
     if failed:
@@ -149,6 +167,8 @@ def render_trials(study: str, trials: list, baseline: float | None, best, consol
             render_front(best, console)
         if best.compiler_flags:
             console.print(f"  {best.flags_env}={best.compiler_flags}")
+        if best.cost is not None:
+            console.print(f"  cost: {cost_line(best.cost)}", highlight=False)
 
 
 def render_front(best, console: Console) -> None:
@@ -182,3 +202,29 @@ def render_study(result, console: Console) -> None:
         console.print(f"[yellow]note:[/yellow] {escape(note)}")
     if result.best is None:
         console.print("[red]every trial failed[/red]")
+
+
+def render_comparison(rows: list, console: Console) -> None:
+    """``autotune compare``'s table (rows: :class:`autotune.study.comparison.ComparisonRow`)."""
+    table = Table(title="best configuration of each study; ratios to the first row")
+    for col in ("study", "instance", "best configuration", "samples/s", "latency (ms)", "$ / hour (price used)",
+                "$ / 1M samples", "samples/s vs first", "$ / 1M vs first"):
+        table.add_column(col, justify="left" if col in ("study", "instance", "best configuration", "latency (ms)",
+                                                        "$ / hour (price used)") else "right", overflow="fold")
+    for r in rows:
+        if r.configuration is None:
+            table.add_row(r.study, r.instance_type or "unknown", Text("no successful trial", style="red"),
+                          *["-"] * 6)
+            continue
+        sps = f"{r.instance_samples_per_second:,.1f}" if r.instance_samples_per_second else "-"
+        if r.trials_side_by_side > 1:
+            sps += f" ({r.trials_side_by_side} trials of {r.trial_samples_per_second:,.1f})"
+        latency = (" / ".join(f"{k.removeprefix('latency_')} {v:.2f}" for k, v in r.latency_ms.items()) or
+                   " / ".join(f"step {k.removeprefix('step_time_')} {v:.2f}" for k, v in r.step_time_ms.items()))
+        price = f"${r.usd_per_hour:g} ({r.price_source})" if r.usd_per_hour is not None else "no price known"
+        table.add_row(r.study, r.instance_type or "unknown",
+                      ", ".join(f"{k}={v}" for k, v in r.configuration.items()) or "(the script's own)",
+                      sps, latency or "-", price, fmt_usd(r.usd_per_million_samples),
+                      f"{r.throughput_ratio:.2f}x" if r.throughput_ratio else "-",
+                      f"{r.cost_ratio:.2f}x" if r.cost_ratio else "-")
+    console.print(table)

@@ -69,6 +69,10 @@ class StudyAttrs:
     objectives: list[str] | None = None
     constraints: list[str] | None = None
     prefer: str | None = None
+    #: What an hour of the instance cost at the last run (:class:`autotune.pricing.Price`, as a dict),
+    #: and the devices each trial held (``None``: the target holds none): what cost figures use.
+    price: dict[str, Any] | None = None
+    devices_per_trial: int | None = None
 
     @classmethod
     def of(cls, study: Any) -> StudyAttrs:

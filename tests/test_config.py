@@ -24,6 +24,7 @@ CHANGED = {"trials": 7, "target": "inductor", "space": "inductor", "platform": "
            "trial_timeout": 90.5, "timeout": 600.0, "sampler": "tpe", "seed": 4, "metric": "loss",
            "direction": "minimize", "memory_limit": "8GiB", "fresh": True, "retry_failed": True,
            "loss_tolerance": 0.5, "numerics_guard": False, "prune": False, "confirm": 2,
+           "instance_type": "inf2.xlarge", "price_per_hour": 1.967861, "prices": Path("/tmp/prices.yaml"),
            "ray_address": "10.0.0.5:6379", "storage": "sqlite:////tmp/x.db", "out": Path("/tmp/out"),
            "cache": Path("/tmp/cache"), "objective": ["latency_p99", "throughput"],
            "constraint": ["throughput>=200", "peak_memory<=12GiB"], "prefer": "throughput"}
@@ -84,6 +85,11 @@ def test_bad_values_name_their_option() -> None:
         StudyOptions.checked(script="x.py", sampler="annealing")
     with pytest.raises(InvalidConfigError, match="^--study .*must be letters"):
         RunOptions.checked(study="a b")
+    for price in (0, -1.5, float("nan"), float("inf")):
+        with pytest.raises(InvalidConfigError, match="^--price-per-hour .*positive number of US dollars"):
+            RunConfig.checked(price_per_hour=price)
+    with pytest.raises(InvalidConfigError, match="^--instance-type 'INF2 xlarge': not an EC2 instance type"):
+        RunConfig.checked(instance_type="INF2 xlarge")
 
 
 def test_a_run_options_default_is_written_once() -> None:

@@ -40,3 +40,4 @@ def test_the_wheel_installs_workers_and_search_spaces_under_autotune(tmp_path: P
     assert tops == {"autotune", next(t for t in tops if t.endswith(".dist-info"))}, tops
     assert "autotune/workers/harness.py" in names
     assert {"autotune/search_spaces/xla.yaml", "autotune/search_spaces/inductor.yaml"} <= set(names)
+    assert "autotune/instances.yaml" in names, "the instance catalogue (pricing.py) ships with the package"

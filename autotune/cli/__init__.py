@@ -1,9 +1,10 @@
 """The ``autotune`` command line.
 
 :mod:`.app` holds the Typer app; each module beside it registers a group of commands on it:
-:mod:`.commands` (trial, run, best, show), :mod:`.cache`, :mod:`.landscape`, :mod:`.report` (report,
-dashboard) and :mod:`.daemon` (serve, submit, status, cancel, logs, ensure, and ``best --server``).
-This is the top layer: it may import every other part of autotune, and nothing imports it.
+:mod:`.commands` (trial, run, best, show), :mod:`.compare`, :mod:`.cache`, :mod:`.landscape`,
+:mod:`.report` (report, dashboard) and :mod:`.daemon` (serve, submit, status, cancel, logs, ensure,
+and ``best --server``). This is the top layer: it may import every other part of autotune, and
+nothing imports it.
 """
 
 from __future__ import annotations
@@ -12,7 +13,7 @@ import sys
 
 from rich.markup import escape
 
-from autotune.cli import cache, commands, daemon, landscape, report  # noqa: F401  (each registers its commands)
+from autotune.cli import cache, commands, compare, daemon, landscape, report  # noqa: F401  (each registers its commands)
 from autotune.cli.app import app, err
 from autotune.errors import AutotuneError
 

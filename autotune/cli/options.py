@@ -90,11 +90,14 @@ def _option(model: type[JobConfig], name: str, helps: dict[str, str]) -> Any:
 
 
 def _annotation(model: type[JobConfig], name: str) -> Any:
-    """The type typer parses the option as: the field's, ``X | None`` as ``Optional[X]``."""
+    """The type typer parses the option as: the field's, ``X | None`` as ``Optional[X]``; text for
+    the model to parse where the model says so."""
     if name == "sets":
         return Optional[list[str]]
     if _is_list(model, name):
         return Optional[model.model_fields[name].annotation]
+    if name in model.PARSED_BY_MODEL:
+        return Optional[str]
     annotation = model.model_fields[name].annotation
     if isinstance(annotation, types.UnionType) or typing.get_origin(annotation) is typing.Union:
         (inner,) = [a for a in typing.get_args(annotation) if a is not type(None)]

@@ -59,7 +59,7 @@ def dashboard(
     """Serve optuna-dashboard on the studies' storage, live, until interrupted; prints its URL."""
     import optuna
 
-    from autotune.daemon.server import is_loopback
+    from autotune.daemon.listening import is_loopback
     from autotune.report import require
     from autotune.study.options import default_storage
     from autotune.study.storage import open_existing_storage

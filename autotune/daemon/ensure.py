@@ -63,7 +63,7 @@ def ensure_key(script: Path, args: list[str], target: Any, run: RunOptions, spac
     from autotune.provenance import provenance
     from autotune.records import PROTOCOL_VERSION
 
-    prov = provenance(target, script, args)
+    prov = provenance(target, script, args, instance_type=run.instance_type)
     doc = {"model": model_of(prov), "environment": environment_of(prov), "target": target.name,
            "space": space, "platform": run.platform, "sets": dict(sorted(run.sets.items())),
            "metric": run.metric, "direction": run.direction, "protocol": PROTOCOL_VERSION,

@@ -11,7 +11,7 @@ import html
 import json
 from typing import Any
 
-from autotune.rendering import METRIC_UNITS
+from autotune.objectives import objective
 from autotune.report.data import StudyReport
 from autotune.study.outputs import TrialSummary
 
@@ -24,8 +24,9 @@ _CATEGORY_COLOURS = {
 
 
 def value_axis(report: StudyReport) -> str:
-    """``throughput (samples/s)``; a metric the script reports is named as it is (its unit is its own)."""
-    unit = METRIC_UNITS.get(report.metric)
+    """``throughput (samples/s)``, ``latency_p99 (ms)``; a metric the script reports is named as it is
+    (its unit is its own)."""
+    unit = objective(report.metric).unit
     return f"{report.metric} ({unit})" if unit else report.metric
 
 

@@ -26,10 +26,11 @@ from pathlib import Path
 from typing import Any
 
 from autotune.errors import AutotuneError, InvalidConfigError
-from autotune.host import instance_type
 from autotune.execution.pool import LazyPool
+from autotune.host import instance_type
 from autotune.measurement.windows import PRUNE_MARGIN
 from autotune.objectives import Constraint, objective
+from autotune.pricing import check_instance_type, instance_rate, resolve_price
 from autotune.records import MeasurementProtocol, TrialPlan, TrialRequest, TrialResult
 from autotune.search.samplers import make_sampler, suggest
 from autotune.space import SearchSpace, config_key
@@ -92,6 +93,10 @@ class Study:
         if self.storage_url.startswith("sqlite:///"):
             check_writable(Path(self.storage_url[len("sqlite:///"):]).parent)
         self.notes: list[str] = []
+        #: The instance it measures on, and what an hour of it costs (``None``: no price known).
+        check_instance_type(options.instance_type, price_per_hour=options.price_per_hour, prices_file=options.prices)
+        self.instance_type = instance_type(options.instance_type)
+        self.price = resolve_price(self.instance_type, price_per_hour=options.price_per_hour, prices_file=options.prices)
         from autotune.cache import open_cache
 
         self.cache = open_cache(options.cache)
@@ -139,25 +144,20 @@ class Study:
         return study
 
     def _cost_rate(self) -> float | None:
-        """$ per sample-second of the whole instance, when the study needs a cost: the price per
-        second over the trials the instance runs side by side."""
+        """$ per sample-second of a trial, when the study optimises or bounds cost: the instance's
+        price per second over the trials it runs side by side."""
         if "cost" not in [o.name for o in self.objectives] + [c.name for c in self.constraints]:
             return None
-        from autotune.pricing import instance_info, instance_throughput, resolve_price
-
-        itype = self.o.instance_type or instance_type()
-        price = resolve_price(itype, price_per_hour=self.o.price_per_hour, prices_file=self.o.prices)
-        if price is None:
+        if self.price is None:
             raise InvalidConfigError("--objective cost needs the instance's price: give --instance-type (one the "
-                                     "catalogue prices) or --price-per-hour")
-        instance = instance_info(itype) if itype else None
-        holds_devices = self.target.device_resource is not None
-        _, side_by_side = instance_throughput(
-            1.0, devices_per_trial=self.o.cores_per_trial,
-            instance_devices=instance.neuron_cores if instance is not None and holds_devices else None)
-        self.notes.append(f"cost at ${price.per_hour:g}/hour ({price.source}), {side_by_side} trial(s) side by "
-                          "side on the instance")
-        return price.per_hour / 3600 / side_by_side
+                                     "catalogue prices), --price-per-hour or --prices")
+        _, side_by_side = instance_rate(1.0, instance_type=self.instance_type,
+                                        devices_per_trial=self._devices_per_trial())
+        return self.price.per_hour / 3600 / side_by_side
+
+    def _devices_per_trial(self) -> int | None:
+        """The devices a trial holds (``None``: the target holds none, as on CPU)."""
+        return self.o.cores_per_trial if self.target.device_resource else None
 
     def _sampler(self) -> Any:
         if len(self.objectives) > 1 and self.o.sampler == "autotune":
@@ -188,8 +188,9 @@ class Study:
         self.recorder = TrialRecorder(self.study, self.o, self.cache, self.progress, self.baseline_params,
                                       self.notes, on_told=self.write_outputs, objectives=self.objectives,
                                       constraints=self.constraints, usd_per_sample_second=self.usd_per_sample_second)
-        self.provenance = provenance(self.target, self.script, self.o.args)
-        write(self.study, provenance=self.provenance)
+        self.provenance = provenance(self.target, self.script, self.o.args, instance_type=self.instance_type)
+        write(self.study, provenance=self.provenance, price=self.price.model_dump() if self.price else None,
+              devices_per_trial=self._devices_per_trial())
         self._model_key, self._env_key = model_of(self.provenance), environment_of(self.provenance)
         note = self.target.availability_note()
         if note:

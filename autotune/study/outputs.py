@@ -15,6 +15,7 @@ from pydantic import BaseModel, Field
 from autotune.atomic_file import write_atomic
 from autotune.errors import AutotuneError
 from autotune.objectives import speedup
+from autotune.pricing import Cost
 
 
 class TrialSummary(BaseModel):
@@ -30,6 +31,8 @@ class TrialSummary(BaseModel):
     throughput: float | None = None
     ci95_low: float | None = None
     ci95_high: float | None = None
+    #: US dollars per 1e6 samples on the study's instance, where its price is known (see ``BestConfig.cost``).
+    usd_per_million_samples: float | None = None
     #: Measured until clearly behind the study's best, then stopped: a wider interval.
     pruned: bool = False
     category: str | None = None
@@ -86,6 +89,9 @@ class BestConfig(BaseModel):
     #: A multi-objective study's Pareto front; this configuration is its point best in ``metric``.
     front: list[FrontPoint] = Field(default_factory=list)
     provenance: dict[str, Any] = Field(default_factory=dict)
+    #: What a million samples cost at the first measurement's throughput, with the price used and
+    #: where it came from; ``None`` where no price is known.
+    cost: Cost | None = None
 
     def relative_spread(self) -> float | None:
         """Half the width of the first measurement's 95% interval over its throughput."""
@@ -114,9 +120,9 @@ def _shell_value(v: Any) -> str:
     return str(v)
 
 
-CSV_FIELDS = ["number", "state", "value", "throughput", "ci95_low", "ci95_high", "pruned", "speedup", "category",
-              "reason", "numerics_violated", "violated", "wall_seconds", "compile_seconds", "duplicate_of",
-              "confirms", "values", "params"]
+CSV_FIELDS = ["number", "state", "value", "throughput", "ci95_low", "ci95_high", "usd_per_million_samples", "pruned",
+              "speedup", "category", "reason", "numerics_violated", "violated", "wall_seconds", "compile_seconds",
+              "duplicate_of", "confirms", "values", "params"]
 
 
 def trials_csv(trials: list[TrialSummary], baseline: float | None, maximize: bool = True) -> str:

@@ -7,6 +7,7 @@ from __future__ import annotations
 from typing import Any
 
 from autotune.config import JobConfig
+from autotune.pricing import Cost, Price
 from autotune.records import TrialResult
 from autotune.study.numerics import loss_deviation
 from autotune.objectives import speedup
@@ -145,6 +146,15 @@ def pareto_front(study: Any) -> list[Any]:
     points = [(t, [s * v for s, v in zip(signs, t.values)]) for t, _, _ in _measured(study)]
     return [t for t, p in points
             if not any(all(a <= b for a, b in zip(q, p)) and q != p for _, q in points)]
+def study_cost(stored: StudyAttrs, throughput: float | None, price: Price | None = None) -> Cost | None:
+    """What a million samples cost at ``throughput`` (one trial's samples/s) on the study's instance,
+    at ``price`` or else the price of the study's last run; ``None`` without either."""
+    if price is None and stored.price is not None:
+        price = Price.model_validate(stored.price)
+    if price is None or not throughput:
+        return None
+    return Cost.of(throughput, price, instance_type=(stored.provenance or {}).get("instance_type"),
+                   devices_per_trial=stored.devices_per_trial)
 
 
 def best_config(study: Any, name: str, prov: dict[str, Any] | None = None) -> BestConfig | None:
@@ -173,6 +183,7 @@ def best_config(study: Any, name: str, prov: dict[str, Any] | None = None) -> Be
         throughput=m.throughput if m else None, ci95_low=m.ci95_low if m else None,
         ci95_high=m.ci95_high if m else None, baseline_value=base, speedup=ratio,
         provenance=prov or stored.provenance or {},
+        cost=study_cost(stored, m.throughput if m else None),
     )
 
 
@@ -188,6 +199,7 @@ def _params(trial: Any) -> dict[str, Any]:
 def study_summaries(study: Any) -> list[TrialSummary]:
     out = []
     base = _baseline_losses(study)
+    stored = StudyAttrs.of(study)
     for t in study.get_trials(deepcopy=False):
         attrs = TrialAttrs.of(t)
         result = TrialResult.model_validate_json(attrs.result) if attrs.result is not None else None
@@ -200,6 +212,7 @@ def study_summaries(study: Any) -> list[TrialSummary]:
             violated=attrs.violated or [],
             throughput=m.throughput if m else None,
             ci95_low=m.ci95_low if m else None, ci95_high=m.ci95_high if m else None,
+            usd_per_million_samples=_usd_per_million(stored, m.throughput if m else None),
             pruned=bool(m and m.pruned),
             category=attrs.category, reason=attrs.reason,
             log_tail=result.log_tail if result and not result.ok else None,
@@ -213,3 +226,8 @@ def study_summaries(study: Any) -> list[TrialSummary]:
             losses=result.losses[:5] if result else [],
         ))
     return out
+
+
+def _usd_per_million(stored: StudyAttrs, throughput: float | None) -> float | None:
+    cost = study_cost(stored, throughput)
+    return cost.usd_per_million_samples if cost else None

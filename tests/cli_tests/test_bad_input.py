@@ -41,6 +41,8 @@ def work(tmp_path: Path) -> tuple[Path, set[str]]:
         "target: inductor\nparameters:\n  mode: {type: categorical, choices: [eager], default: eager}\n"
         "  freezing: {type: bool, when: {mode: [default]}}\n")
     (tmp_path / "corrupt.db").write_bytes(b"this is not a sqlite database" * 100)
+    (tmp_path / "bad_prices.yaml").write_text("inf2.xlarge: cheap\n")
+    (tmp_path / "not_prices.yaml").write_text("inf2.xlarge: [0.76\n")
     return tmp_path, {p.name for p in tmp_path.iterdir()}
 
 
@@ -73,6 +75,20 @@ CASES = {
                                 ["'soon' is not a number of ms"]),
     "prefer not an objective": (["run", TINY, "--target", "inductor", "--objective", "throughput",
                                  "--objective", "latency_p99", "--prefer", "cost"], ["--prefer 'cost'"]),
+    "unknown instance type without a price": (["run", TINY, "--target", "inductor", "--instance-type", "inf2.xlarg"],
+                                              ["'inf2.xlarg': not in autotune's catalogue", "--price-per-hour"]),
+    "negative price": (["run", TINY, "--target", "inductor", "--price-per-hour=-0.76"], ["--price-per-hour", "positive"]),
+    "zero price": (["run", TINY, "--target", "inductor", "--price-per-hour", "0"], ["--price-per-hour", "positive"]),
+    "price that is no number": (["run", TINY, "--target", "inductor", "--price-per-hour", "cheap"],
+                                ["--price-per-hour 'cheap'", "valid number"]),
+    "price in a prices file that is no number": (["run", TINY, "--target", "inductor", "--prices", "bad_prices.yaml"],
+                                                 ["bad_prices.yaml", "'cheap' is not a price"]),
+    "malformed prices file": (["run", TINY, "--target", "inductor", "--prices", "not_prices.yaml"],
+                              ["not_prices.yaml line 2", "not YAML or JSON"]),
+    "missing prices file": (["run", TINY, "--target", "inductor", "--prices", "no_prices.yaml"],
+                            ["no_prices.yaml", "cannot read it"]),
+    "compare with two formats": (["compare", "a", "b", "--json", "--csv"], ["--json and --csv"]),
+    "compare a study that is not stored": (["compare", "nowhere"], ["no study database"]),
     "trial with bad combination": (["trial", TINY, "--target", "inductor", "--set", "mode=eager",
                                     "--set", "freezing=true"], ["only applies"]),
 }

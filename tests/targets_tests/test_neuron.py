@@ -439,6 +439,7 @@ def test_platform_from_instance_type(target: NeuronTarget, monkeypatch: pytest.M
     monkeypatch.delenv("AUTOTUNE_NEURON_PLATFORM", raising=False)
     product = tmp_path / "product_name"
     monkeypatch.delenv("AUTOTUNE_INSTANCE_TYPE", raising=False)
+    monkeypatch.setenv("AWS_EC2_METADATA_DISABLED", "true")  # on EC2 the metadata service would answer first
     monkeypatch.setattr(host, "DMI_PRODUCT_NAME", product)
     product.write_text("trn2.48xlarge\n")
     assert target.space_name() == "neuron-trn2"
