@@ -359,6 +359,7 @@ def create_app(daemon: Daemon) -> FastAPI:
 
     @app.get("/jobs/{job_id}/report", response_class=HTMLResponse)
     def report(job_id: str = JobId) -> HTMLResponse:
+        """The report of the job's study as it stands (``autotune report``'s page), drawn when asked."""
         import optuna
 
         from autotune.report import report_html
