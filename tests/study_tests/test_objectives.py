@@ -152,3 +152,30 @@ def test_two_objectives_give_a_pareto_front(ray_cluster, tmp_path, monkeypatch) 
         assert n in front or any(dominates(w, v) for w in front.values()), f"trial {n} should be on the front"
     assert result.best.metric == "latency_p50"
     assert result.best.value == min(v["latency_p50"] for v in front.values()), "--prefer picks the point"
+
+
+@pytest.mark.slow
+def test_cost_objective_follows_the_measured_throughput(ray_cluster, tmp_path, monkeypatch) -> None:
+    monkeypatch.chdir(tmp_path)
+    result, results = _study(tmp_path, objective=["cost"], instance_type="inf2.xlarge")
+    assert result.exit_code == 0, result.trials
+    assert result.best.cost is not None and result.best.cost.per_hour == 0.7582
+    for number, r in results.items():
+        summary = next(t for t in result.trials if t.number == number)
+        # $ per 1M samples = 1e6 / samples per second x price per hour / 3600 (one trial per CPU instance).
+        expected = 1e6 / r.measurement.throughput * 0.7582 / 3600
+        assert summary.values["cost"] == pytest.approx(expected, rel=1e-9)
+    best = result.best
+    assert best.metric == "cost" and not result.maximize
+    cheapest = min(t.values["cost"] for t in result.trials if t.state == "COMPLETE")
+    assert best.value == cheapest
+    assert best.throughput == max(r.measurement.throughput for r in results.values()), "cheapest is fastest"
+    assert best.cost.usd_per_million_samples == pytest.approx(best.value)
+
+
+def test_cost_without_a_price_is_refused(tmp_path, monkeypatch) -> None:
+    monkeypatch.chdir(tmp_path)
+    monkeypatch.setenv("AWS_EC2_METADATA_DISABLED", "true")
+    with pytest.raises(InvalidConfigError, match="--objective cost needs the instance's price"):
+        tune(INFER, trials=1, target="inductor", objective=["cost"], out=tmp_path / "out",
+             storage=f"sqlite:///{tmp_path / 'db.sqlite'}")
