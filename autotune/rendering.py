@@ -118,8 +118,10 @@ def render_trials(study: str, trials: list, baseline: float | None, best, consol
     unit = objective(metric).unit
     value_col = f"{metric} ({unit})" if unit else metric
     priced = any(t.usd_per_million_samples is not None for t in trials)
-    for col in ("trial", value_col, "95% CI", "speedup", *(["$ / 1M samples"] if priced else []), "parameters"):
-        table.add_column(col, justify="left" if col in ("95% CI", "parameters") else "right")
+    # The interval is the throughput's, whatever the objective: say so where it is not the value's.
+    ci_col = "95% CI" if metric == "throughput" else "throughput 95% CI"
+    for col in ("trial", value_col, ci_col, "speedup", *(["$ / 1M samples"] if priced else []), "parameters"):
+        table.add_column(col, justify="left" if col in (ci_col, "parameters") else "right")
     rows = sorted(trials, key=lambda t: t.number) if all_trials else ok[:top]
     for t in rows:
         ci = f"{t.ci95_low:,.1f} .. {t.ci95_high:,.1f}" if t.ci95_low is not None else ""
