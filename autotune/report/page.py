@@ -112,8 +112,19 @@ def _cost(report: StudyReport) -> str:
             ("versions", ", ".join(f"{k} {v}" for k, v in (prov.get("versions") or {}).items() if v) or "unknown"),
             ("machine time of the trials that ran",
              f"{fmt_seconds(wall)} wall, of which {fmt_seconds(compile_s) if compile_s else 'nothing'} compiling"),
-            ("price", "unknown: the study stores no price per hour, so no cost in money is shown")]
+            *_price_rows(report)]
     return "<table>" + "".join(f"<tr><th>{_e(k)}</th><td>{_e(v)}</td></tr>" for k, v in rows) + "</table>"
+
+
+def _price_rows(report: StudyReport) -> list[tuple[str, str]]:
+    cost = report.best.cost if report.best is not None else None
+    if cost is None:
+        return [("price", "unknown: the run had no price per hour (--instance-type of a priced instance, "
+                          "--price-per-hour or --prices), so no cost in money is shown")]
+    return [("price", f"${cost.per_hour:g} per hour ({cost.source})"),
+            ("cost of the best configuration",
+             f"${cost.usd_per_million_samples:,.4f} per 1M samples at {cost.instance_samples_per_second:,.1f} "
+             f"samples/s for the instance ({cost.trials_side_by_side} trial(s) side by side)")]
 
 
 def _best(report: StudyReport) -> str:

@@ -171,6 +171,11 @@ def test_cost_objective_follows_the_measured_throughput(ray_cluster, tmp_path, m
     assert best.value == cheapest
     assert best.throughput == max(r.measurement.throughput for r in results.values()), "cheapest is fastest"
     assert best.cost.usd_per_million_samples == pytest.approx(best.value)
+    from autotune.report.write import report_html
+
+    page, _ = report_html(optuna.load_study(study_name=result.study, storage=result.storage), result.study)
+    assert "$0.7582 per hour (catalogue: us-east-1 on-demand" in page
+    assert f"${best.cost.usd_per_million_samples:,.4f} per 1M samples" in page, "the report shows the cost"
 
 
 def test_cost_without_a_price_is_refused(tmp_path, monkeypatch) -> None:
