@@ -113,11 +113,12 @@ def _tpe_default(space: Any, seed: int) -> Any:
 def _gp_default(space: Any, seed: int) -> Any:
     import optuna
 
-    return optuna.samplers.GPSampler(seed=seed)
+    # Its only change: not to warn, once per trial, that it samples a conditional parameter at random.
+    return optuna.samplers.GPSampler(seed=seed, warn_independent_sampling=False)
 
 
 def _tpe_study(space: Any, seed: int) -> Any:
-    """The sampler ``autotune run --sampler tpe`` builds (autotune/study/loop.py)."""
+    """The sampler ``autotune run --sampler tpe`` builds (autotune/search/samplers.py)."""
     import optuna
 
     return optuna.samplers.TPESampler(multivariate=True, group=True, constant_liar=True, seed=seed,
