@@ -110,10 +110,12 @@ class PreparedTrial:
 
 def prepare_trial(script: str | Path, *, target: str = "auto", sets: dict[str, Any] | None = None,
                   space: str | None = None, platform: str | None = None,
-                  base_env: dict[str, str] | None = None, cache_root: str | None = None) -> PreparedTrial:
+                  base_env: dict[str, str] | None = None, cache_root: str | None = None,
+                  nproc_per_node: int = 1) -> PreparedTrial:
     """Check everything and build the plan; raises :class:`AutotuneError` on bad input.
 
-    With ``cache_root`` the target's compiler cache under it is wired into the plan's env."""
+    With ``cache_root`` the target's compiler cache under it is wired into the plan's env; with
+    ``nproc_per_node`` above 1 the trial runs on that many processes."""
     path = check_script(script)
     tgt = resolve_target(target, path)
     sp = load_trial_space(tgt, space, platform)
@@ -121,6 +123,7 @@ def prepare_trial(script: str | Path, *, target: str = "auto", sets: dict[str, A
     tgt.check(params)
     env = dict(os.environ) if base_env is None else base_env  # the user's PJRT_DEVICE, XLA_FLAGS, ...
     plan = tgt.plan(params, env) if cache_root is None else tgt.cached_plan(params, cache_root, env)
+    plan.nproc_per_node = nproc_per_node
     return PreparedTrial(tgt, sp, params, plan, path)
 
 
