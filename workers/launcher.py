@@ -10,6 +10,7 @@ failure category and the tail of its log: this function does not raise for a fai
 from __future__ import annotations
 
 import os
+import re
 import shutil
 import signal
 import subprocess
@@ -121,7 +122,6 @@ def run_trial(
     result = TrialResult(status="failed", plan=plan, wall_seconds=wall, log_path=str(log_path),
                          log_tail=log_tail, peak_host_memory_bytes=peak or None,
                          started_at=started_at, ended_at=time.time(), ranks=multiprocess.rank_results(ranks))
-    dead_rank = multiprocess.failed_rank(log_tail_of(log_path)) if plan.nproc_per_node > 1 else None
     if report is not None:
         result.measurement = report.measurement
         result.compile = report.compile
@@ -131,18 +131,10 @@ def run_trial(
     if watchdog is not None:
         watchdog.signal = "SIGKILL"
         result.failure = watchdog
-    elif dead_rank is not None and dead_rank[0] not in {r.rank for r in ranks}:
-        # A rank died without its report (a crash, a kill): torchrun names it, and its lines are its log.
-        rank, local_rank, code = dead_rank
-        rank_tail = _rank_tail(log_path, local_rank)
-        failure = _died(code, rank_tail)
-        result.failure = failure.model_copy(update={"reason": f"rank {rank}: {failure.reason}"})
-        result.log_tail = rank_tail or log_tail
+    elif (died := _dead_rank(plan, ranks, log_path)) is not None:
+        result.failure = died
     elif report is not None and report.failure is not None:
         result.failure = report.failure
-        failed = next((r for r in ranks if r.failure is not None), None)
-        if failed is not None and plan.nproc_per_node > 1:
-            result.log_tail = _rank_tail(log_path, failed.rank or 0) or log_tail
     elif report is not None and (report.measurement is not None or report.metrics):
         result.status = "ok"
     elif report is not None and report.steps_seen:
@@ -159,7 +151,41 @@ def run_trial(
             exit_code=proc.returncode)
     else:
         result.failure = _died(proc.returncode, log_tail)
+    if plan.nproc_per_node > 1 and result.failure is not None:
+        _blame_rank(result, ranks, log_path)
     return result
+
+
+def _dead_rank(plan: TrialPlan, ranks: list[HarnessReport], log_path: Path) -> Failure | None:
+    """The failure of the rank torchrun names as the first to fail, if it died without its report
+    (a crash, a kill): its lines in the log say what killed it."""
+    dead = multiprocess.failed_rank(log_tail_of(log_path)) if plan.nproc_per_node > 1 else None
+    if dead is None or dead[0] in {r.rank for r in ranks}:
+        return None
+    rank, local_rank, code = dead
+    failure = _died(code, _rank_tail(log_path, local_rank))
+    return failure.model_copy(update={"reason": f"rank {rank}: {failure.reason}"})
+
+
+def _blame_rank(result: TrialResult, ranks: list[HarnessReport], log_path: Path) -> None:
+    """Point a multi-process trial's failure at a rank: the log tail becomes the lines of the rank
+    that failed (or, where none reported a failure, of one that never reported), and the reason
+    names the ranks that ended without a report (hung, killed, crashed)."""
+    assert result.failure is not None
+    reported = {r.rank for r in ranks}
+    silent = [i for i in range(result.plan.nproc_per_node) if i not in reported]
+    failed = next((r.rank for r in ranks if r.failure is not None), None)
+    named = re.match(r"rank (\d+):", result.failure.reason)
+    if silent and result.failure.category == FailureCategory.timeout:
+        culprit: int | None = silent[0]  # a rank waited for one that hangs: the one that hangs failed
+    else:
+        culprit = int(named.group(1)) if named else failed if failed is not None else silent[0] if silent else None
+    if culprit is not None:
+        result.log_tail = _rank_tail(log_path, culprit) or result.log_tail
+    if silent and not (named and int(named.group(1)) in silent):
+        listed = ", ".join(map(str, silent))
+        result.failure.reason += f"; rank{'s' if len(silent) > 1 else ''} {listed} ended without a report " \
+                                 "(hung, killed or crashed)"
 
 
 def trial_env(plan: TrialPlan, base_env: dict[str, str] | None = None) -> dict[str, str]:

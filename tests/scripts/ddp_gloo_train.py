@@ -1,5 +1,5 @@
-"""A tiny DDP training loop on gloo, for torchrun: each rank prints the batch it got and its own
-steady-state samples/s."""
+"""A tiny DDP training loop on gloo, for torchrun: each rank prints the batch it got and, every 50
+steps and at its end, its own steady-state samples/s so far (a trial may stop it at any step)."""
 
 import argparse
 import time
@@ -40,7 +40,9 @@ while step < args.steps:
             samples += x.shape[0]
         elif step == WARMUP_STEPS:
             start = time.perf_counter()
+        if step % 50 == 0 or step >= args.steps:
+            print(f"rank {rank} steady-state throughput: {samples / (time.perf_counter() - start):.2f} samples/s",
+                  flush=True)
         if step >= args.steps:
             break
-print(f"rank {rank} steady-state throughput: {samples / (time.perf_counter() - start):.2f} samples/s", flush=True)
 dist.destroy_process_group()
