@@ -121,6 +121,7 @@ def prepare_trial(script: str | Path, *, target: str = "auto", sets: dict[str, A
     sp = load_trial_space(tgt, space, platform)
     params = validate_for(tgt, sp, dict(sets or {}))
     tgt.check(params)
+    tgt.check_processes(nproc_per_node, 1)
     env = dict(os.environ) if base_env is None else base_env  # the user's PJRT_DEVICE, XLA_FLAGS, ...
     plan = tgt.plan(params, env) if cache_root is None else tgt.cached_plan(params, cache_root, env)
     plan.nproc_per_node = nproc_per_node

@@ -6,6 +6,8 @@ that time. Ranks in lockstep (DDP) each go at the slowest rank's pace, so the su
 job achieves; ranks that do not wait for each other simply add up. The common time is cut into
 as many equal slices as the sparsest rank has windows, each slice holding every rank's samples in
 it (a window's samples spread evenly over its time), and those slices give the one 95% interval.
+Where a rank's window was left out (it compiled), the slice takes that rank at its rate in the
+rest of the slice, or is left out if the rank has nothing in it.
 """
 
 from __future__ import annotations
@@ -24,17 +26,18 @@ def common_span(ranks: Sequence[Sequence[Window]]) -> tuple[float, float] | None
     return (start, end) if end > start else None
 
 
-def samples_between(windows: Sequence[Window], start: float, end: float) -> tuple[float, float]:
-    """Samples and steps of ``windows`` that fall in ``[start, end]``, a window counted in
+def samples_between(windows: Sequence[Window], start: float, end: float) -> tuple[float, float, float]:
+    """Samples, steps and seconds of ``windows`` that fall in ``[start, end]``, a window counted in
     proportion to its overlap."""
-    samples = steps = 0.0
+    samples = steps = seconds = 0.0
     for w in windows:
         overlap = min(end, w.end) - max(start, w.start)
         if overlap > 0 and w.seconds > 0:
             share = overlap / w.seconds
             samples += w.samples * share
             steps += w.steps * share
-    return samples, steps
+            seconds += overlap
+    return samples, steps, seconds
 
 
 def combined_windows(ranks: Sequence[Sequence[Window]]) -> list[Window]:
@@ -49,13 +52,14 @@ def combined_windows(ranks: Sequence[Sequence[Window]]) -> list[Window]:
     width = (end - start) / count
     slices = []
     for i in range(count):
-        lo, hi = start + i * width, start + (i + 1) * width
-        samples = sum(samples_between(windows, lo, hi)[0] for windows in steady)
-        steps = samples_between(steady[0], lo, hi)[1]
-        slices.append(Window(steps=max(1, round(steps)), samples=samples, seconds=hi - lo, start=lo))
+        lo = start + i * width
+        parts = [samples_between(windows, lo, lo + width) for windows in steady]
+        if any(seconds <= 0 for _, _, seconds in parts):
+            continue
+        rate = sum(samples / seconds for samples, _, seconds in parts)
+        steps = parts[0][1] * width / parts[0][2]
+        slices.append(Window(steps=max(1, round(steps)), samples=rate * width, seconds=width, start=lo))
     return slices
-
-
 def combined_estimate(ranks: Sequence[Sequence[Window]]) -> Estimate | None:
     """The trial's throughput and its 95% interval from every rank's windows."""
     return estimate(combined_windows(ranks))

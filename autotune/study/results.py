@@ -137,6 +137,7 @@ def best_config(study: Any, name: str, prov: dict[str, Any] | None = None) -> Be
         flags_env=plan.flags_env if plan else None,
         compiler_flags=plan.compiler_flags if plan else None,
         knobs={k: v for k, v in (plan.knobs.model_dump() if plan else {}).items() if v not in (None, False)},
+        launch=plan.launch if plan else None, nproc_per_node=plan.nproc_per_node if plan else 1,
         metric=stored.metric or "throughput", value=value, measurements=values,
         throughput=m.throughput if m else None, ci95_low=m.ci95_low if m else None,
         ci95_high=m.ci95_high if m else None, baseline_value=base, speedup=speedup,

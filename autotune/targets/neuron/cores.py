@@ -45,14 +45,6 @@ class NeuronCoreSlot:
     def count(self) -> int:
         return self.last - self.first + 1
 
-    def split(self, parts: int) -> list[NeuronCoreSlot]:
-        """The slot cut into ``parts`` contiguous slots of equal size: the cores of each local rank."""
-        if parts < 1 or self.count % parts:
-            raise AutotuneError(f"{self.count} NeuronCores ({self.range}) cannot be shared equally by "
-                                f"{parts} processes; hold a multiple of --nproc-per-node cores")
-        size = self.count // parts
-        return [NeuronCoreSlot(self.first + i * size, self.first + (i + 1) * size - 1) for i in range(parts)]
-
 
 def rank_env(slot: NeuronCoreSlot | None, nproc: int, port: int) -> dict[str, str]:
     """What every rank of a torchrun trial of ``nproc`` processes on ``slot`` gets.

@@ -180,6 +180,12 @@ class NeuronTarget(Target):
         environ[VISIBLE_CORES] = slot.range
         return {VISIBLE_CORES: slot.range}
 
+    def check_processes(self, nproc: int, devices_per_process: int) -> None:
+        if nproc > 1 and devices_per_process > 1:
+            raise InvalidConfigError(
+                f"--cores-per-trial {devices_per_process} with --nproc-per-node {nproc}: torch-xla under torchrun "
+                "gives each process one NeuronCore; use --cores-per-trial 1 (the trial holds one core per process)")
+
     def rank_envs(self, environ: Mapping[str, str], nproc: int, port: int) -> list[dict[str, str]]:
         if nproc == 1:
             return [{}]
