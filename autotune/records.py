@@ -14,6 +14,8 @@ from pydantic import BaseModel, ConfigDict, Field
 #: Version of the measurement protocol (warm-up detection, windows, stopping rule). Results
 #: measured under another version are not comparable and are never reused.
 PROTOCOL_VERSION = 1
+#: The parameter of a configuration that is its process count (torchrun's ``--nproc_per_node``).
+PROCESSES_PARAM = "nproc_per_node"
 
 
 class FailureCategory(str, enum.Enum):
@@ -75,10 +77,18 @@ class TrialPlan(BaseModel):
     #: one rank per process, on one node; the knobs (batch size included) apply to each rank.
     nproc_per_node: int = Field(1, ge=1)
 
+    def model_post_init(self, _context: Any) -> None:
+        if self.params.get(PROCESSES_PARAM) is not None and self.nproc_per_node == 1:
+            self.nproc_per_node = int(self.params[PROCESSES_PARAM])
+
     @property
     def launch(self) -> str | None:
-        """How a training job starts the script as it was measured, where it is not plain ``python``."""
-        return f"torchrun --nproc_per_node={self.nproc_per_node}" if self.nproc_per_node > 1 else None
+        """How a training job starts the script as it was measured, where it is not plain ``python``:
+        through torchrun when the configuration names a process count, even one (a script written
+        for torchrun needs its env vars)."""
+        if self.nproc_per_node > 1 or PROCESSES_PARAM in self.params:
+            return f"torchrun --nproc_per_node={self.nproc_per_node}"
+        return None
 
     @property
     def compiler_flags(self) -> str | None:

@@ -15,6 +15,7 @@ from typing import Any
 from autotune.errors import AutotuneError, InvalidConfigError, ScriptError
 from autotune.records import MeasurementProtocol, TrialPlan, TrialResult
 from autotune.space import SearchSpace, builtin_space, load_space
+from autotune.space.processes import most_processes, with_processes
 from autotune.targets import Target, resolve_target
 from autotune.workers.launcher import TrialLimits, run_trial
 
@@ -118,13 +119,12 @@ def prepare_trial(script: str | Path, *, target: str = "auto", sets: dict[str, A
     ``nproc_per_node`` above 1 the trial runs on that many processes."""
     path = check_script(script)
     tgt = resolve_target(target, path)
-    sp = load_trial_space(tgt, space, platform)
-    params = validate_for(tgt, sp, dict(sets or {}))
+    sp, given = with_processes(load_trial_space(tgt, space, platform), dict(sets or {}), nproc_per_node)
+    params = validate_for(tgt, sp, given)
     tgt.check(params)
-    tgt.check_processes(nproc_per_node, 1)
+    tgt.check_processes(most_processes(sp), 1)
     env = dict(os.environ) if base_env is None else base_env  # the user's PJRT_DEVICE, XLA_FLAGS, ...
     plan = tgt.plan(params, env) if cache_root is None else tgt.cached_plan(params, cache_root, env)
-    plan.nproc_per_node = nproc_per_node
     return PreparedTrial(tgt, sp, params, plan, path)
 
 

@@ -78,7 +78,7 @@ def run_trial(
     ranks_dir = trial_dir / "ranks"
     shutil.rmtree(ranks_dir, ignore_errors=True)
     ranks_dir.mkdir()
-    env = trial_env(plan, base_env)
+    env = trial_env(multiprocess.divide_threads(plan), base_env)
     spec = TrialSpec(plan=plan, script=str(Path(script).resolve()), args=list(args or []),
                      cwd=str(Path(cwd or os.getcwd()).resolve()), result_path=str(result_path),
                      protocol=protocol or MeasurementProtocol(), seed=seed, ranks_dir=str(ranks_dir))
@@ -151,7 +151,7 @@ def run_trial(
             exit_code=proc.returncode)
     else:
         result.failure = _died(proc.returncode, log_tail)
-    if plan.nproc_per_node > 1 and result.failure is not None:
+    if plan.launch is not None and result.failure is not None:
         _blame_rank(result, ranks, log_path)
     return result
 
@@ -159,7 +159,7 @@ def run_trial(
 def _dead_rank(plan: TrialPlan, ranks: list[HarnessReport], log_path: Path) -> Failure | None:
     """The failure of the rank torchrun names as the first to fail, if it died without its report
     (a crash, a kill): its lines in the log say what killed it."""
-    dead = multiprocess.failed_rank(log_tail_of(log_path)) if plan.nproc_per_node > 1 else None
+    dead = multiprocess.failed_rank(log_tail_of(log_path)) if plan.launch is not None else None
     if dead is None or dead[0] in {r.rank for r in ranks}:
         return None
     rank, local_rank, code = dead

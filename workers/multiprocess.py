@@ -1,7 +1,7 @@
 """A trial of several processes, from the launcher's side: how it is started, what each rank's
 environment holds, how the ranks' reports make one, and which rank failed when one did.
 
-With ``nproc_per_node > 1`` the trial process is torch's elastic launcher (``python -m
+With a process count in its configuration the trial process is torch's elastic launcher (``python -m
 torch.distributed.run``, what ``torchrun`` runs), each rank running the harness. ``--standalone``
 gives every trial its own rendezvous on a free port, so parallel trials on one machine never meet;
 ``--tee`` prefixes each rank's lines in the trial's log, so a failing rank's tail can be cut out.
@@ -31,7 +31,7 @@ HOOK_DIR = Path(__file__).resolve().parent / "hook"
 def trial_command(plan: TrialPlan, spec_path: Path) -> list[str]:
     """The trial process's command line: the harness, or torchrun running it on each rank."""
     harness = ["-m", "autotune.workers.harness", str(spec_path)]
-    if plan.nproc_per_node == 1:
+    if plan.launch is None:
         return [sys.executable, *harness]
     return [sys.executable, "-m", "torch.distributed.run", "--standalone",
             f"--nproc-per-node={plan.nproc_per_node}", "--max-restarts=0", "--tee=3", *harness]

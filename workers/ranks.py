@@ -33,7 +33,7 @@ def process_rank() -> int | None:
 
 
 def is_torchrun_rank(spec: TrialSpec) -> bool:
-    return spec.plan.nproc_per_node > 1 and "LOCAL_RANK" in os.environ
+    return spec.plan.launch is not None and "LOCAL_RANK" in os.environ
 
 
 def apply_rank_env(spec: TrialSpec) -> None:

@@ -31,6 +31,7 @@ from autotune.measurement.windows import PRUNE_MARGIN
 from autotune.records import MeasurementProtocol, TrialPlan, TrialRequest, TrialResult
 from autotune.search.samplers import make_sampler, suggest
 from autotune.space import SearchSpace, config_key
+from autotune.space.processes import most_processes, with_processes
 from autotune.study.options import (
     DEFAULT_DIR,
     EXIT_ALL_FAILED,
@@ -77,11 +78,13 @@ class Study:
         self.o = options
         self.script = check_script(options.script)
         self.target: Target = resolve_target(options.target, self.script)
-        base_space = load_trial_space(self.target, options.space, options.platform)
-        validate_for(self.target, base_space, {k: v for k, v in options.sets.items() if k not in base_space.parameters})
-        self.space: SearchSpace = base_space.restrict(options.sets)
+        base_space, sets = with_processes(load_trial_space(self.target, options.space, options.platform),
+                                          options.sets, options.nproc_per_node)
+        validate_for(self.target, base_space, {k: v for k, v in sets.items() if k not in base_space.parameters})
+        self.space: SearchSpace = base_space.restrict(sets)
+        self.processes = most_processes(self.space)
         self.memory_limit = parse_size(options.memory_limit) if options.memory_limit else None
-        self.target.check_processes(options.nproc_per_node, options.cores_per_trial)
+        self.target.check_processes(self.processes, options.cores_per_trial)
         self.name = options.study or default_study_name(self.script, self.target.name, options.nproc_per_node)
         self.out = Path(options.out) if options.out else DEFAULT_DIR / self.name
         check_writable(self.out)
@@ -165,7 +168,7 @@ class Study:
                 pool.shutdown()
             return self.result()
         pool = LazyPool(self.target, ray_address=self.o.ray_address, workers=self.o.workers,
-                        cores_per_trial=self.o.cores_per_trial, processes_per_trial=self.o.nproc_per_node,
+                        cores_per_trial=self.o.cores_per_trial, processes_per_trial=self.processes,
                         ray_started=started_ray)
         try:
             self._loop(pool)
@@ -273,15 +276,14 @@ class Study:
             return "reused"
         from autotune.cache import result_key
 
-        launch = {"nproc_per_node": self.o.nproc_per_node} if self.o.nproc_per_node > 1 else {}
         rkey = result_key(model=self._model_key, environment=self._env_key, target=self.target.name,
-                          params={**params, **launch}, protocol_version=self.o.protocol.version)
+                          params=params, protocol_version=self.o.protocol.version)
         write(trial, result_key=rkey)
         remembered = None if self.o.fresh else self.cache.get_result(rkey)
         if remembered is not None and (remembered.ok or not self.o.retry_failed):
             self._told.tell(trial, remembered.model_dump_json(), None, from_cache=True)
             return "reused"
-        plan = self._plan(params)
+        plan = self.target.cached_plan(params, str(self.cache.path))
         if self.o.retry_failed:
             self.target.retry_failed_compile(plan)
         else:
@@ -298,15 +300,10 @@ class Study:
                  plan: TrialPlan | None = None) -> TrialRequest:
         """What a worker needs to run one trial of ``params``."""
         return TrialRequest(
-            plan=plan or self._plan(params), script=str(self.script),
+            plan=plan or self.target.cached_plan(params, str(self.cache.path)), script=str(self.script),
             args=list(self.o.args), cwd=os.getcwd(), trial_dir=str(trial_dir.resolve()),
             timeout_s=self.o.trial_timeout, memory_bytes=self.memory_limit, protocol=protocol,
             seed=self.o.seed or 0)
-
-    def _plan(self, params: dict[str, Any]) -> TrialPlan:
-        plan = self.target.cached_plan(params, str(self.cache.path))
-        plan.nproc_per_node = self.o.nproc_per_node
-        return plan
 
     def _earlier_result(self, key: str, number: int) -> Any:
         for t in self.study.get_trials(deepcopy=False):

@@ -21,16 +21,16 @@ pytestmark = pytest.mark.slow
 SCRIPTS = Path(__file__).resolve().parents[1] / "scripts"
 
 
-def printed_throughput(result: TrialResult, who: str) -> dict[str, float]:
-    """Each rank's (or worker's) last own figure in the trial's log."""
-    found = re.findall(rf"\[default\d\]:{who} (\d+) steady-state throughput: ([\d.]+)",
+def printed_throughput(result: TrialResult) -> dict[str, float]:
+    """Each rank's last own figure in the trial's log."""
+    found = re.findall(r"\[default\d\]:rank (\d+) steady-state throughput: ([\d.]+)",
                        Path(result.log_path or "").read_text())
     return {rank: float(value) for rank, value in found}
 
 
 def test_gloo_ranks_add_up_and_stop_together(run_script: RunScript) -> None:
-    result = run_script(SCRIPTS / "ddp_gloo_train.py", sets={"batch_size": 16}, nproc_per_node=2,
-                        args=["--steps", "100000"])
+    result = run_script(SCRIPTS / "ranks_train.py", sets={"batch_size": 16}, nproc_per_node=2,
+                        args=["--mode", "gloo", "--steps", "100000"])
     assert result.ok, f"{result.failure}\n{result.log_tail}"
     log = Path(result.log_path or "").read_text()
     assert "[default0]:rank 0 batch 16" in log and "[default1]:rank 1 batch 16" in log
@@ -42,13 +42,14 @@ def test_gloo_ranks_add_up_and_stop_together(run_script: RunScript) -> None:
     m = result.measurement
     assert m is not None and m.samples_per_step == 32
     assert m.ci95_low <= m.throughput <= m.ci95_high
-    own = printed_throughput(result, "rank")
+    own = printed_throughput(result)
     assert set(own) == {"0", "1"}
     assert abs(m.throughput - sum(own.values())) / sum(own.values()) < 0.10, (m.throughput, own)
 
 
 def test_xla_ranks_under_torchrun(run_script: RunScript) -> None:
-    result = run_script(SCRIPTS / "xla_ddp_train.py", target="xla", sets={"batch_size": 16}, nproc_per_node=2)
+    result = run_script(SCRIPTS / "ranks_train.py", target="xla", sets={"batch_size": 16}, nproc_per_node=2,
+                        args=["--mode", "xla"])
     assert result.ok, f"{result.failure}\n{result.log_tail}"
     log = Path(result.log_path or "").read_text()
     # torch-xla on CPU numbers every process's replica 0: the prefix tells the ranks apart.
@@ -60,9 +61,9 @@ def test_xla_ranks_under_torchrun(run_script: RunScript) -> None:
 
 
 def test_a_worker_spawned_by_torch_xla_launch_is_measured(run_script: RunScript) -> None:
-    result = run_script(SCRIPTS / "xla_launch_train.py", target="xla", sets={"batch_size": 16})
+    result = run_script(SCRIPTS / "ranks_train.py", target="xla", sets={"batch_size": 16}, args=["--mode", "spawn"])
     assert result.ok, f"{result.failure}\n{result.log_tail}"
-    assert "worker 0 batch 16" in result.log_tail or "worker 0 batch 16" in Path(result.log_path or "").read_text()
+    assert "rank 0 batch 16" in Path(result.log_path or "").read_text()
     assert len(result.ranks) == 1 and result.ranks[0].pid is not None
     assert result.measurement is not None and result.measurement.samples_per_step == 16
 
