@@ -1,5 +1,6 @@
 """Two ranks under torchrun, rank 1 failing as ``--fault`` says: ``crash`` (exits hard after a few
-steps), ``hang`` (stops in the middle of the loop) or ``absent`` (never joins the process group).
+steps), ``hang`` (stops in the middle of the loop), ``oom`` (takes host memory until it is
+stopped) or ``absent`` (never joins the process group).
 Every rank writes its pid to ``$RANK_PID_DIR/<rank>.pid``, so that a test can check none is left."""
 
 import argparse
@@ -12,7 +13,7 @@ from torch.nn.parallel import DistributedDataParallel
 from torch.utils.data import DataLoader, TensorDataset
 
 parser = argparse.ArgumentParser()
-parser.add_argument("--fault", choices=("crash", "hang", "absent"), required=True)
+parser.add_argument("--fault", choices=("crash", "hang", "oom", "absent"), required=True)
 args = parser.parse_args()
 rank = int(os.environ["RANK"])
 with open(os.path.join(os.environ["RANK_PID_DIR"], f"{rank}.pid"), "w") as fh:
@@ -29,6 +30,10 @@ for step, (x, y) in enumerate(loader):
         print(f"rank 1 fails by {args.fault}", flush=True)
         if args.fault == "crash":
             os._exit(3)
+        hoard = []
+        while args.fault == "oom":
+            hoard.append(bytearray(100 * 2**20))
+            time.sleep(0.02)
         time.sleep(3600)
     optimizer.zero_grad()
     torch.nn.functional.cross_entropy(model(x), y).backward()

@@ -1,7 +1,8 @@
 """Trials of several processes, for real on CPU: ranks started by torchrun (gloo DDP, and torch-xla
 with ``init_process_group('xla')``), and a worker the script spawns itself (``torch_xla.launch``).
 The trial's batch size must reach every rank, the trial's throughput is the ranks' sum, and a rank
-that crashes, hangs or never joins ends the whole trial with no process left behind."""
+that crashes, hangs, runs out of memory or never joins ends the whole trial with no process left
+behind."""
 
 from __future__ import annotations
 
@@ -91,6 +92,14 @@ def test_a_rank_that_hangs_ends_the_trial_at_its_timeout(run_script: RunScript, 
     assert result.failure is not None and result.failure.category == C.timeout
     assert "timeout of 14 s" in result.failure.reason and "without a report" in result.failure.reason
     assert result.wall_seconds < 25
+
+
+def test_a_rank_out_of_host_memory_ends_the_trial(run_script: RunScript, tmp_path: Path) -> None:
+    # Two ranks with torch imported hold about 1.3 GiB here; rank 1 then takes 100 MB every 20 ms.
+    result = run_fault(run_script, tmp_path, "oom", memory_bytes=3 * 2**30)
+    assert result.failure is not None and result.failure.category == C.host_oom
+    assert "over its limit of 3.00 GiB" in result.failure.reason
+    assert result.wall_seconds < 40
 
 
 def test_a_rank_that_never_joins_is_a_rendezvous_failure(run_script: RunScript, tmp_path: Path) -> None:
