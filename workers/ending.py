@@ -14,7 +14,7 @@ from autotune.atomic_file import write_atomic
 from autotune.measurement.failures import classify
 from autotune.records import Failure, FailureCategory, HarnessReport
 from autotune.targets import failure_patterns
-from autotune.workers.step_clock import NumericsFailure, TrialComplete
+from autotune.workers.step_clock import NumericsFailure, TrialComplete, WorkerComplete
 
 if TYPE_CHECKING:
     from autotune.workers.harness import TrialRuntime
@@ -22,7 +22,7 @@ if TYPE_CHECKING:
 
 def record_end(report: HarnessReport, exc: BaseException) -> None:
     """What the way the script ended says about the trial."""
-    if isinstance(exc, TrialComplete) or _child_completed(exc):
+    if isinstance(exc, (TrialComplete, WorkerComplete)):  # the latter: a spawned worker's, passed on
         report.finished = True
         report.stopped_early = True
     elif isinstance(exc, NumericsFailure):
@@ -42,13 +42,6 @@ def record_end(report: HarnessReport, exc: BaseException) -> None:
         default = FailureCategory.host_oom if isinstance(exc, MemoryError) else FailureCategory.script_error
         report.failure = classify(text, failure_patterns(), default=default,
                                   default_reason=f"the script raised {type(exc).__name__}")
-
-
-def _child_completed(exc: BaseException) -> bool:
-    """A spawned worker stopped once measured: ``torch.multiprocessing.spawn`` hands the parent
-    its :class:`TrialComplete` as the text of another exception."""
-    lines = str(exc).strip().splitlines()
-    return bool(lines) and lines[-1].startswith(f"{TrialComplete.__module__}.{TrialComplete.__name__}")
 
 
 def write_report(runtime: TrialRuntime, path: Path) -> None:

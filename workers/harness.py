@@ -56,6 +56,7 @@ class TrialRuntime:
         #: torch-xla runs the script's function on a thread of its own; there it is the first
         #: thread that calls ``backward()`` or steps an optimizer (never a data loader's thread).
         self.training_thread: threading.Thread | None = None if spawned else threading.main_thread()
+        self.spawned = spawned
         self.plan = spec.plan
         self.knobs = spec.plan.knobs
         #: One of several measured processes of the trial (a torchrun rank, a spawned worker).

@@ -67,18 +67,39 @@ def cap_rendezvous(seconds: float) -> None:
     dist.init_process_group = init_process_group
 
 
-def install_in_child(spec_path: str) -> None:
+def install_in_spawned_workers(spec_path: str) -> None:
+    """In a process started with ``spawn``: become a rank of the trial if, and only if, the process
+    is about to import the trial's script (a worker of ``torch_xla.launch``, ``xmp.spawn``,
+    ``torch.multiprocessing.spawn``), not for any other spawned process of the trial (a compiler's).
+
+    ``multiprocessing.spawn.prepare`` is what such a worker calls with its parent's main module
+    before it imports it and runs its function.
+    """
+    import multiprocessing.spawn as spawn
+
+    orig = spawn.prepare
+
+    def prepare(data: dict[str, Any]) -> None:
+        spec = TrialSpec.model_validate_json(Path(spec_path).read_text())
+        main = data.get("init_main_from_path")
+        if main and Path(main).resolve() == Path(spec.script).resolve():
+            install_in_child(spec)
+        orig(data)
+
+    spawn.prepare = prepare
+
+
+def install_in_child(spec: TrialSpec) -> None:
     """Measure a worker process the script started itself with ``spawn`` (``torch_xla.launch``,
     ``xmp.spawn``, ``torch.multiprocessing.spawn``) as one rank of the trial: the trial's
-    interceptions go in before the worker imports the script, and its report is written when it
-    exits, if it took any step."""
+    interceptions go in before the worker imports the script again, and its report is written when
+    it exits, if it took any step."""
     import atexit
 
     from autotune import api
     from autotune.workers.ending import write_report
     from autotune.workers.harness import TrialRuntime
 
-    spec = TrialSpec.model_validate_json(Path(spec_path).read_text())
     runtime = TrialRuntime(spec, is_rank=True, spawned=True)
     api._install(runtime)
     runtime.install()
@@ -87,6 +108,7 @@ def install_in_child(spec_path: str) -> None:
     def write() -> None:
         if runtime.clock.steps:
             runtime.report.finished = True
+            runtime.report.stopped_early = runtime.clock.stopped
             write_report(runtime, report_path(spec, is_rank=True))
 
     atexit.register(write)

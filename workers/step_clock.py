@@ -24,6 +24,16 @@ class TrialComplete(BaseException):
     """
 
 
+class WorkerComplete(SystemExit):
+    """:class:`TrialComplete` in a worker the script spawned itself: a clean exit (code 0).
+
+    ``torch.multiprocessing.spawn`` ends a worker's siblings as soon as one exits with an error,
+    before they reach the step they agreed to stop at; a ``SystemExit(0)`` ends the worker
+    cleanly there, and where the exception travels back to the parent (``torch_xla.launch``'s
+    process pool) it ends the parent's script cleanly too. Raised as ``WorkerComplete(0)``.
+    """
+
+
 class NumericsFailure(BaseException):
     """The loss became NaN or infinite."""
 
@@ -67,6 +77,7 @@ class StepClock:
         self.done = False
         self.converged = False
         self.pruned = False
+        self.stopped = False  # the clock ended the script's loop
         self.sample_counts: list[float] = []
         self._last_aligned_step = 0
 
@@ -165,7 +176,7 @@ class StepClock:
             self.converged = bool(enough)
             self.done = True
             if not p.run_to_end:
-                raise TrialComplete()
+                self._end_the_loop()
         else:
             self._open_window(now)
 
@@ -192,7 +203,11 @@ class StepClock:
         p = self.protocol
         self.converged = est is not None and est.windows_used >= p.min_windows and est.rel_half_width <= p.rel_ci
         self.done = True
-        raise TrialComplete()
+        self._end_the_loop()
+
+    def _end_the_loop(self) -> None:
+        self.stopped = True
+        raise WorkerComplete(0) if self.rt.spawned else TrialComplete()
 
     def _now(self, wait: bool) -> float:
         if wait:

@@ -3,7 +3,8 @@
 - ``gloo``: DDP on CPU under torchrun;
 - ``xla``: torch-xla under torchrun, ``init_process_group('xla')``, MpDeviceLoader and
   ``xm.optimizer_step`` (which all-reduces the gradients);
-- ``spawn``: torch-xla, the loop in a worker the script starts itself with ``torch_xla.launch``.
+- ``spawn``: torch-xla, the loop in a worker the script starts itself with ``torch_xla.launch``;
+- ``mp``: DDP on CPU in two workers the script starts itself with ``torch.multiprocessing.spawn``.
 
 Each process prints the batch it got and, every 50 steps and at its end, its own steady-state
 samples/s so far (a trial may stop it at any step).
@@ -20,7 +21,7 @@ WARMUP_STEPS = 5
 
 
 def train(index: int, args: argparse.Namespace) -> None:
-    xla = args.mode != "gloo"
+    xla = args.mode in ("xla", "spawn")
     if xla:
         import torch_xla
         import torch_xla.core.xla_model as xm
@@ -56,9 +57,14 @@ def train(index: int, args: argparse.Namespace) -> None:
                 break
 
 
+def ddp_worker(index: int, args: argparse.Namespace, port: int) -> None:
+    dist.init_process_group("gloo", init_method=f"tcp://127.0.0.1:{port}", rank=index, world_size=2)
+    train(index, args)
+
+
 if __name__ == "__main__":
     parser = argparse.ArgumentParser()
-    parser.add_argument("--mode", choices=("gloo", "xla", "spawn"), required=True)
+    parser.add_argument("--mode", choices=("gloo", "xla", "spawn", "mp"), required=True)
     parser.add_argument("--batch-size", type=int, default=32)
     parser.add_argument("--steps", type=int, default=200)
     args = parser.parse_args()
@@ -66,6 +72,13 @@ if __name__ == "__main__":
         import torch_xla
 
         torch_xla.launch(train, args=(args,))
+    elif args.mode == "mp":
+        import socket
+
+        with socket.socket() as s:
+            s.bind(("127.0.0.1", 0))
+            free = s.getsockname()[1]
+        torch.multiprocessing.spawn(ddp_worker, args=(args, free), nprocs=2)
     else:
         if args.mode == "xla":
             import torch_xla.distributed.xla_backend  # noqa: F401  (registers the 'xla' backend)

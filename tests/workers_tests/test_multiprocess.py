@@ -1,5 +1,6 @@
 """Trials of several processes, for real on CPU: ranks started by torchrun (gloo DDP, and torch-xla
-with ``init_process_group('xla')``), and a worker the script spawns itself (``torch_xla.launch``).
+with ``init_process_group('xla')``), and workers the script spawns itself (``torch_xla.launch``,
+``torch.multiprocessing.spawn``).
 The trial's batch size must reach every rank, the trial's throughput is the ranks' sum, and a rank
 that crashes, hangs, runs out of memory or never joins ends the whole trial with no process left
 behind."""
@@ -61,12 +62,19 @@ def test_xla_ranks_under_torchrun(run_script: RunScript) -> None:
     assert result.compile.graphs_compiled >= 1
 
 
-def test_a_worker_spawned_by_torch_xla_launch_is_measured(run_script: RunScript) -> None:
-    result = run_script(SCRIPTS / "ranks_train.py", target="xla", sets={"batch_size": 16}, args=["--mode", "spawn"])
+@pytest.mark.parametrize("mode, target, workers", [("spawn", "xla", 1), ("mp", "inductor", 2)])
+def test_workers_the_script_spawns_are_measured(run_script: RunScript, mode: str, target: str, workers: int) -> None:
+    """``torch_xla.launch`` (one worker on CPU) and ``torch.multiprocessing.spawn`` (two, gloo DDP):
+    workers started with ``spawn`` that import the script again, each given the trial's batch size."""
+    result = run_script(SCRIPTS / "ranks_train.py", target=target, sets={"batch_size": 16},
+                        args=["--mode", mode, "--steps", "100000"])
     assert result.ok, f"{result.failure}\n{result.log_tail}"
-    assert "rank 0 batch 16" in Path(result.log_path or "").read_text()
-    assert len(result.ranks) == 1 and result.ranks[0].pid is not None
-    assert result.measurement is not None and result.measurement.samples_per_step == 16
+    log = Path(result.log_path or "").read_text()
+    assert all(f"rank {i} batch 16" in log for i in range(workers))
+    assert [r.rank for r in result.ranks] == list(range(workers)) and all(r.pid for r in result.ranks)
+    # Stopped once measured, every worker at one step, and the script's parent ended cleanly.
+    assert result.stopped_early and len({r.steps_seen for r in result.ranks}) == 1
+    assert result.measurement is not None and result.measurement.samples_per_step == 16 * workers
 
 
 def run_fault(run_script: RunScript, tmp_path: Path, fault: str, **limits: float) -> TrialResult:

@@ -4,8 +4,8 @@ the trial's ``PYTHONPATH`` and names the trial's spec in ``AUTOTUNE_TRIAL_SPEC``
 A worker that the script starts with ``spawn`` (``torch_xla.launch``, ``xmp.spawn``,
 ``torch.multiprocessing.spawn``) is a fresh interpreter that imports the script again: nothing
 the harness patched in the parent reaches it. Here it gets the trial's interceptions and becomes a
-measured rank before it imports anything of the script. Other processes (torchrun's agent, whose
-ranks run the harness themselves, the resource tracker, compilers) are left alone. A
+measured rank before it imports the script again. Other processes (torchrun's agent, whose ranks
+run the harness themselves, the resource tracker, a compiler's own workers) are left alone. A
 ``sitecustomize`` that this file shadows still runs.
 """
 
@@ -25,6 +25,6 @@ def _shadowed() -> None:
 
 _shadowed()
 if "--multiprocessing-fork" in sys.argv and os.environ.get("AUTOTUNE_TRIAL_SPEC"):
-    from autotune.workers.ranks import install_in_child
+    from autotune.workers.ranks import install_in_spawned_workers
 
-    install_in_child(os.environ["AUTOTUNE_TRIAL_SPEC"])
+    install_in_spawned_workers(os.environ["AUTOTUNE_TRIAL_SPEC"])
