@@ -157,10 +157,13 @@ def run_trial(
 
 
 def _dead_rank(plan: TrialPlan, ranks: list[HarnessReport], log_path: Path) -> Failure | None:
-    """The failure of the rank torchrun names as the first to fail, if it died without its report
-    (a crash, a kill): its lines in the log say what killed it."""
-    dead = multiprocess.failed_rank(log_tail_of(log_path)) if plan.launch is not None else None
-    if dead is None or dead[0] in {r.rank for r in ranks}:
+    """The failure of a rank torchrun names as failed that died without its report (a crash, a
+    kill): its lines in the log say what killed it. It comes first even where torchrun saw first
+    a rank that failed because of it (a collective whose partner vanished)."""
+    failed = multiprocess.failed_ranks(log_tail_of(log_path)) if plan.launch is not None else []
+    reported = {r.rank for r in ranks}
+    dead = next((f for f in failed if f[0] not in reported), None)
+    if dead is None:
         return None
     rank, local_rank, code = dead
     failure = _died(code, _rank_tail(log_path, local_rank))

@@ -143,14 +143,13 @@ def rank_results(ranks: list[HarnessReport]) -> list[RankResult]:
                        compile=r.compile, failure=r.failure) for r in ranks]
 
 
-_ROOT_CAUSE = re.compile(r"Root Cause.*?rank\s*:\s*(\d+)\s*\(local_rank:\s*(\d+)\)\s*\n\s*exitcode\s*:\s*(-?\d+)",
-                         re.DOTALL)
+#: One failed rank in torchrun's summary of a failed job ("Failures:" and "Root Cause").
+_FAILED_RANK = re.compile(r"rank\s*:\s*(\d+)\s*\(local_rank:\s*(\d+)\)\s*\n\s*exitcode\s*:\s*(-?\d+)")
 
 
-def failed_rank(log: str) -> tuple[int, int, int] | None:
-    """``(rank, local_rank, exit code)`` of the rank torchrun names as the first failure."""
-    m = _ROOT_CAUSE.search(log)
-    return (int(m.group(1)), int(m.group(2)), int(m.group(3))) if m else None
+def failed_ranks(log: str) -> list[tuple[int, int, int]]:
+    """``(rank, local_rank, exit code)`` of each rank torchrun's summary names as failed."""
+    return [(int(m.group(1)), int(m.group(2)), int(m.group(3))) for m in _FAILED_RANK.finditer(log)]
 
 
 def rank_log(log: str, local_rank: int) -> str:

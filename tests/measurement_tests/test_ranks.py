@@ -8,7 +8,7 @@ import pytest
 from autotune.measurement.ranks import combined_estimate, combined_windows, common_span
 from autotune.measurement.windows import Window
 from autotune.records import HarnessReport, Measurement, TimedWindow
-from autotune.workers.multiprocess import combine, combined_measurement
+from autotune.workers.multiprocess import combine, combined_measurement, failed_ranks
 
 
 def steady(rate: float, start: float, count: int, seconds: float = 1.0, jitter: float = 0.0) -> list[Window]:
@@ -72,3 +72,33 @@ def test_the_trials_report_takes_the_slowest_rank_and_the_longest_compile() -> N
     assert out.measurement.step_time_p90 == pytest.approx(0.4) and out.measurement.warmup_steps == 4
     assert out.compile.compile_seconds == 7.0 and out.compile.graphs_after_warmup == 3
     assert out.finished and not out.stopped_early
+
+
+# torchrun's summary of a failed job (torch 2.9), as in a trial's log: rank 0 failed first, in a
+# collective whose partner, rank 1, had exited with code 3.
+TORCHRUN_SUMMARY = """
+train.py FAILED
+------------------------------------------------------------
+Failures:
+[1]:
+  time      : 2026-11-23_11:20:22
+  host      : localhost
+  rank      : 1 (local_rank: 1)
+  exitcode  : 3 (pid: 7601)
+  error_file: <N/A>
+  traceback : To enable traceback see: https://pytorch.org/docs/stable/elastic/errors.html
+------------------------------------------------------------
+Root Cause (first observed failure):
+[0]:
+  time      : 2026-11-23_11:20:22
+  host      : localhost
+  rank      : 0 (local_rank: 0)
+  exitcode  : 1 (pid: 7600)
+  error_file: <N/A>
+  traceback : To enable traceback see: https://pytorch.org/docs/stable/elastic/errors.html
+"""
+
+
+def test_torchruns_summary_names_every_failed_rank() -> None:
+    assert failed_ranks(TORCHRUN_SUMMARY) == [(1, 1, 3), (0, 0, 1)]
+    assert failed_ranks("rank 0 steady-state throughput: 10.0 samples/s") == []
