@@ -54,6 +54,9 @@ class JobConfig(BaseModel):
     workers: int | None = Field(None, ge=1, description="Trials at once (default: 1 on a small CPU machine; "
                                                         "NeuronCores / --cores-per-trial for Neuron).")
     cores_per_trial: int = Field(1, ge=1, description="NeuronCores each trial holds.")
+    nproc_per_node: int = Field(1, ge=1, description="Processes of each trial, as torchrun's --nproc_per_node: "
+                                                     "above 1 the script runs through torchrun, the batch "
+                                                     "size applies to each process.")
     study: str | None = Field(None, description="Study name (default: <script>-<target>).")
     trial_timeout: float = Field(1800.0, gt=0, description="Hard timeout of each trial, seconds.")
     timeout: float | None = Field(None, gt=0, description="Stop starting trials after this many seconds.")

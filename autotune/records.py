@@ -14,6 +14,8 @@ from pydantic import BaseModel, ConfigDict, Field
 #: Version of the measurement protocol (warm-up detection, windows, stopping rule). Results
 #: measured under another version are not comparable and are never reused.
 PROTOCOL_VERSION = 1
+#: The parameter of a configuration that is its process count (torchrun's ``--nproc_per_node``).
+PROCESSES_PARAM = "nproc_per_node"
 
 
 class FailureCategory(str, enum.Enum):
@@ -27,6 +29,8 @@ class FailureCategory(str, enum.Enum):
     numerics = "numerics"
     # Not a property of the configuration: the cores it was given were taken. Worth a retry.
     device_unavailable = "device_unavailable"
+    #: The ranks of a multi-process trial never all met (a rank missing, a port that cannot be used).
+    rendezvous = "rendezvous"
 
 
 class CompileSpec(BaseModel):
@@ -69,6 +73,22 @@ class TrialPlan(BaseModel):
     flags_env: str | None = None
     knobs: RuntimeKnobs = Field(default_factory=RuntimeKnobs)
     notes: list[str] = Field(default_factory=list)
+    #: Processes of the trial: above 1 it is started through torch's elastic launcher (torchrun),
+    #: one rank per process, on one node; the knobs (batch size included) apply to each rank.
+    nproc_per_node: int = Field(1, ge=1)
+
+    def model_post_init(self, _context: Any) -> None:
+        if self.params.get(PROCESSES_PARAM) is not None and self.nproc_per_node == 1:
+            self.nproc_per_node = int(self.params[PROCESSES_PARAM])
+
+    @property
+    def launch(self) -> str | None:
+        """How a training job starts the script as it was measured, where it is not plain ``python``:
+        through torchrun when the configuration names a process count, even one (a script written
+        for torchrun needs its env vars)."""
+        if self.nproc_per_node > 1 or PROCESSES_PARAM in self.params:
+            return f"torchrun --nproc_per_node={self.nproc_per_node}"
+        return None
 
     @property
     def compiler_flags(self) -> str | None:
@@ -124,6 +144,26 @@ class TrialSpec(BaseModel):
     result_path: str
     protocol: MeasurementProtocol = Field(default_factory=MeasurementProtocol)
     seed: int = 0
+    #: Env vars of each local rank of a multi-process trial, set before the script starts (the
+    #: NeuronCores a rank sees), keyed by ``LOCAL_RANK``.
+    rank_env: dict[str, dict[str, str]] = Field(default_factory=dict)
+    #: The folder where every process of a multi-process trial writes its own report, and whose
+    #: ``stop`` file tells every rank to end the measurement at one step.
+    ranks_dir: str | None = None
+    #: How long ``torch.distributed.init_process_group`` may wait for the other ranks: a rank that
+    #: never comes is then a failure of its own category, not a hang until the trial's timeout.
+    rendezvous_timeout_s: float | None = None
+
+
+class TimedWindow(BaseModel):
+    """One timing window of one process, on the host's monotonic clock, so that the windows of
+    the ranks of a trial can be laid side by side."""
+
+    start: float
+    seconds: float
+    steps: int
+    samples: float
+    compiles: int = 0
 
 
 class Measurement(BaseModel):
@@ -186,6 +226,22 @@ class HarnessReport(BaseModel):
     metrics: dict[str, float] = Field(default_factory=dict)
     error: str | None = None  # "ExceptionType: message" of what ended the script
     failure: Failure | None = None
+    #: The rank of a multi-process trial that wrote it (``RANK``, or the spawn order), else ``None``.
+    rank: int | None = None
+    pid: int | None = None
+    #: The steady-state windows behind ``measurement``, for combining the ranks of a trial.
+    windows: list[TimedWindow] = Field(default_factory=list)
+
+
+class RankResult(BaseModel):
+    """What one rank of a multi-process trial measured on its own."""
+
+    rank: int
+    pid: int | None = None
+    steps_seen: int = 0
+    measurement: Measurement | None = None
+    compile: CompileStats = Field(default_factory=CompileStats)
+    failure: Failure | None = None
 
 
 class TrialResult(BaseModel):
@@ -210,6 +266,8 @@ class TrialResult(BaseModel):
     placement: dict[str, str] = Field(default_factory=dict)
     started_at: float | None = None  # epoch seconds
     ended_at: float | None = None
+    #: Each rank's own figures, for a trial of several processes (its ``measurement`` is their sum).
+    ranks: list[RankResult] = Field(default_factory=list)
 
     @property
     def ok(self) -> bool:

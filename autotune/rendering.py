@@ -74,6 +74,10 @@ def render_trial(result: TrialResult, console: Console) -> None:
     knobs = {k: v for k, v in plan.knobs.model_dump().items() if v not in (None, False)}
     if knobs:
         t.add_row("runtime knobs", ", ".join(f"{k}={v}" for k, v in knobs.items()))
+    if plan.launch:
+        batch = plan.knobs.batch_size
+        t.add_row("launch", plan.launch + (f"  (batch {batch} per process, {batch * plan.nproc_per_node} "
+                                            "in all)" if batch else ""))
     for note in plan.notes:
         t.add_row("note", note)
     status = Text("ok", style="green") if result.ok else Text(
@@ -91,6 +95,9 @@ def render_trial(result: TrialResult, console: Console) -> None:
         t.add_row("step time", f"median {fmt_seconds(m.step_time_median)}, p90 {fmt_seconds(m.step_time_p90)}")
         t.add_row("measured", f"{m.steps_measured} steps in {m.windows} windows after "
                               f"{m.warmup_steps} warm-up steps ({fmt_seconds(m.warmup_seconds)})")
+    for r in result.ranks:
+        own = f"{r.measurement.throughput:,.1f} samples/s" if r.measurement else "no measurement"
+        t.add_row(f"rank {r.rank}", f"{own}, {r.steps_seen} steps" + (f", {r.failure.reason}" if r.failure else ""))
     storm = Text(" recompilation storm", style="yellow") if c.recompilation_storm else Text("")
     t.add_row("graphs compiled", Text(f"{c.graphs_compiled} ({c.graphs_after_warmup} after warm-up)") + storm)
     if c.cache_hits is not None:
@@ -171,6 +178,10 @@ def render_trials(study: str, trials: list, baseline: float | None, best, consol
             console.print(f"  {best.flags_env}={best.compiler_flags}")
         if best.cost is not None:
             console.print(f"  cost: {cost_line(best.cost)}", highlight=False)
+        if best.launch:
+            batch = f" (batch {best.params['batch_size']} per process, {best.global_batch_size} in all)" \
+                if best.global_batch_size else ""
+            console.print(f"  launch: {best.launch}{batch}")
 
 
 def render_front(best, console: Console) -> None:

@@ -14,6 +14,7 @@ from typing import Any
 from autotune.errors import AutotuneError, InvalidConfigError, ScriptError
 from autotune.records import MeasurementProtocol, TrialPlan, TrialResult
 from autotune.space import SearchSpace, builtin_space, load_space
+from autotune.space.processes import most_processes, with_processes
 from autotune.targets import Target, resolve_target
 from autotune.workers.launcher import TrialLimits, run_trial
 
@@ -95,15 +96,18 @@ class PreparedTrial:
 
 def prepare_trial(script: str | Path, *, target: str = "auto", sets: dict[str, Any] | None = None,
                   space: str | None = None, platform: str | None = None,
-                  base_env: dict[str, str] | None = None, cache_root: str | None = None) -> PreparedTrial:
+                  base_env: dict[str, str] | None = None, cache_root: str | None = None,
+                  nproc_per_node: int = 1) -> PreparedTrial:
     """Check everything and build the plan; raises :class:`AutotuneError` on bad input.
 
-    With ``cache_root`` the target's compiler cache under it is wired into the plan's env."""
+    With ``cache_root`` the target's compiler cache under it is wired into the plan's env; with
+    ``nproc_per_node`` above 1 the trial runs on that many processes."""
     path = check_script(script)
     tgt = resolve_target(target, path)
-    sp = load_trial_space(tgt, space, platform)
-    params = validate_for(tgt, sp, dict(sets or {}))
+    sp, given = with_processes(load_trial_space(tgt, space, platform), dict(sets or {}), nproc_per_node)
+    params = validate_for(tgt, sp, given)
     tgt.check(params)
+    tgt.check_processes(most_processes(sp), 1)
     env = dict(os.environ) if base_env is None else base_env  # the user's PJRT_DEVICE, XLA_FLAGS, ...
     plan = tgt.plan(params, env) if cache_root is None else tgt.cached_plan(params, cache_root, env)
     return PreparedTrial(tgt, sp, params, plan, path)

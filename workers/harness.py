@@ -30,13 +30,10 @@ import runpy
 import sys
 import threading
 import time
-import traceback
 from pathlib import Path
 from typing import Any, Callable
 
 from autotune import api
-from autotune.atomic_file import write_atomic
-from autotune.measurement.failures import classify
 from autotune.records import (
     CompileSpec,
     Failure,
@@ -44,21 +41,29 @@ from autotune.records import (
     HarnessReport,
     TrialSpec,
 )
-from autotune.targets import failure_patterns
 from autotune.workers import isa_probe
+from autotune.workers import ranks
 from autotune.workers.backends import Backends
-from autotune.workers.step_clock import NumericsFailure, StepClock, TrialComplete
+from autotune.workers.ending import record_end, write_report
+from autotune.workers.step_clock import NumericsFailure, StepClock
 from autotune.workers.tensors import batch_len, cast_floats, input_dtype, module_device_type, to_float
 
 
 class TrialRuntime:
     """The state of one trial inside its process, and the interceptions that feed it."""
 
-    def __init__(self, spec: TrialSpec) -> None:
+    def __init__(self, spec: TrialSpec, is_rank: bool = False, spawned: bool = False) -> None:
         self.spec = spec
+        #: The thread that runs the training loop: the main one, except in a spawned worker, where
+        #: torch-xla runs the script's function on a thread of its own; there it is the first
+        #: thread that calls ``backward()`` or steps an optimizer (never a data loader's thread).
+        self.training_thread: threading.Thread | None = None if spawned else threading.main_thread()
+        self.spawned = spawned
         self.plan = spec.plan
         self.knobs = spec.plan.knobs
-        self.report = HarnessReport()
+        #: One of several measured processes of the trial (a torchrun rank, a spawned worker).
+        self.is_rank = is_rank
+        self.report = HarnessReport(rank=ranks.process_rank() if is_rank else None, pid=os.getpid())
         self.clock = StepClock(self)
         self.started_at: float | None = None
         self.losses: list[Any] = []
@@ -94,6 +99,8 @@ class TrialRuntime:
         self._patch_dataloader(torch)
         self._patch_backward(torch)
         self._patch_optimizer(torch)
+        if self.spec.rendezvous_timeout_s:
+            ranks.cap_rendezvous(self.spec.rendezvous_timeout_s)
         if self.knobs.compile is not None:
             self._patch_torch_compile(torch)
             if self.knobs.compile.backend == "inductor":
@@ -140,6 +147,7 @@ class TrialRuntime:
         keep = self.spec.protocol.losses_recorded
 
         def backward(tensor: Any, *args: Any, **kwargs: Any) -> Any:
+            runtime.training_thread = runtime.training_thread or threading.current_thread()
             if tensor.numel() == 1:
                 loss = tensor.detach()
                 runtime.last_loss = loss
@@ -152,8 +160,13 @@ class TrialRuntime:
     def _patch_optimizer(self, torch: Any) -> None:
         from torch.optim.optimizer import register_optimizer_step_post_hook
 
-        clock = self.clock
-        register_optimizer_step_post_hook(lambda opt, args, kwargs: clock.boundary("optimizer", None))
+        runtime = self
+
+        def stepped(_opt: Any, _args: Any, _kwargs: Any) -> None:
+            runtime.training_thread = runtime.training_thread or threading.current_thread()
+            runtime.clock.boundary("optimizer", None)
+
+        register_optimizer_step_post_hook(stepped)
 
     def _patch_xla(self) -> None:
         import torch_xla
@@ -228,7 +241,7 @@ class TrialRuntime:
         runtime = self
 
         def call(module: Any, *args: Any, **kwargs: Any) -> Any:
-            if (threading.current_thread() is threading.main_thread()
+            if (threading.current_thread() is runtime.training_thread
                     and next(module.parameters(), None) is not None):
                 Module.__call__ = orig_call
                 runtime._prepare_model(module)
@@ -307,9 +320,12 @@ class TrialRuntime:
     def finalize(self) -> HarnessReport:
         r = self.report
         r.steps_seen = self.clock.steps
+        if self.is_rank and r.rank is None:
+            r.rank = ranks.process_rank()  # torch-xla numbers a spawned child once it starts
         try:
             self.clock.finish()
             r.measurement = self.clock.measurement()
+            r.windows = self.clock.timed_windows()
         except Exception as exc:  # a bug in the statistics must not lose the rest of the result
             r.error = r.error or f"measurement failed: {exc!r}"
         r.compile.graphs_compiled = self.backends.compiled_graphs()
@@ -324,8 +340,8 @@ class TrialRuntime:
         return r
 
 
-def run(spec: TrialSpec) -> int:
-    runtime = TrialRuntime(spec)
+def run(spec: TrialSpec, *, is_rank: bool = False) -> int:
+    runtime = TrialRuntime(spec, is_rank=is_rank)
     report = runtime.report
     script = str(Path(spec.script).resolve())
     os.chdir(spec.cwd)
@@ -338,34 +354,10 @@ def run(spec: TrialSpec) -> int:
         runtime.started_at = time.perf_counter()
         runpy.run_path(script, run_name="__main__")
         report.finished = True
-    except TrialComplete:
-        report.finished = True
-        report.stopped_early = True
-    except NumericsFailure as exc:
-        report.failure = Failure(category=FailureCategory.numerics, reason=str(exc))
-    except SystemExit as exc:
-        code = exc.code
-        if code in (0, None):
-            report.finished = True
-        else:
-            report.error = f"SystemExit({code!r})"
-            report.failure = Failure(category=FailureCategory.script_error,
-                                     reason=f"the script exited with {code!r}", exit_code=code if isinstance(code, int) else 1)
-    except BaseException as exc:  # anything the script raised becomes a categorised failure
-        text = "".join(traceback.format_exception(exc))
-        sys.stderr.write(text)
-        report.error = f"{type(exc).__name__}: {exc}"[:2000]
-        default = FailureCategory.host_oom if isinstance(exc, MemoryError) else FailureCategory.script_error
-        report.failure = classify(text, failure_patterns(), default=default,
-                                  default_reason=f"the script raised {type(exc).__name__}")
+    except BaseException as exc:
+        record_end(report, exc)
     finally:
-        try:
-            runtime.finalize()
-        except BaseException as exc:
-            report.error = report.error or f"harness finalize failed: {exc!r}"
-        write_atomic(spec.result_path, report.model_dump_json())
-        sys.stdout.flush()
-        sys.stderr.flush()
+        write_report(runtime, ranks.report_path(spec, is_rank))
     return 0 if report.failure is None else 1
 
 
@@ -404,7 +396,10 @@ def main(argv: list[str] | None = None) -> None:
         sys.stderr.write("usage: python -m autotune.workers.harness SPEC.json\n")
         sys.exit(2)
     spec = TrialSpec.model_validate_json(Path(argv[0]).read_text())
-    code = run(spec)
+    is_rank = ranks.is_torchrun_rank(spec)
+    if is_rank:
+        ranks.apply_rank_env(spec)
+    code = run(spec, is_rank=is_rank)
     # Skip interpreter teardown: a backend's atexit handlers or a stuck DataLoader worker must not
     # turn a finished trial into a hang. The launcher kills what is left of the process group.
     os._exit(code)

@@ -1,7 +1,8 @@
 """Runs one trial in its own process group, with a hard timeout and a host-memory limit.
 
-The trial process is ``python -m autotune.workers.harness SPEC.json``; it starts with the plan's env vars
-and writes its report next to the spec. Whatever happens to it (a segfault, ``os._exit``, an
+The trial process is ``python -m autotune.workers.harness SPEC.json`` (or torchrun running it on
+each of ``nproc_per_node`` ranks, :mod:`.multiprocess`); it starts with the plan's env vars and
+writes its report next to the spec, each rank of a multi-process trial its own under ``ranks/``. Whatever happens to it (a segfault, ``os._exit``, an
 abort inside a compiler, a hang, a memory blow-up) ends here as a :class:`TrialResult` with a
 failure category and the tail of its log: this function does not raise for a failed trial.
 """
@@ -9,9 +10,10 @@ failure category and the tail of its log: this function does not raise for a fai
 from __future__ import annotations
 
 import os
+import re
+import shutil
 import signal
 import subprocess
-import sys
 import time
 from dataclasses import dataclass
 from pathlib import Path
@@ -30,7 +32,8 @@ from autotune.records import (
     TrialResult,
     TrialSpec,
 )
-from autotune.targets import failure_patterns
+from autotune.targets import failure_patterns, get_target
+from autotune.workers import multiprocess
 
 #: What a failed trial's result keeps of its log: the last lines, at most so many characters.
 LOG_TAIL_LINES = 40
@@ -44,9 +47,15 @@ class TrialLimits:
     #: Resident memory of the whole process tree; ``None`` means 80% of this machine's memory.
     memory_bytes: int | None = None
     poll_s: float = 0.1
+    #: How long the ranks of a multi-process trial wait for each other in ``init_process_group``;
+    #: ``None``: a third of the timeout, at most 10 minutes.
+    rendezvous_s: float | None = None
 
     def memory_limit(self) -> int:
         return self.memory_bytes or int(psutil.virtual_memory().total * 0.8)
+
+    def rendezvous(self) -> float:
+        return self.rendezvous_s or min(600.0, self.timeout_s / 3)
 
 
 def run_trial(
@@ -66,20 +75,25 @@ def run_trial(
     result_path = trial_dir / "report.json"
     result_path.unlink(missing_ok=True)
     log_path = trial_dir / "trial.log"
+    ranks_dir = trial_dir / "ranks"
+    shutil.rmtree(ranks_dir, ignore_errors=True)
+    ranks_dir.mkdir()
+    env = trial_env(multiprocess.divide_threads(plan), base_env)
     spec = TrialSpec(plan=plan, script=str(Path(script).resolve()), args=list(args or []),
                      cwd=str(Path(cwd or os.getcwd()).resolve()), result_path=str(result_path),
-                     protocol=protocol or MeasurementProtocol(), seed=seed)
+                     protocol=protocol or MeasurementProtocol(), seed=seed, ranks_dir=str(ranks_dir))
+    rank_env = get_target(plan.target).rank_envs(env, plan.nproc_per_node, multiprocess.free_port())
+    spec = multiprocess.spec_for_ranks(spec, rank_env, limits.rendezvous())
     spec_path = trial_dir / "spec.json"
     spec_path.write_text(spec.model_dump_json(indent=2))
-
-    env = trial_env(plan, base_env)
+    multiprocess.hook_env(env, spec_path)
     started_at = time.time()
     started = time.monotonic()
     watchdog: Failure | None = None
     peak = 0
     with open(log_path, "wb") as log:
         proc = subprocess.Popen(
-            [sys.executable, "-m", "autotune.workers.harness", str(spec_path)],
+            multiprocess.trial_command(plan, spec_path),
             cwd=spec.cwd, env=env, stdin=subprocess.DEVNULL, stdout=log, stderr=subprocess.STDOUT,
             start_new_session=True,  # its own process group: a kill reaches the children too
         )
@@ -103,10 +117,11 @@ def run_trial(
         tree.kill()  # children left behind by a finished trial (DataLoader workers, compilers)
     wall = time.monotonic() - started
     log_tail = log_tail_of(log_path, lines=LOG_TAIL_LINES)[-LOG_TAIL_CHARS:]
-    report = _read_report(result_path)
+    ranks = multiprocess.read_rank_reports(ranks_dir)
+    report = multiprocess.combine(_read_report(result_path), ranks)
     result = TrialResult(status="failed", plan=plan, wall_seconds=wall, log_path=str(log_path),
                          log_tail=log_tail, peak_host_memory_bytes=peak or None,
-                         started_at=started_at, ended_at=time.time())
+                         started_at=started_at, ended_at=time.time(), ranks=multiprocess.rank_results(ranks))
     if report is not None:
         result.measurement = report.measurement
         result.compile = report.compile
@@ -116,6 +131,8 @@ def run_trial(
     if watchdog is not None:
         watchdog.signal = "SIGKILL"
         result.failure = watchdog
+    elif (died := _dead_rank(plan, ranks, log_path)) is not None:
+        result.failure = died
     elif report is not None and report.failure is not None:
         result.failure = report.failure
     elif report is not None and (report.measurement is not None or report.metrics):
@@ -134,7 +151,44 @@ def run_trial(
             exit_code=proc.returncode)
     else:
         result.failure = _died(proc.returncode, log_tail)
+    if plan.launch is not None and result.failure is not None:
+        _blame_rank(result, ranks, log_path)
     return result
+
+
+def _dead_rank(plan: TrialPlan, ranks: list[HarnessReport], log_path: Path) -> Failure | None:
+    """The failure of a rank torchrun names as failed that died without its report (a crash, a
+    kill): its lines in the log say what killed it. It comes first even where torchrun saw first
+    a rank that failed because of it (a collective whose partner vanished)."""
+    failed = multiprocess.failed_ranks(log_tail_of(log_path)) if plan.launch is not None else []
+    reported = {r.rank for r in ranks}
+    dead = next((f for f in failed if f[0] not in reported), None)
+    if dead is None:
+        return None
+    rank, local_rank, code = dead
+    failure = _died(code, _rank_tail(log_path, local_rank))
+    return failure.model_copy(update={"reason": f"rank {rank}: {failure.reason}"})
+
+
+def _blame_rank(result: TrialResult, ranks: list[HarnessReport], log_path: Path) -> None:
+    """Point a multi-process trial's failure at a rank: the log tail becomes the lines of the rank
+    that failed (or, where none reported a failure, of one that never reported), and the reason
+    names the ranks that ended without a report (hung, killed, crashed)."""
+    assert result.failure is not None
+    reported = {r.rank for r in ranks}
+    silent = [i for i in range(result.plan.nproc_per_node) if i not in reported]
+    failed = next((r.rank for r in ranks if r.failure is not None), None)
+    named = re.match(r"rank (\d+):", result.failure.reason)
+    if silent and result.failure.category == FailureCategory.timeout:
+        culprit: int | None = silent[0]  # a rank waited for one that hangs: the one that hangs failed
+    else:
+        culprit = int(named.group(1)) if named else failed if failed is not None else silent[0] if silent else None
+    if culprit is not None:
+        result.log_tail = _rank_tail(log_path, culprit) or result.log_tail
+    if silent and not (named and int(named.group(1)) in silent):
+        listed = ", ".join(map(str, silent))
+        result.failure.reason += f"; rank{'s' if len(silent) > 1 else ''} {listed} ended without a report " \
+                                 "(hung, killed or crashed)"
 
 
 def trial_env(plan: TrialPlan, base_env: dict[str, str] | None = None) -> dict[str, str]:
@@ -146,6 +200,12 @@ def trial_env(plan: TrialPlan, base_env: dict[str, str] | None = None) -> dict[s
         for var in ("OMP_NUM_THREADS", "MKL_NUM_THREADS", "OPENBLAS_NUM_THREADS"):
             env[var] = str(plan.knobs.threads)
     return env
+
+
+def _rank_tail(log_path: Path, local_rank: int) -> str:
+    """The end of one rank's own lines in the log of a multi-process trial."""
+    lines = multiprocess.rank_log(log_tail_of(log_path), local_rank).splitlines()
+    return "\n".join(lines[-LOG_TAIL_LINES:])[-LOG_TAIL_CHARS:]
 
 
 def _died(returncode: int | None, log_tail: str) -> Failure:

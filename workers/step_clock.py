@@ -4,12 +4,14 @@ the estimate of a trial's throughput is good enough to stop."""
 from __future__ import annotations
 
 import math
+import os
 import threading
 import time
+from pathlib import Path
 from typing import TYPE_CHECKING
 
 from autotune.measurement.windows import Window, cannot_win, estimate, percentile, without_compiles
-from autotune.records import Measurement
+from autotune.records import Measurement, TimedWindow
 
 if TYPE_CHECKING:
     from autotune.workers.harness import TrialRuntime
@@ -19,6 +21,16 @@ class TrialComplete(BaseException):
     """Raised at a step boundary once the estimate has converged, to end the user's loop.
 
     A ``BaseException`` so that a script's ``except Exception`` does not swallow it.
+    """
+
+
+class WorkerComplete(SystemExit):
+    """:class:`TrialComplete` in a worker the script spawned itself: a clean exit (code 0).
+
+    ``torch.multiprocessing.spawn`` ends a worker's siblings as soon as one exits with an error,
+    before they reach the step they agreed to stop at; a ``SystemExit(0)`` ends the worker
+    cleanly there, and where the exception travels back to the parent (``torch_xla.launch``'s
+    process pool) it ends the parent's script cleanly too. Raised as ``WorkerComplete(0)``.
     """
 
 
@@ -39,6 +51,8 @@ class StepClock:
         self.rt = runtime
         self.protocol = runtime.spec.protocol
         self.lazy = runtime.spec.plan.knobs.lazy_device
+        #: Only the ranks of a multi-process trial stop together; a lone process stops on its own.
+        self.stop = RankStop(runtime.spec.ranks_dir if runtime.is_rank else None)
         self._reset(source=None)
 
     def _reset(self, source: str | None) -> None:
@@ -66,18 +80,23 @@ class StepClock:
         self.done = False
         self.converged = False
         self.pruned = False
+        self.stopped = False  # the clock ended the script's loop
         self.sample_counts: list[float] = []
         self._last_aligned_step = 0
 
     # -- events ----------------------------------------------------------------------------
     def boundary(self, source: str, samples: float | None) -> None:
-        if self.done or threading.current_thread() is not threading.main_thread():
+        if self.done or threading.current_thread() is not self.rt.training_thread:
             return
         if self.source is None:
             self.source = source
         elif source != self.source and (source == "explicit" or self.source == "forward"):
             # The script marks its own steps, or a loader or an optimizer shows that the model's
             # calls were not the steps (a training loop): start measuring again on those.
+            self._reset(source)
+        elif source == "loader" and self.source == "optimizer" and self.warming:
+            # A spawned worker's loop is known by its first backward(), so its first optimizer step
+            # can come before its first batch is seen; batches carry their sample counts.
             self._reset(source)
         elif source != self.source:
             return
@@ -86,7 +105,9 @@ class StepClock:
             samples = self.sample_counts[-1] if self.sample_counts else 1.0
         self.sample_counts.append(float(samples))
         aligned = self.synced or not self.lazy
-        if self.warming:
+        if self.stop.due(self.steps):
+            self._stop_with_the_others(aligned, samples)
+        elif self.warming:
             self._warmup_boundary(aligned)
         else:
             self._measure_boundary(aligned, samples)
@@ -141,19 +162,26 @@ class StepClock:
         enough = (est is not None and est.windows_used >= p.min_windows and est.rel_half_width <= p.rel_ci)
         if not enough and not capped and cannot_win(est, p.stop_below):
             self.pruned = capped = True
+        if (enough or capped) and self.stop.shared and not p.run_to_end:
+            # Every rank stops at one step a little ahead, so that none is left waiting in a
+            # collective for a rank that has gone.
+            self.stop.request(self.steps)
+            self._open_window(now)
+            return
         if enough or capped:
             if self.lazy:
                 # The last window ends when the device has finished its work, not when the host
                 # has merely queued it.
                 end = self._now(wait=True)
                 last = self.windows[-1]
-                self.windows[-1] = Window(last.steps, last.samples, last.seconds + (end - now), last.compiles)
+                self.windows[-1] = Window(last.steps, last.samples, last.seconds + (end - now), last.compiles,
+                                          last.start)
                 est = estimate(without_compiles(self.windows))
                 enough = est is not None and est.windows_used >= p.min_windows and est.rel_half_width <= p.rel_ci
             self.converged = bool(enough)
             self.done = True
             if not p.run_to_end:
-                raise TrialComplete()
+                self._end_the_loop()
         else:
             self._open_window(now)
 
@@ -167,7 +195,24 @@ class StepClock:
         assert self.window_start is not None
         steps = self.steps - self.window_first_step
         self.windows.append(Window(steps, self.window_samples, now - self.window_start,
-                                   self.rt.backends.compiled_graphs() - self.window_compiles_at_start))
+                                   self.rt.backends.compiled_graphs() - self.window_compiles_at_start,
+                                   self.window_start))
+
+    def _stop_with_the_others(self, aligned: bool, samples: float) -> None:
+        """A rank (this one or another) asked every rank to stop at this step. The open window
+        counts if it ends where a graph was cut (on a lazy device, else its steps have not run)."""
+        if not self.warming and aligned and self.window_start is not None:
+            self.window_samples += samples
+            self._close_window(self._now(wait=self.lazy))
+        est = estimate(without_compiles(self.windows))
+        p = self.protocol
+        self.converged = est is not None and est.windows_used >= p.min_windows and est.rel_half_width <= p.rel_ci
+        self.done = True
+        self._end_the_loop()
+
+    def _end_the_loop(self) -> None:
+        self.stopped = True
+        raise WorkerComplete(0) if self.rt.spawned else TrialComplete()
 
     def _now(self, wait: bool) -> float:
         if wait:
@@ -206,6 +251,54 @@ class StepClock:
             pruned=self.pruned,
         )
 
+    def timed_windows(self) -> list[TimedWindow]:
+        """The measured windows as they go into the report, for combining the ranks of a trial."""
+        return [TimedWindow(start=w.start, seconds=w.seconds, steps=w.steps, samples=w.samples, compiles=w.compiles)
+                for w in self.windows]
+
     @property
     def graphs_after_warmup(self) -> int:
         return sum(w.compiles for w in self.windows)
+
+
+class RankStop:
+    """The ``stop`` file through which the ranks of one trial agree on the step they all end at.
+
+    A rank whose estimate is good enough names a step two ahead of its own: ranks in lockstep are
+    at most one step apart, so every rank sees the file before it passes that step. Each rank's
+    clock looks for the file at every step boundary (a ``stat``, microseconds).
+    """
+
+    #: Steps between the request and the stop.
+    AHEAD = 2
+
+    def __init__(self, ranks_dir: str | None) -> None:
+        self.path = Path(ranks_dir) / "stop" if ranks_dir else None
+        self.at: int | None = None
+
+    @property
+    def shared(self) -> bool:
+        """Whether this process is one of several measured ranks (only those coordinate)."""
+        return self.path is not None
+
+    def due(self, step: int) -> bool:
+        if self.at is None and self.path is not None and self.path.exists():
+            try:
+                self.at = int(self.path.read_text())
+            except ValueError:  # being written: read at the next step
+                return False
+        return self.at is not None and step >= self.at
+
+    def request(self, step: int) -> None:
+        """Ask every rank to stop ``AHEAD`` steps from ``step``, unless one asked already."""
+        assert self.path is not None
+        if self.path.exists():
+            return
+        tmp = self.path.with_name(f"stop.{os.getpid()}")
+        tmp.write_text(str(step + self.AHEAD))
+        try:
+            os.link(tmp, self.path)  # atomic, and fails if another rank was first
+        except FileExistsError:
+            pass
+        finally:
+            tmp.unlink(missing_ok=True)

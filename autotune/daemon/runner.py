@@ -315,7 +315,8 @@ class JobRunner:
             return
         sharing = min(self.max_concurrent_jobs, len(self._procs) + len(queued))
         for job in queued[:free]:
-            workers = fair_share(self.slots.for_job(job.spec.run.cores_per_trial), sharing, job.spec.run.workers)
+            run = job.spec.run  # a trial holds its cores for each of its processes
+            workers = fair_share(self.slots.for_job(run.cores_per_trial * run.nproc_per_node), sharing, run.workers)
             self._start(job, workers)
 
     def _start(self, job: JobRecord, workers: int) -> None:

@@ -16,11 +16,12 @@ class LazyPool:
     """Ray workers for ``target``'s trials, placed when the first trial is submitted."""
 
     def __init__(self, target: Target, *, ray_address: str | None, workers: int | None, cores_per_trial: int,
-                 ray_started: bool) -> None:
+                 ray_started: bool, processes_per_trial: int = 1) -> None:
         self.target = target
         self.ray_address = ray_address
         self.workers = workers
         self.cores_per_trial = cores_per_trial
+        self.processes_per_trial = processes_per_trial
         self.ray_started = ray_started
         self.pool: WorkerPool | None = None
         #: What the placement decided that a user should know (set when the pool starts).
@@ -31,7 +32,8 @@ class LazyPool:
     def _start(self) -> WorkerPool:
         if self.pool is None:
             self.ray_started = connect(self.ray_address) or self.ray_started
-            placement = plan_placement(self.target, workers=self.workers, cores_per_trial=self.cores_per_trial)
+            placement = plan_placement(self.target, workers=self.workers, cores_per_trial=self.cores_per_trial,
+                                       processes_per_trial=self.processes_per_trial)
             self.notes.extend(placement.notes)
             self.threads = placement.threads_per_trial
             self.pool = WorkerPool(placement)

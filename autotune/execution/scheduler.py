@@ -78,11 +78,14 @@ def cpu_trial_slots(cpus: int) -> int:
     return 1 if cpus <= 8 else cpus // 8
 
 
-def plan_placement(target: Target, *, workers: int | None, cores_per_trial: int) -> Placement:
+def plan_placement(target: Target, *, workers: int | None, cores_per_trial: int,
+                   processes_per_trial: int = 1) -> Placement:
     """How many workers, and what each holds, from the cluster's resources.
 
     A target whose trials hold devices (:attr:`Target.device_resource`, ``neuron_cores``) gets
-    one worker per ``cores_per_trial`` of them; the others share the host's CPUs.
+    one worker per ``cores_per_trial`` of them for each of a trial's ``processes_per_trial``; the
+    others share the host's CPUs. A trial's processes run on one node: a trial that needs more
+    than the largest node has is an error, before any trial starts.
     """
     import ray
 
@@ -95,8 +98,12 @@ def plan_placement(target: Target, *, workers: int | None, cores_per_trial: int)
         if cores == 0:
             notes.append(f"the Ray cluster declares no {resource}: trials run without {noun}")
             return Placement(workers=workers or 1, target=target.name, cpus_per_worker=0, notes=notes)
-        if cores_per_trial > cores:
-            raise AutotuneError(f"--cores-per-trial {cores_per_trial} is more than the cluster's {cores} {noun}")
+        per_node = _largest_node(resource)
+        if cores_per_trial * processes_per_trial > per_node:
+            raise AutotuneError(f"a trial of {processes_per_trial} process(es) x {cores_per_trial} {noun} needs "
+                                f"{cores_per_trial * processes_per_trial} {noun} on one node; the largest node has "
+                                f"{per_node}: lower --nproc-per-node or --cores-per-trial")
+        cores_per_trial *= processes_per_trial
         most = cores // cores_per_trial
         if workers and workers > most:
             notes.append(f"{workers} workers asked for, but {cores} {noun} hold only {most} "
@@ -106,6 +113,9 @@ def plan_placement(target: Target, *, workers: int | None, cores_per_trial: int)
                          device_resource=resource,
                          cpus_per_worker=0, notes=notes)
     # CPU targets: parallel trials on a small machine distort each other's measurements.
+    if processes_per_trial > _largest_node("CPU"):
+        raise AutotuneError(f"--nproc-per-node {processes_per_trial} is more than the {_largest_node('CPU')} CPUs "
+                            "of the largest node: a trial's processes run on one node")
     default = cpu_trial_slots(cpus)
     n = workers or default
     if n > default:
@@ -118,6 +128,13 @@ def plan_placement(target: Target, *, workers: int | None, cores_per_trial: int)
         threads = min(threads, int(user_threads))  # the user has already limited threads: keep it
     return Placement(workers=n, target=target.name, cpus_per_worker=cpus / n, threads_per_trial=threads,
                      notes=notes)
+
+
+def _largest_node(resource: str) -> int:
+    """The most of ``resource`` one live node of the Ray cluster has."""
+    import ray
+
+    return max((int(n.get("Resources", {}).get(resource, 0)) for n in ray.nodes() if n.get("Alive")), default=0)
 
 
 @dataclass

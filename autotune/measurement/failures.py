@@ -33,6 +33,15 @@ def failure_pattern(regex: str, category: C, reason: str) -> FailurePattern:
 #: (:attr:`autotune.targets.base.Target.failure_patterns`), checked before these.
 HOST_PATTERNS: tuple[FailurePattern, ...] = (
     failure_pattern(r"CUDA out of memory|OutOfMemoryError", C.device_oom, "out of GPU memory"),
+    # torch.distributed, on any backend: the ranks of a multi-process trial never all met (a
+    # rank that never joins: "DistStoreError: wait timeout after 5000ms, keys: /default_pg/...").
+    failure_pattern(r"DistStoreError|DistNetworkError|Rendezvous(?:Timeout|Closed)Error|waiting for clients",
+                    C.rendezvous, "the ranks never all met in init_process_group: a rank did not join, or its port "
+                                  "could not be used"),
+    # A collective of a rank whose partner hangs or died ("Timed out waiting 5000ms for recv
+    # operation to complete", gloo; the NCCL watchdog's own words).
+    failure_pattern(r"Timed out waiting \d+ms for (?:recv|send) operation|Watchdog caught collective operation timeout",
+                    C.timeout, "a collective waited too long for another rank: one hangs, died or is far behind"),
     # Host.
     failure_pattern(r"\bMemoryError\b|std::bad_alloc|Cannot allocate memory", C.host_oom, "out of host memory"),
 )

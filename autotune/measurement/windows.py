@@ -63,6 +63,13 @@ class Window:
     samples: float
     seconds: float
     compiles: int = 0  # graphs compiled while this window ran
+    #: When it opened, on the host's monotonic clock (``time.perf_counter``): the same clock in
+    #: every process of a machine, so that the windows of a trial's ranks can be aligned.
+    start: float = 0.0
+
+    @property
+    def end(self) -> float:
+        return self.start + self.seconds
 
     @property
     def rate(self) -> float:

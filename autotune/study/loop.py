@@ -34,6 +34,7 @@ from autotune.pricing import check_instance_type, instance_rate, resolve_price
 from autotune.records import MeasurementProtocol, TrialPlan, TrialRequest, TrialResult
 from autotune.search.samplers import make_sampler, suggest
 from autotune.space import SearchSpace, config_key
+from autotune.space.processes import most_processes, with_processes
 from autotune.study.options import (
     DEFAULT_DIR,
     EXIT_ALL_FAILED,
@@ -82,11 +83,14 @@ class Study:
         self.o = options
         self.script = check_script(options.script)
         self.target: Target = resolve_target(options.target, self.script)
-        base_space = load_trial_space(self.target, options.space, options.platform)
-        validate_for(self.target, base_space, {k: v for k, v in options.sets.items() if k not in base_space.parameters})
-        self.space: SearchSpace = base_space.restrict(options.sets)
+        base_space, sets = with_processes(load_trial_space(self.target, options.space, options.platform),
+                                          options.sets, options.nproc_per_node)
+        validate_for(self.target, base_space, {k: v for k, v in sets.items() if k not in base_space.parameters})
+        self.space: SearchSpace = base_space.restrict(sets)
+        self.processes = most_processes(self.space)
         self.memory_limit = parse_size(options.memory_limit) if options.memory_limit else None
-        self.name = options.study or default_study_name(self.script, self.target.name)
+        self.target.check_processes(self.processes, options.cores_per_trial)
+        self.name = options.study or default_study_name(self.script, self.target.name, options.nproc_per_node)
         self.out = Path(options.out) if options.out else DEFAULT_DIR / self.name
         check_writable(self.out)
         self.storage_url = options.storage or default_storage()
@@ -205,7 +209,8 @@ class Study:
                 pool.shutdown()
             return self.result()
         pool = LazyPool(self.target, ray_address=self.o.ray_address, workers=self.o.workers,
-                        cores_per_trial=self.o.cores_per_trial, ray_started=started_ray)
+                        cores_per_trial=self.o.cores_per_trial, processes_per_trial=self.processes,
+                        ray_started=started_ray)
         try:
             self._loop(pool)
         finally:

@@ -24,8 +24,9 @@ def default_storage(cwd: Path | None = None) -> str:
     return f"sqlite:///{(cwd or Path.cwd()) / DEFAULT_DIR / 'autotune.db'}"
 
 
-def default_study_name(script: Path, target: str) -> str:
-    return f"{script.stem}-{target}"
+def default_study_name(script: Path, target: str, nproc_per_node: int = 1) -> str:
+    """``train-xla``; ``train-xla-np2`` for two processes a trial, whose results are not those of one."""
+    return f"{script.stem}-{target}" + (f"-np{nproc_per_node}" if nproc_per_node > 1 else "")
 
 
 class StudyResult(BaseModel):

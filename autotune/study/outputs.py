@@ -10,7 +10,7 @@ import tempfile
 from pathlib import Path
 from typing import Any
 
-from pydantic import BaseModel, Field
+from pydantic import BaseModel, Field, computed_field
 
 from autotune.atomic_file import write_atomic
 from autotune.errors import AutotuneError
@@ -73,6 +73,10 @@ class BestConfig(BaseModel):
     flags_env: str | None = None
     compiler_flags: str | None = None
     knobs: dict[str, Any] = Field(default_factory=dict)
+    #: How the job starts the script, as it was measured (``torchrun --nproc_per_node=2``); ``None``:
+    #: plain ``python``, one process.
+    launch: str | None = None
+    nproc_per_node: int = 1
     metric: str = "throughput"
     #: The mean of the configuration's measurements (one, or more with ``--confirm``).
     value: float
@@ -99,13 +103,25 @@ class BestConfig(BaseModel):
             return None
         return (self.ci95_high - self.ci95_low) / 2 / self.throughput
 
+    @computed_field  # type: ignore[prop-decorator]
+    @property
+    def global_batch_size(self) -> int | None:
+        """The batch of one step of the whole job: the per-process batch size times the processes."""
+        batch = self.params.get("batch_size")
+        return batch * self.nproc_per_node if isinstance(batch, int) else None
+
     def env_lines(self) -> list[str]:
         """``export`` lines: the env vars, the parameters as JSON for ``autotune.params()``, and
-        one ``AUTOTUNE_<KNOB>`` per runtime knob for scripts that read their own settings."""
+        one ``AUTOTUNE_<KNOB>`` per runtime knob for scripts that read their own settings; for a
+        job of several processes, how to start it (``AUTOTUNE_LAUNCH``), since the batch size is
+        each process's."""
         lines = [f"export {k}={shlex.quote(str(v))}" for k, v in self.env.items()]
         lines.append(f"export AUTOTUNE_PARAMS={shlex.quote(json.dumps(self.params, sort_keys=True))}")
         for name, value in self.params.items():
             lines.append(f"export AUTOTUNE_{name.upper()}={shlex.quote(_shell_value(value))}")
+        if self.launch:
+            lines.append(f"export AUTOTUNE_LAUNCH={shlex.quote(self.launch)}")
+            lines.append(f"export AUTOTUNE_NPROC_PER_NODE={self.nproc_per_node}")
         return lines
 
     def env_file(self) -> str:

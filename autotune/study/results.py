@@ -176,6 +176,7 @@ def best_config(study: Any, name: str, prov: dict[str, Any] | None = None) -> Be
         flags_env=plan.flags_env if plan else None,
         compiler_flags=plan.compiler_flags if plan else None,
         knobs={k: v for k, v in (plan.knobs.model_dump() if plan else {}).items() if v not in (None, False)},
+        launch=plan.launch if plan else None, nproc_per_node=plan.nproc_per_node if plan else 1,
         metric=objective_names(study)[_preferred(study)], value=value, measurements=values,
         objectives=_named_values(study, t), constraints=list(stored.constraints or []),
         front=[FrontPoint(trial=p.number, params=_params(p), values=_named_values(study, p))

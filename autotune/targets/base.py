@@ -83,6 +83,16 @@ class Target(abc.ABC):
         the target's runtime reads, and return where the worker's trials run (for each result)."""
         return {}
 
+    def check_processes(self, nproc: int, devices_per_process: int) -> None:
+        """Reject a trial of ``nproc`` processes holding ``devices_per_process`` devices each that
+        this target's runtime cannot run, before anything starts."""
+
+    def rank_envs(self, environ: Mapping[str, str], nproc: int, port: int) -> list[dict[str, str]]:
+        """The env vars each local rank of a trial of ``nproc`` processes gets on top of ``environ``
+        (the trial's, holding the devices the worker claimed), one dict per rank; ``port`` is free
+        for a rendezvous of the target's own runtime. Ranks share the host's CPUs by default."""
+        return [{} for _ in range(nproc)]
+
     def availability_note(self) -> str | None:
         """What a study should say when this target runs without its device or compiler."""
         return None

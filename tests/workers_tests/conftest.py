@@ -29,10 +29,12 @@ def run_script(tmp_path_factory: pytest.TempPathFactory) -> RunScript:
     def run(script: str | Path, *, target: str = "inductor", sets: dict[str, Any] | None = None,
             args: list[str] | None = None, protocol: MeasurementProtocol = QUICK,
             timeout_s: float = 180.0, memory_bytes: int | None = None,
-            base_env: dict[str, str] | None = None) -> TrialResult:
-        prepared = prepare_trial(script, target=target, sets=sets, base_env=base_env)
+            base_env: dict[str, str] | None = None, nproc_per_node: int = 1,
+            rendezvous_s: float | None = None) -> TrialResult:
+        prepared = prepare_trial(script, target=target, sets=sets, base_env=base_env, nproc_per_node=nproc_per_node)
         return run_trial(prepared.plan, prepared.script, args, trial_dir=tmp_path_factory.mktemp("trial"),
-                         limits=TrialLimits(timeout_s=timeout_s, memory_bytes=memory_bytes),
+                         limits=TrialLimits(timeout_s=timeout_s, memory_bytes=memory_bytes,
+                                            rendezvous_s=rendezvous_s),
                          protocol=protocol, base_env=base_env)
 
     return run

@@ -9,6 +9,9 @@ from dataclasses import dataclass
 from autotune.errors import AutotuneError
 
 VISIBLE_CORES = "NEURON_RT_VISIBLE_CORES"
+#: Where the Neuron runtime's collectives of one job meet (``host:port``); torch-xla defaults it
+#: to port 62182, on which two trials side by side would meet each other.
+ROOT_COMM_ID = "NEURON_RT_ROOT_COMM_ID"
 
 
 @dataclass(frozen=True)
@@ -41,3 +44,21 @@ class NeuronCoreSlot:
     @property
     def count(self) -> int:
         return self.last - self.first + 1
+
+
+def rank_env(slot: NeuronCoreSlot | None, nproc: int, port: int) -> dict[str, str]:
+    """What every rank of a torchrun trial of ``nproc`` processes on ``slot`` gets.
+
+    torch-xla (``_internal/neuron.py``, 2.9) under torchrun keeps the trial's whole range in
+    ``NEURON_RT_VISIBLE_CORES`` and remaps it itself to the core at ``LOCAL_RANK``; it refuses any
+    range whose length is not ``LOCAL_WORLD_SIZE``, so a rank has one core and a range set per
+    rank would be refused. The ranks' collectives meet at ``NEURON_RT_ROOT_COMM_ID``, by default
+    a fixed port that two trials side by side would share: each trial gets its own.
+    """
+    if slot is not None and slot.count != nproc:
+        raise AutotuneError(f"{nproc} processes need {nproc} NeuronCores, one each (torch-xla under torchrun), "
+                            f"not {slot.count} ({slot.range}); use --cores-per-trial 1")
+    env = {ROOT_COMM_ID: f"localhost:{port}"}
+    if slot is not None:
+        env[VISIBLE_CORES] = slot.range
+    return env

@@ -11,6 +11,7 @@ from dataclasses import dataclass
 from typing import Any, Callable, Literal, Mapping
 
 from autotune.errors import InvalidConfigError
+from autotune.records import PROCESSES_PARAM
 
 FLAGS_ENV = "NEURON_CC_FLAGS"
 
@@ -39,7 +40,7 @@ _SHARED_PARAMS = (
     "path", "batch_size", "num_workers", "precision", "model_type", "auto_cast", "auto_cast_type",
     "mixed_precision_accumulation", "fast_loading", "stochastic_rounding",
 )
-KNOWN_PARAMS = frozenset((*_SHARED_PARAMS, *XLA_ONLY, *NATIVE_ONLY))
+KNOWN_PARAMS = frozenset((*_SHARED_PARAMS, *XLA_ONLY, *NATIVE_ONLY, PROCESSES_PARAM))
 _CHOICES: dict[str, tuple[Any, ...]] = {
     "path": PATHS,
     "model_type": MODEL_TYPES,

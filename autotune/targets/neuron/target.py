@@ -9,7 +9,7 @@ from autotune.errors import InvalidConfigError, TargetError
 from autotune.records import CompileSpec, TrialPlan
 from autotune.targets.base import CacheUnit, Target, common_knobs, directory_usage, file_units, package_version
 from autotune.targets.neuron.cache import XLA_CACHE_DIR, compile_cache_env, failed_entry, neuron_cache_entries
-from autotune.targets.neuron.cores import VISIBLE_CORES, NeuronCoreSlot
+from autotune.targets.neuron.cores import VISIBLE_CORES, NeuronCoreSlot, rank_env
 from autotune.targets.neuron.errors import NEURON_FAILURES
 from autotune.targets.neuron.flags import (
     _BOOL_PARAMS,
@@ -179,6 +179,18 @@ class NeuronTarget(Target):
         slot = NeuronCoreSlot.parse(cores)
         environ[VISIBLE_CORES] = slot.range
         return {VISIBLE_CORES: slot.range}
+
+    def check_processes(self, nproc: int, devices_per_process: int) -> None:
+        if nproc > 1 and devices_per_process > 1:
+            raise InvalidConfigError(
+                f"--cores-per-trial {devices_per_process} with --nproc-per-node {nproc}: torch-xla under torchrun "
+                "gives each process one NeuronCore; use --cores-per-trial 1 (the trial holds one core per process)")
+
+    def rank_envs(self, environ: Mapping[str, str], nproc: int, port: int) -> list[dict[str, str]]:
+        if nproc == 1:
+            return [{}]
+        cores = environ.get(VISIBLE_CORES)
+        return [rank_env(NeuronCoreSlot.parse(cores) if cores else None, nproc, port)] * nproc
 
     def device_description(self) -> str:
         return "neuron" if self.available() else "neuron (no device on this machine)"

@@ -1,0 +1,42 @@
+"""The process count of a trial as a parameter of the space: ``--set nproc_per_node=2`` runs every
+trial on two processes, ``--set nproc_per_node=1,2`` lets the study choose (``--nproc-per-node 2``
+is the first). No built-in space lists it: a user adds it, and only then does it exist, so that a
+space's configurations and their keys stay as they were for trials of one process.
+"""
+
+from __future__ import annotations
+
+from dataclasses import replace
+from typing import Any
+
+from autotune.errors import InvalidConfigError
+from autotune.records import PROCESSES_PARAM
+from autotune.space.parameters import Parameter
+from autotune.space.search_space import SearchSpace
+
+
+def with_processes(space: SearchSpace, sets: dict[str, Any], nproc_per_node: int = 1) -> tuple[SearchSpace, dict[str, Any]]:
+    """``space`` with the process count as a parameter where ``sets`` or ``nproc_per_node`` ask for
+    one, and ``sets`` less a list of counts (the study chooses among them)."""
+    value = sets.get(PROCESSES_PARAM, nproc_per_node if nproc_per_node > 1 else None)
+    if value is None or PROCESSES_PARAM in space.parameters:
+        return space, sets
+    try:
+        counts = tuple(sorted({int(v) for v in str(value).split(",")}))
+    except ValueError:
+        counts = ()
+    if not counts or counts[0] < 1:
+        raise InvalidConfigError(f"--set {PROCESSES_PARAM}={value}: a process count, or several separated by "
+                                 "commas, e.g. 2 or 1,2")
+    # The fewest processes are the baseline: a script written for torchrun cannot run without it.
+    param = Parameter(PROCESSES_PARAM, "int", choices=counts, default=counts[0],
+                      description="processes of the trial (torchrun --nproc_per_node); the batch size is each one's")
+    rest = {k: v for k, v in sets.items() if k != PROCESSES_PARAM}
+    return (replace(space, parameters={**space.parameters, PROCESSES_PARAM: param}),
+            rest if len(counts) > 1 else {**rest, PROCESSES_PARAM: counts[0]})
+
+
+def most_processes(space: SearchSpace) -> int:
+    """The most processes a trial of ``space`` runs: what a worker must hold devices for."""
+    param = space.parameters.get(PROCESSES_PARAM)
+    return max(param.choices or (1,)) if param is not None else 1

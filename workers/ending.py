@@ -1,0 +1,55 @@
+"""How the script of a trial process ended, as its report says it, and the report written.
+
+Shared by the harness's own process and by the workers a script spawns (:mod:`.ranks`).
+"""
+
+from __future__ import annotations
+
+import sys
+import traceback
+from pathlib import Path
+from typing import TYPE_CHECKING
+
+from autotune.atomic_file import write_atomic
+from autotune.measurement.failures import classify
+from autotune.records import Failure, FailureCategory, HarnessReport
+from autotune.targets import failure_patterns
+from autotune.workers.step_clock import NumericsFailure, TrialComplete, WorkerComplete
+
+if TYPE_CHECKING:
+    from autotune.workers.harness import TrialRuntime
+
+
+def record_end(report: HarnessReport, exc: BaseException) -> None:
+    """What the way the script ended says about the trial."""
+    if isinstance(exc, (TrialComplete, WorkerComplete)):  # the latter: a spawned worker's, passed on
+        report.finished = True
+        report.stopped_early = True
+    elif isinstance(exc, NumericsFailure):
+        report.failure = Failure(category=FailureCategory.numerics, reason=str(exc))
+    elif isinstance(exc, SystemExit):
+        code = exc.code
+        if code in (0, None):
+            report.finished = True
+        else:
+            report.error = f"SystemExit({code!r})"
+            report.failure = Failure(category=FailureCategory.script_error,
+                                     reason=f"the script exited with {code!r}", exit_code=code if isinstance(code, int) else 1)
+    else:  # anything the script raised becomes a categorised failure
+        text = "".join(traceback.format_exception(exc))
+        sys.stderr.write(text)
+        report.error = f"{type(exc).__name__}: {exc}"[:2000]
+        default = FailureCategory.host_oom if isinstance(exc, MemoryError) else FailureCategory.script_error
+        report.failure = classify(text, failure_patterns(), default=default,
+                                  default_reason=f"the script raised {type(exc).__name__}")
+
+
+def write_report(runtime: TrialRuntime, path: Path) -> None:
+    report = runtime.report
+    try:
+        runtime.finalize()
+    except BaseException as exc:
+        report.error = report.error or f"harness finalize failed: {exc!r}"
+    write_atomic(path, report.model_dump_json())
+    sys.stdout.flush()
+    sys.stderr.flush()

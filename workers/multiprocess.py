@@ -1,0 +1,174 @@
+"""A trial of several processes, from the launcher's side: how it is started, what each rank's
+environment holds, how the ranks' reports make one, and which rank failed when one did.
+
+With a process count in its configuration the trial process is torch's elastic launcher (``python -m
+torch.distributed.run``, what ``torchrun`` runs), each rank running the harness. ``--standalone``
+gives every trial its own rendezvous on a free port, so parallel trials on one machine never meet;
+``--tee`` prefixes each rank's lines in the trial's log, so a failing rank's tail can be cut out.
+A script that spawns its own workers needs none of this: the hook on the trial's ``PYTHONPATH``
+(``hook/sitecustomize.py``) makes them ranks.
+"""
+
+from __future__ import annotations
+
+import math
+import os
+import re
+import socket
+import sys
+from pathlib import Path
+from typing import Iterable
+
+from autotune.measurement.ranks import combined_windows
+from autotune.measurement.windows import Window, estimate
+from autotune.records import CompileStats, HarnessReport, Measurement, RankResult, TrialPlan, TrialSpec
+from autotune.workers.ranks import SPEC_ENV
+
+#: The folder of ``sitecustomize.py``, first on every trial's ``PYTHONPATH``.
+HOOK_DIR = Path(__file__).resolve().parent / "hook"
+
+
+def trial_command(plan: TrialPlan, spec_path: Path) -> list[str]:
+    """The trial process's command line: the harness, or torchrun running it on each rank."""
+    harness = ["-m", "autotune.workers.harness", str(spec_path)]
+    if plan.launch is None:
+        return [sys.executable, *harness]
+    return [sys.executable, "-m", "torch.distributed.run", "--standalone",
+            f"--nproc-per-node={plan.nproc_per_node}", "--max-restarts=0", "--tee=3", *harness]
+
+
+def hook_env(env: dict[str, str], spec_path: Path) -> None:
+    """Make every Python process the trial starts pick up the trial's spec through the hook."""
+    env[SPEC_ENV] = str(spec_path)
+    env["PYTHONPATH"] = os.pathsep.join(p for p in (str(HOOK_DIR), env.get("PYTHONPATH", "")) if p)
+
+
+def divide_threads(plan: TrialPlan) -> TrialPlan:
+    """The plan each rank runs: the trial's CPU threads divided among its ranks."""
+    n = plan.nproc_per_node
+    if n == 1 or not plan.knobs.threads:
+        return plan
+    knobs = plan.knobs.model_copy(update={"threads": max(1, plan.knobs.threads // n)})
+    return plan.model_copy(update={"knobs": knobs})
+
+
+def free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return int(s.getsockname()[1])
+
+
+def read_rank_reports(ranks_dir: Path) -> list[HarnessReport]:
+    """The reports the ranks wrote, in rank order."""
+    reports = []
+    for path in sorted(ranks_dir.glob("rank-*.json")):
+        try:
+            reports.append(HarnessReport.model_validate_json(path.read_text()))
+        except (OSError, ValueError):
+            continue
+    ordered = sorted(reports, key=lambda r: (r.rank is None, r.rank or 0, r.pid or 0))
+    for i, report in enumerate(ordered):
+        if report.rank is None:
+            report.rank = i
+    return ordered
+
+
+def combine(main: HarnessReport | None, ranks: list[HarnessReport]) -> HarnessReport | None:
+    """One report for the trial from its ranks' (and, for spawned workers, their parent's)."""
+    measured = [r for r in ranks if r.steps_seen]
+    if not ranks:
+        return main
+    out = HarnessReport() if main is None else main.model_copy(deep=True)
+    if main is None:  # torchrun: the ranks are the whole trial
+        out.finished = all(r.finished for r in ranks)
+    out.stopped_early = out.stopped_early or any(r.stopped_early for r in ranks)
+    failed = next((r for r in ranks if r.failure is not None), None)
+    if out.failure is None and failed is not None:
+        out.failure = failed.failure.model_copy(update={"reason": f"rank {failed.rank}: {failed.failure.reason}"})
+        out.error = failed.error
+    if not measured:
+        return out
+    first = measured[0]
+    out.steps_seen = max(r.steps_seen for r in measured)
+    out.measurement = first.measurement if len(measured) == 1 else combined_measurement(measured)
+    out.compile = CompileStats(
+        graphs_compiled=max(r.compile.graphs_compiled for r in ranks),
+        graphs_after_warmup=max(r.compile.graphs_after_warmup for r in ranks),
+        compile_seconds=max((r.compile.compile_seconds for r in ranks if r.compile.compile_seconds is not None),
+                            default=None),
+        cache_hits=_sum(r.compile.cache_hits for r in ranks),
+        cache_misses=_sum(r.compile.cache_misses for r in ranks))
+    out.losses = list(first.losses) or out.losses
+    for r in reversed(measured):
+        out.metrics.update(r.metrics)
+    return out
+
+
+def combined_measurement(ranks: list[HarnessReport]) -> Measurement | None:
+    """The trial's measurement: every rank's samples in the time all of them were measuring.
+
+    Ranks that never measured at the same time (they do not wait for each other, and one started
+    late) have no common time: then their own throughputs add up, their intervals as independent
+    errors do."""
+    measured = [r.measurement for r in ranks if r.measurement is not None]
+    if len(measured) < len(ranks):
+        return None
+    windows = [[Window(w.steps, w.samples, w.seconds, w.compiles, w.start) for w in r.windows] for r in ranks]
+    slices = combined_windows(windows)
+    est = estimate(slices)
+    if est is not None and math.isfinite(est.ci_high):
+        used = slices[est.truncated:]
+        throughput, low, high = est.throughput, est.ci_low, est.ci_high
+        steps, count = sum(w.steps for w in used), len(used)
+    else:
+        throughput = sum(m.throughput for m in measured)
+        half = math.sqrt(sum(m.ci95_half_width ** 2 for m in measured))
+        low, high = max(0.0, throughput - half), throughput + half
+        steps, count = min(m.steps_measured for m in measured), min(m.windows for m in measured)
+    return Measurement(
+        throughput=throughput, ci95_low=low, ci95_high=high,
+        # The slowest rank sets the pace of a job in lockstep.
+        step_time_median=max(m.step_time_median for m in measured),
+        step_time_p90=max(m.step_time_p90 for m in measured),
+        samples_per_step=sum(m.samples_per_step for m in measured),
+        steps_measured=steps, windows=count,
+        converged=all(m.converged for m in measured),
+        warmup_steps=max(m.warmup_steps for m in measured),
+        warmup_seconds=max(m.warmup_seconds for m in measured),
+        pruned=any(m.pruned for m in measured))
+
+
+def rank_results(ranks: list[HarnessReport]) -> list[RankResult]:
+    return [RankResult(rank=r.rank or 0, pid=r.pid, steps_seen=r.steps_seen, measurement=r.measurement,
+                       compile=r.compile, failure=r.failure) for r in ranks]
+
+
+#: One failed rank in torchrun's summary of a failed job ("Failures:" and "Root Cause").
+_FAILED_RANK = re.compile(r"rank\s*:\s*(\d+)\s*\(local_rank:\s*(\d+)\)\s*\n\s*exitcode\s*:\s*(-?\d+)")
+
+
+def failed_ranks(log: str) -> list[tuple[int, int, int]]:
+    """``(rank, local_rank, exit code)`` of each rank torchrun's summary names as failed."""
+    return [(int(m.group(1)), int(m.group(2)), int(m.group(3))) for m in _FAILED_RANK.finditer(log)]
+
+
+def rank_log(log: str, local_rank: int) -> str:
+    """The lines of one local rank in a log written with ``--tee``, their prefix removed."""
+    prefix = f"[default{local_rank}]:"
+    return "\n".join(line[len(prefix):] for line in log.splitlines() if line.startswith(prefix))
+
+
+def spec_for_ranks(spec: TrialSpec, rank_env: list[dict[str, str]], rendezvous_s: float) -> TrialSpec:
+    """The spec every rank reads: its own env vars, and a pruning bar for one rank's share."""
+    n = spec.plan.nproc_per_node
+    protocol = spec.protocol
+    if n > 1 and protocol.stop_below is not None:
+        protocol = protocol.model_copy(update={"stop_below": protocol.stop_below / n})
+    return spec.model_copy(update={
+        "plan": divide_threads(spec.plan), "protocol": protocol, "rendezvous_timeout_s": rendezvous_s,
+        "rank_env": {str(i): env for i, env in enumerate(rank_env) if env}})
+
+
+def _sum(values: Iterable[int | None]) -> int | None:
+    present = [v for v in values if v is not None]
+    return sum(present) if present else None
