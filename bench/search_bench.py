@@ -77,7 +77,8 @@ from autotune.landscapes.landscape import Landscape, load_landscape, summary  # 
 from autotune.measurement.windows import PRUNE_MARGIN  # noqa: E402
 from autotune.search.configurations import enumerate_space  # noqa: E402
 from autotune.landscapes.replay import CompileCacheModel, interval_sigma  # noqa: E402
-from autotune.landscapes.simulate import simulate, study_starting_points  # noqa: E402
+from autotune.landscapes.simulate import simulate
+from autotune.search.configurations import starting_points  # noqa: E402
 
 WITHIN = 0.02
 SEEDS = 30
@@ -197,9 +198,9 @@ def _one(args: tuple[str, Strategy, int, bool]) -> Outcome:
     if strategy.start == "grid":
         points = enumerate_space(space)
     elif strategy.start == "study":
-        points = study_starting_points(space)
+        points = starting_points(space)
     elif strategy.start == "baseline":
-        points = study_starting_points(space)[:1]
+        points = starting_points(space)[:1]
     else:
         points = []
     trace = simulate(land, strategy.sampler(space, seed), starting_points=points, stop_at=goal,
@@ -241,7 +242,7 @@ def _confirm_one(args: tuple[str, int, int]) -> Reported:
     land = load_landscape(path)
     truth = {r.key: r for r in land.records}
     first = perturbed(land, 1000 + seed)  # each configuration's first measurement
-    trace = simulate(first, _autotune()(first.space, seed), starting_points=study_starting_points(first.space),
+    trace = simulate(first, _autotune()(first.space, seed), starting_points=starting_points(first.space),
                      max_trials=budget, early_stop=PRUNED)
     ranked = sorted(((s.key, s.value) for s in trace.steps if s.value is not None), key=lambda kv: -kv[1])
     best = max(r.throughput for r in land.records if r.ok)

@@ -47,7 +47,7 @@ def simulate(landscape: Landscape, sampler: Any, *, starting_points: list[dict[s
     "unset"), same duplicate rule (a configuration measured before is told its earlier result and
     does not count), the same user attributes for the sampler to read; one trial at a time.
     ``starting_points`` are enqueued first, as the study enqueues its baseline and known-good
-    configurations (:func:`study_starting_points`). ``stop_at``: stop once a value at least this
+    configurations (:func:`autotune.search.configurations.starting_points`). ``stop_at``: stop once a value at least this
     high was measured (a benchmark needs no more).
 
     ``early_stop`` (a fraction; the study uses PRUNE_MARGIN) stops a measurement as soon as its
@@ -113,21 +113,3 @@ def simulate(landscape: Landscape, sampler: Any, *, starting_points: list[dict[s
         if stop_at is not None and rec.ok and rec.throughput >= stop_at:
             break
     return trace
-
-
-def study_starting_points(space: Any, known_good: bool = True) -> list[dict[str, Any]]:
-    """The configurations :class:`autotune.study.loop.Study` enqueues first: the baseline, then
-    (``known_good``) the space's known-good configurations."""
-    from autotune.errors import InvalidConfigError
-
-    baseline = space.defaults()
-    points, seen = [], set()
-    for params in [baseline, *(space.known_good if known_good else [])]:
-        try:
-            config = space.validate({**baseline, **params, **space.fixed})
-        except InvalidConfigError:
-            continue
-        if config_key(config) not in seen:
-            seen.add(config_key(config))
-            points.append(config)
-    return points

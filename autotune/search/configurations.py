@@ -60,3 +60,19 @@ def enumerate_space(space: SearchSpace) -> list[dict[str, Any]]:
 def _values(p: Parameter) -> list[Any]:
     values = list(p.choices or ())
     return [None, *values] if p.default is None else values
+
+
+def starting_points(space: SearchSpace, known_good: bool = True) -> list[dict[str, Any]]:
+    """What a study measures first, in canonical form and each once: the baseline (every parameter
+    at its default), then (``known_good``) the space's known-good configurations that the user's
+    ``--set`` leaves possible."""
+    baseline = space.defaults()
+    points: list[dict[str, Any]] = []
+    for params in [baseline, *(space.known_good if known_good else [])]:
+        try:
+            config = space.validate({**baseline, **params, **space.fixed})
+        except InvalidConfigError:
+            continue
+        if config not in points:
+            points.append(config)
+    return points

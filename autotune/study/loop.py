@@ -30,15 +30,14 @@ from autotune.execution.pool import LazyPool
 from autotune.host import instance_type
 from autotune.measurement.windows import PRUNE_MARGIN
 from autotune.objectives import Constraint, objective
-from autotune.pricing import check_instance_type, instance_rate, resolve_price
+from autotune.pricing import check_instance_type, resolve_price, trial_rate
 from autotune.records import MeasurementProtocol, TrialPlan, TrialRequest, TrialResult
+from autotune.search.configurations import starting_points
 from autotune.search.samplers import make_sampler, suggest
 from autotune.space import SearchSpace, config_key
 from autotune.space.processes import most_processes, with_processes
 from autotune.study.options import (
     DEFAULT_DIR,
-    EXIT_ALL_FAILED,
-    EXIT_OK,
     StudyOptions,
     StudyProgress,
     StudyResult,
@@ -49,22 +48,19 @@ from autotune.study.outputs import TrialSummary, check_writable, write_outputs
 from autotune.study.record import TrialRecorder
 from autotune.study.results import (
     _best,
-    maximizes,
     _ranked_configurations,
     baseline_value,
     best_config,
+    maximizes,
+    study_result,
     study_summaries,
+    trial_counts,
 )
 from autotune.study.storage import HEARTBEAT_S, open_storage, open_study
 from autotune.targets import Target, resolve_target
 from autotune.trial import check_script, load_trial_space, validate_for
 from autotune.units import parse_size
 from autotune.trial_attrs import StudyAttrs, TrialAttrs, trial_attrs, write
-
-#: A best measured once whose 95% interval is wider than this (half-width over throughput) gets a
-#: note suggesting --confirm; the recorded landscapes' median is 6%.
-WIDE_INTERVAL = 0.10
-
 
 def tune(script: str | Path, *args: str, **options: Any) -> StudyResult:
     """Tune ``script`` from Python; the keyword arguments are the options of
@@ -148,16 +144,13 @@ class Study:
         return study
 
     def _cost_rate(self) -> float | None:
-        """$ per sample-second of a trial, when the study optimises or bounds cost: the instance's
-        price per second over the trials it runs side by side."""
+        """$ per sample-second of a trial, when the study optimises or bounds cost."""
         if "cost" not in [o.name for o in self.objectives] + [c.name for c in self.constraints]:
             return None
         if self.price is None:
             raise InvalidConfigError("--objective cost needs the instance's price: give --instance-type (one the "
                                      "catalogue prices), --price-per-hour or --prices")
-        _, side_by_side = instance_rate(1.0, instance_type=self.instance_type,
-                                        devices_per_trial=self._devices_per_trial())
-        return self.price.per_hour / 3600 / side_by_side
+        return trial_rate(self.price, instance_type=self.instance_type, devices_per_trial=self._devices_per_trial())
 
     def _devices_per_trial(self) -> int | None:
         """The devices a trial holds (``None``: the target holds none, as on CPU)."""
@@ -289,16 +282,7 @@ class Study:
                               "were measured again")
 
     def _counts(self, exclude: set[int]) -> tuple[int, int]:
-        """Trials measured so far (in any run of this study), and trials running in other drivers."""
-        import optuna
-
-        counted = running = 0
-        for t in self.study.get_trials(deepcopy=False):
-            if TrialAttrs.of(t).counted and t.state.is_finished():
-                counted += 1
-            elif t.state == optuna.trial.TrialState.RUNNING and t.number not in exclude:
-                running += 1
-        return counted, running
+        return trial_counts(self.study, exclude)
 
     def _dispatch(self, trial: Any, pool: Any) -> str:
         """Suggest a configuration; run it, or answer it from an earlier result."""
@@ -371,17 +355,12 @@ class Study:
         if StudyAttrs.of(self.study).baseline_key is None:
             write(self.study, baseline_key=config_key(self.baseline_params))
         queued = {TrialAttrs.of(t).enqueued_key for t in self.study.get_trials(deepcopy=False)}
-        for params in [self.baseline_params, *self.space.known_good]:
-            try:
-                config = self.space.validate({**self.baseline_params, **params, **self.space.fixed})
-            except InvalidConfigError:
-                continue  # a known-good point that the user's --set excludes
+        for config in starting_points(self.space):
             key = config_key(config)
-            if key in queued:
-                continue
-            queued.add(key)
-            full = {p.name: config.get(p.name) for p in self.space.free_parameters if p.is_active(config)}
-            self.study.enqueue_trial(full, user_attrs=trial_attrs(enqueued_key=key), skip_if_exists=False)
+            if key not in queued:
+                queued.add(key)
+                full = {p.name: config.get(p.name) for p in self.space.free_parameters if p.is_active(config)}
+                self.study.enqueue_trial(full, user_attrs=trial_attrs(enqueued_key=key), skip_if_exists=False)
 
     def _fail_stale(self) -> None:
         import optuna
@@ -399,29 +378,9 @@ class Study:
         return study_summaries(self.study)
 
     def result(self) -> StudyResult:
-        trials = self.summaries()
-        best = best_config(self.study, self.name, self.provenance)
-        by_cat: dict[str, int] = {}
-        for t in trials:
-            if t.state == "FAIL" and t.category and t.duplicate_of is None:
-                by_cat[t.category] = by_cat.get(t.category, 0) + 1
-        code = EXIT_OK if best is not None else EXIT_ALL_FAILED
-        notes = list(self.notes)
-        infeasible = [t for t in trials if t.violated]
-        if best is None and infeasible:
-            broken = sorted({c for t in infeasible for c in t.violated})
-            notes.append(f"every configuration measured breaks a constraint ({', '.join(broken)}): there is no "
-                         "best; loosen the bound or search other configurations")
-        spread = best.relative_spread() if best is not None and len(best.measurements) < 2 else None
-        if spread is not None and spread > WIDE_INTERVAL:
-            notes.append(f"trial {best.trial}'s 95% interval is {best.ci95_low:,.1f} .. {best.ci95_high:,.1f} "
-                         f"(±{spread:.0%}): one measurement may be a lucky draw; --confirm 2 measures the "
-                         "two best configurations again")
-        return StudyResult(study=self.name, storage=self.storage_url, target=self.target.name,
-                           out_dir=str(self.out), metric=best.metric if best else self.objectives[0].name,
-                           maximize=maximizes(self.study), best=best, baseline_value=baseline_value(self.study),
-                           trials=trials, failures_by_category=by_cat, ran=self._told.ran, reused=self._told.reused,
-                           notes=notes, exit_code=code)
+        return study_result(self.study, name=self.name, storage=self.storage_url, target=self.target.name,
+                            out=self.out, provenance=self.provenance, notes=self.notes, ran=self._told.ran,
+                            reused=self._told.reused)
 
     def write_outputs(self) -> None:
         trials = self.summaries()

@@ -4,12 +4,14 @@ numerics guard's verdict, and a summary of every trial. Read by the study as it 
 
 from __future__ import annotations
 
+from pathlib import Path
 from typing import Any
 
 from autotune.config import JobConfig
 from autotune.pricing import Cost, Price
 from autotune.records import TrialResult
 from autotune.study.numerics import loss_deviation
+from autotune.study.options import EXIT_ALL_FAILED, EXIT_OK, StudyResult
 from autotune.objectives import speedup
 from autotune.study.outputs import BestConfig, FrontPoint, TrialSummary
 from autotune.trial_attrs import StudyAttrs, TrialAttrs
@@ -232,3 +234,49 @@ def study_summaries(study: Any) -> list[TrialSummary]:
 def _usd_per_million(stored: StudyAttrs, throughput: float | None) -> float | None:
     cost = study_cost(stored, throughput)
     return cost.usd_per_million_samples if cost else None
+
+
+def trial_counts(study: Any, exclude: set[int]) -> tuple[int, int]:
+    """Trials measured so far (in any run of the study), and trials running in other drivers
+    (those not in ``exclude``)."""
+    import optuna
+
+    counted = running = 0
+    for t in study.get_trials(deepcopy=False):
+        if TrialAttrs.of(t).counted and t.state.is_finished():
+            counted += 1
+        elif t.state == optuna.trial.TrialState.RUNNING and t.number not in exclude:
+            running += 1
+    return counted, running
+
+
+#: A best measured once whose 95% interval is wider than this (half-width over throughput) gets a
+#: note suggesting --confirm; the recorded landscapes' median is 6%.
+WIDE_INTERVAL = 0.10
+
+
+def study_result(study: Any, *, name: str, storage: str, target: str, out: Path, provenance: dict[str, Any],
+                 notes: list[str], ran: int, reused: int) -> StudyResult:
+    """What a run of the study gives back: its trials, the best, the failures by category, and
+    notes on what the figures do not say by themselves."""
+    trials = study_summaries(study)
+    best = best_config(study, name, provenance)
+    by_cat: dict[str, int] = {}
+    for t in trials:
+        if t.state == "FAIL" and t.category and t.duplicate_of is None:
+            by_cat[t.category] = by_cat.get(t.category, 0) + 1
+    notes = list(notes)
+    infeasible = [t for t in trials if t.violated]
+    if best is None and infeasible:
+        broken = sorted({c for t in infeasible for c in t.violated})
+        notes.append(f"every configuration measured breaks a constraint ({', '.join(broken)}): there is no "
+                     "best; loosen the bound or search other configurations")
+    spread = best.relative_spread() if best is not None and len(best.measurements) < 2 else None
+    if spread is not None and spread > WIDE_INTERVAL:
+        notes.append(f"trial {best.trial}'s 95% interval is {best.ci95_low:,.1f} .. {best.ci95_high:,.1f} "
+                     f"(±{spread:.0%}): one measurement may be a lucky draw; --confirm 2 measures the "
+                     "two best configurations again")
+    return StudyResult(study=name, storage=storage, target=target, out_dir=str(out),
+                       metric=best.metric if best else objective_names(study)[0], maximize=maximizes(study),
+                       best=best, baseline_value=baseline_value(study), trials=trials, failures_by_category=by_cat,
+                       ran=ran, reused=reused, notes=notes, exit_code=EXIT_OK if best is not None else EXIT_ALL_FAILED)

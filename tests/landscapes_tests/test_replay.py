@@ -10,7 +10,8 @@ import pytest
 from autotune.errors import AutotuneError
 from autotune.landscapes.landscape import ConfigRecord, load_landscape
 from autotune.landscapes.replay import ReplayPool, replay_study
-from autotune.landscapes.simulate import simulate, study_starting_points
+from autotune.landscapes.simulate import simulate
+from autotune.search.configurations import starting_points
 from autotune.measurement.windows import PRUNE_MARGIN
 from autotune.records import TrialRequest, TrialResult
 from autotune.search.configurations import enumerate_space
@@ -202,11 +203,11 @@ def test_the_in_memory_replay_drives_a_sampler_as_the_study_does(landscape, tmp_
             return AutotuneSampler(self.space, seed=3)
 
     # sampler="tpe": the study enqueues the baseline and the known-good configurations, as
-    # study_starting_points does; the subclass then proposes with autotune's sampler.
+    # starting_points gives; the subclass then proposes with autotune's sampler.
     _, pool = replay_study(landscape, trials=8, workdir=tmp_path / "study", study_class=AutotuneStudy,
                            sampler="tpe")
     trace = simulate(landscape, AutotuneSampler(landscape.space, seed=3),
-                     starting_points=study_starting_points(landscape.space), max_trials=8,
+                     starting_points=starting_points(landscape.space), max_trials=8,
                      early_stop=PRUNE_MARGIN)  # the study prunes by default
     assert [t.key for t in pool.trials] == [s.key for s in trace.steps]
     assert [t.charge.seconds for t in pool.trials] == pytest.approx([s.seconds for s in trace.steps])
@@ -225,7 +226,7 @@ def test_autotune_run_replays_as_the_benchmark_does(path, tmp_path) -> None:
     land = load_landscape(path)
     result, pool = replay_study(land, trials=10, seed=4, workdir=tmp_path / "study")
     trace = simulate(land, AutotuneSampler(land.space, seed=4),
-                     starting_points=study_starting_points(land.space), max_trials=10, early_stop=PRUNE_MARGIN)
+                     starting_points=starting_points(land.space), max_trials=10, early_stop=PRUNE_MARGIN)
     assert [t.key for t in pool.trials] == [s.key for s in trace.steps]
     assert [t.charge.seconds for t in pool.trials] == pytest.approx([s.seconds for s in trace.steps])
     # How near the landscape's best ten trials get is the benchmark's to say; the study reports
