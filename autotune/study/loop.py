@@ -33,6 +33,8 @@ from autotune.records import MeasurementProtocol, TrialPlan, TrialRequest, Trial
 from autotune.rendering import format_value
 from autotune.search.samplers import make_sampler
 from autotune.space import Parameter, SearchSpace
+from autotune.study.claims import Claims, over_budget
+from autotune.study.database import sqlite_path
 from autotune.study.numerics import constraint_value, loss_deviation
 from autotune.study.options import (
     DEFAULT_DIR,
@@ -94,8 +96,9 @@ class Study:
         self.out = Path(options.out) if options.out else DEFAULT_DIR / self.name
         check_writable(self.out)
         self.storage_url = options.storage or default_storage()
-        if self.storage_url.startswith("sqlite:///"):
-            check_writable(Path(self.storage_url[len("sqlite:///"):]).parent)
+        database = sqlite_path(self.storage_url)
+        if database is not None:
+            check_writable(database.parent)
         self.notes: list[str] = []
         from autotune.cache import open_cache
 
@@ -110,6 +113,7 @@ class Study:
         # parts of that which key remembered results), and what this invocation measured.
         self.storage: Any = None
         self.study: Any = None
+        self.claims: Any = None
         self.provenance: dict[str, Any] = {}
         self._model_key: dict[str, Any] = {}
         self._env_key: dict[str, Any] = {}
@@ -148,6 +152,7 @@ class Study:
         try:
             self.storage = open_storage(self.storage_url)
             self.study = self._open_study()
+            self.claims = Claims(self.storage, self.study, self.storage_url)
         except BaseException:
             if started_ray:
                 import ray
@@ -299,6 +304,10 @@ class Study:
         """Suggest a configuration; run it, or answer it from an earlier result."""
         import optuna
 
+        if over_budget(self.study, trial.number, self.o.trials):  # other drivers' trials filled it first
+            write(trial, reason=f"the study already had its {self.o.trials} trials")
+            self.study.tell(trial, state=optuna.trial.TrialState.FAIL)
+            return "surplus"
         try:
             params = self._suggest(trial)
             self.target.check(params)
@@ -310,7 +319,12 @@ class Study:
             return "invalid"
         key = config_key(params)
         write(trial, config_key=key)
-        earlier = self._earlier_result(key, trial.number)
+        earlier = self._earlier_result(key, trial.number) or self.claims.holder(key, trial.number)
+        if earlier is not None and not earlier.state.is_finished():  # another driver measures it now
+            write(trial, duplicate_of=earlier.number)
+            self.study.tell(trial, state=optuna.trial.TrialState.FAIL)
+            self._finished(trial.number, params, None, f"measured by trial {earlier.number}")
+            return "reused"
         if earlier is not None:
             write(trial, duplicate_of=earlier.number)
             told = TrialAttrs.of(earlier)
