@@ -54,8 +54,12 @@ def write_script(tmp_path_factory: pytest.TempPathFactory) -> Callable[[str, str
 
 # -- a throw-away PostgreSQL server ------------------------------------------------------------
 
-#: Where Debian's ``postgresql`` package puts the server's programs (.ci/run installs it).
-POSTGRES_BIN = Path("/usr/lib/postgresql/15/bin")
+#: Where Debian's ``postgresql`` package puts the server's programs (.ci/run installs it), the
+#: newest version found; else wherever ``initdb`` is on the PATH.
+POSTGRES_BIN = next((p.parent for p in sorted(Path("/usr/lib/postgresql").glob("*/bin/initdb"),
+                                              key=lambda p: int(p.parts[-3]) if p.parts[-3].isdigit() else 0,
+                                              reverse=True)),
+                    Path(shutil.which("initdb") or "/usr/lib/postgresql/15/bin/initdb").parent)
 #: The server's password has the characters that a hand-parsed URL gets wrong: every study on it
 #: checks that the URL is read as SQLAlchemy reads it (in the URL: percent-encoded).
 POSTGRES_PASSWORD = "p@ss:w/rd{1}%?#"
@@ -70,7 +74,8 @@ def postgres_server() -> Iterator[str]:
     and ``initdb`` refuses root, which CI is; here they run as the ``postgres`` system user then.
     """
     if not (POSTGRES_BIN / "initdb").exists():
-        pytest.skip(f"no PostgreSQL server programs in {POSTGRES_BIN} (Debian: apt-get install postgresql)")
+        pytest.skip(f"no PostgreSQL server programs (initdb) in {POSTGRES_BIN} or on the PATH "
+                    "(Debian: apt-get install postgresql)")
     as_owner: list[str] = []
     folder = Path(tempfile.mkdtemp(prefix="autotune-pg-"))
     if os.geteuid() == 0:

@@ -41,6 +41,8 @@ def connect(address: str | None) -> bool:
 
     if ray.is_initialized():
         return False
+    # Inside a Ray job (ray job submit) Ray names the job's cluster; a local Ray would be wrong there.
+    address = address or os.environ.get("RAY_ADDRESS") or None
     kwargs: dict[str, Any] = {"include_dashboard": False, "log_to_driver": False, "logging_level": "ERROR"}
     if address:
         _check_reachable(address)
