@@ -6,7 +6,9 @@ Both nodes run this test's Python: Ray starts its workers with the interpreter o
 driver must match the cluster's Python and Ray. Each node runs with ``--block`` in a process group
 of its own and is stopped by signalling that group (``ray stop`` would stop every Ray on the
 machine). ``--temp-dir`` keeps the cluster's address file out of ``/tmp/ray``, where a plain
-``ray.init()`` elsewhere on the machine would find it and join this cluster. Token authentication
+``ray.init()`` elsewhere on the machine would find it and join this cluster; each node has its own,
+as two machines would (sharing one, a node unpacking a Ray job's working directory replaces the
+one the job's driver runs in). The head runs Ray's dashboard, which takes Ray jobs. Token authentication
 is off (``RAY_AUTH_MODE=disabled``) for the nodes and the drivers alike: Ray turns it on for
 ``ray start`` only where a token file happens to exist.
 """
@@ -46,12 +48,14 @@ class RayFleet:
     address: str
     temp_dir: Path
     head: subprocess.Popen
+    #: Where Ray jobs are submitted (``ray job submit --address``).
+    dashboard: str
     second: subprocess.Popen | None = None
 
     def start_second(self) -> None:
         """Start the second node (again, after :meth:`kill_second`) and wait until it has joined."""
         if self.second is None:
-            self.second = _start_node(["--address", self.address], SECOND, self.temp_dir)
+            self.second = _start_node(["--address", self.address], SECOND, self.temp_dir / "second")
             self.wait(lambda nodes: len(nodes) == 2)
 
     def kill_second(self) -> None:
@@ -84,26 +88,30 @@ def ray_fleet() -> Iterator[RayFleet]:
         mp.setenv("RAY_AUTH_MODE", "disabled")
         # Short: Ray's sockets live under it, and a Unix socket's path has at most 107 characters.
         temp_dir = Path(tempfile.mkdtemp(prefix="atr-", dir="/tmp"))
-        port = _free_port()
-        fleet = RayFleet(f"127.0.0.1:{port}", temp_dir,
-                         _start_node(["--head", f"--port={port}", "--include-dashboard=false"], HEAD, temp_dir))
+        port, dashboard = _free_port(), _free_port()
+        head = _start_node(["--head", f"--port={port}", "--dashboard-host=127.0.0.1", f"--dashboard-port={dashboard}"],
+                           HEAD, temp_dir / "head")
+        fleet = RayFleet(f"127.0.0.1:{port}", temp_dir, head, f"http://127.0.0.1:{dashboard}")
         try:
             fleet.wait(lambda nodes: len(nodes) == 1)
             fleet.start_second()
             yield fleet
         finally:
-            for node in (fleet.second, fleet.head):
+            for node in (fleet.second, fleet.head):  # a throw-away cluster: nothing to shut down cleanly
                 if node is not None:
-                    _kill(node, signal.SIGTERM)
+                    _kill(node, signal.SIGKILL)
             shutil.rmtree(temp_dir, ignore_errors=True)
 
 
 def _start_node(args: list[str], resources: dict[str, int], temp_dir: Path) -> subprocess.Popen:
+    """A node in its own process group; ``autotune`` on its PATH, as where it is installed."""
+    temp_dir.mkdir(exist_ok=True)
     cmd = [sys.executable, "-m", "ray.scripts.scripts", "start", "--block", *args, "--num-cpus=1", "--num-gpus=0",
            f"--resources={json.dumps(resources)}", f"--temp-dir={temp_dir}", "--object-store-memory=100000000",
            "--disable-usage-stats"]
-    with (temp_dir / f"node-{len(list(temp_dir.glob('node-*')))}.log").open("w") as log:
-        return subprocess.Popen(cmd, stdout=log, stderr=subprocess.STDOUT, start_new_session=True)
+    env = {**os.environ, "PATH": f"{Path(sys.executable).parent}{os.pathsep}{os.environ.get('PATH', '')}"}
+    with (temp_dir / f"node-{time.monotonic_ns()}.log").open("w") as log:
+        return subprocess.Popen(cmd, stdout=log, stderr=subprocess.STDOUT, start_new_session=True, env=env)
 
 
 def _kill(node: subprocess.Popen, sig: signal.Signals) -> None:

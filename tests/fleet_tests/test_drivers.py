@@ -33,13 +33,13 @@ parameters:
 """
 
 
-def driver(tmp_path: Path, name: str, url: str, address: str, trials: int) -> subprocess.Popen:
+def driver(tmp_path: Path, name: str, url: str, address: str, trials: int, study: str = "shared") -> subprocess.Popen:
     """``autotune run`` in a folder of its own (its outputs and its cache root), on the shared study."""
     cwd = tmp_path / name
     cwd.mkdir(exist_ok=True)
     (tmp_path / "space.yaml").write_text(SPACE)
     cmd = [sys.executable, "-m", "autotune.cli", "run", str(SCRIPTS / "tiny_train.py"), "--trials", str(trials),
-           "--target", "inductor", "--space", str(tmp_path / "space.yaml"), "--study", "shared", "--storage", url,
+           "--target", "inductor", "--space", str(tmp_path / "space.yaml"), "--study", study, "--storage", url,
            "--ray-address", address, "--seed", "0", "--json"]
     env = {**os.environ, "XDG_CACHE_HOME": str(cwd / "cache")}
     return subprocess.Popen(cmd, cwd=cwd, env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
@@ -93,3 +93,16 @@ def test_two_drivers_share_one_study_and_a_killed_one_loses_nothing(ray_fleet, p
     again = finished(driver(tmp_path, "a", postgres_url, ray_fleet.address, trials=5))
     assert again.ran == 0, "a restarted driver finds the study complete"
     assert {t.number for t in again.trials} == {t.number for t in trials} == {t.number for t in result.trials}
+
+
+def test_two_cpu_studies_run_side_by_side_on_their_own_nodes(ray_fleet, postgres_url, tmp_path):
+    # Each study's one worker asks for one node's CPUs, not the cluster's two: both are placed at
+    # once, on different nodes. (Before, each asked for 2 CPUs, which no 1-CPU node has.)
+    ray_fleet.start_second()
+    drivers = [driver(tmp_path, name, postgres_url, ray_fleet.address, trials=2, study=name) for name in ("a", "b")]
+    a, b = (finished(d) for d in drivers)
+    overlapping = [(x, y) for x in a.trials for y in b.trials
+                   if x.started_at < y.ended_at and y.started_at < x.ended_at]
+    assert overlapping, "the two studies ran at the same time"
+    assert all(x.placement["ray_node"] != y.placement["ray_node"] for x, y in overlapping), \
+        "trials that ran at the same time held different nodes"

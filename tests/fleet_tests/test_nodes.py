@@ -9,6 +9,8 @@ from __future__ import annotations
 
 import json
 import os
+import re
+import shutil
 import subprocess
 import sys
 import time
@@ -20,10 +22,14 @@ import pytest
 from autotune.study.options import StudyResult
 from autotune.study.storage import rdb_storage
 from autotune.targets.neuron.cores import NeuronCoreSlot
+from study_tests.test_study import TWO_POINT_SPACE
 
 SCRIPTS = Path(__file__).resolve().parents[1] / "scripts"
 
 pytestmark = pytest.mark.slow
+
+#: Three configurations: the script's own batch size, 16 and 64.
+SPACE = TWO_POINT_SPACE
 
 
 def run(tmp_path: Path, address: str, storage: str, *args: str) -> subprocess.Popen:
@@ -46,10 +52,10 @@ def result_of(process: subprocess.Popen, codes: tuple[int, ...] = (0,)) -> Study
 def test_neuron_trials_run_on_both_nodes_each_within_its_nodes_cores(ray_fleet, tmp_path) -> None:
     ray_fleet.start_second()
     cores_of = {n["id"]: int(n["resources"]["neuron_cores"]) for n in ray_fleet.nodes()}
-    # 2 + 4 NeuronCores hold three trials of 2 cores: one on the head, two on the second node.
-    # Without a Neuron device the trials fail as the script's (no steady steps): what counts here is
-    # where they ran and which cores they held.
-    result = result_of(run(tmp_path, ray_fleet.address, f"sqlite:///{tmp_path / 'db'}", str(SCRIPTS / "sleepy_train.py"),
+    # 2 + 4 NeuronCores hold three trials of 2 cores: one on the head, two on the second node, all
+    # three at once. What counts is where they ran and which cores they held, not what the script
+    # does there: it fails after two steps, so that the test takes seconds.
+    result = result_of(run(tmp_path, ray_fleet.address, f"sqlite:///{tmp_path / 'db'}", str(SCRIPTS / "raises.py"),
                            "--trials", "3", "--target", "neuron", "--platform", "trn1", "--cores-per-trial", "2",
                            "--set", "batches_per_execution=1", "--set", "precision=fp32"), codes=(0, 3))
     ran = [t for t in result.trials if t.placement]
@@ -65,12 +71,30 @@ def test_neuron_trials_run_on_both_nodes_each_within_its_nodes_cores(ray_fleet, 
     print("trials per node:", {cores_of[n]: len(r) for n, r in per_node.items()})
 
 
+def test_a_study_submitted_as_a_ray_job(ray_fleet, tmp_path) -> None:
+    ray_fleet.start_second()
+    work = tmp_path / "job"
+    work.mkdir()
+    shutil.copy(SCRIPTS / "tiny_train.py", work)
+    (work / "space.yaml").write_text(SPACE)
+    # What a user types in the folder of their script; autotune joins the job's cluster by itself.
+    job = subprocess.run(
+        [sys.executable, "-m", "ray.scripts.scripts", "job", "submit", "--address", ray_fleet.dashboard,
+         "--working-dir", ".", "--", "autotune", "run", "tiny_train.py", "--trials", "2", "--target", "inductor",
+         "--space", "space.yaml", "--workers", "2", "--storage", f"sqlite:///{tmp_path / 'job.db'}",
+         "--cache", str(tmp_path / "cache"), "--json"],
+        cwd=work, capture_output=True, text=True, timeout=300)
+    logs = job.stdout + job.stderr
+    assert job.returncode == 0, logs[-3000:]
+    assert re.search(r"trial 0 \(\d/2\): [\d,.]+ samples/s, ok; baseline", logs), "the per-trial lines are in the job's log"
+    result = StudyResult.model_validate_json(re.search(r"^\{.*\}$", logs, re.M).group(0))
+    assert len({t.placement["ray_node"] for t in result.trials}) == 2, "both nodes of the cluster ran a trial"
+
+
 def test_a_node_lost_mid_trial_is_not_the_configurations_fault(ray_fleet, postgres_url, tmp_path) -> None:
     ray_fleet.start_second()
     head = next(n["id"] for n in ray_fleet.nodes() if "trn1.2xlarge" in n["resources"])
-    (tmp_path / "space.yaml").write_text("target: inductor\nparameters:\n  batch_size:\n    type: int\n"
-                                         "    choices: [16, 64]\n  mode:\n    type: categorical\n"
-                                         "    choices: [eager]\n    default: eager\n")
+    (tmp_path / "space.yaml").write_text(SPACE)
     driver = run(tmp_path, ray_fleet.address, postgres_url, str(SCRIPTS / "tiny_train.py"), "--trials", "3",
                  "--target", "inductor", "--space", str(tmp_path / "space.yaml"), "--workers", "2")
     # One worker on each node (one CPU each): once two trials run, one of them is on the second node.
