@@ -62,7 +62,9 @@ class Claims:
             if held_by == number:
                 return None
             trial = _trial(self.study, held_by)
-            if trial is None or not _abandoned(trial):
+            # A holder writes its key before it claims; one that has another key holds a claim left
+            # by a deleted study whose id the database gave again: stale, like an abandoned one.
+            if trial is not None and TrialAttrs.of(trial).config_key == key and not _abandoned(trial):
                 return trial
             with self.engine.begin() as c:
                 taken = c.execute(claims_table.update().where(where, claims_table.c.trial_number == held_by)
