@@ -108,10 +108,11 @@ def main() -> int:
     # trial take less than the time between two trials of the fleet.
     per_trial_load = measured[5000] / 5000
     for cores in (2, 8):
-        rate = NODES * CORES_PER_NODE // cores / trial_s
+        slots = NODES * CORES_PER_NODE // cores
+        rate = slots / trial_s
         print(f"{cores} cores per trial ({rate * 3600:.0f} trials/h): one driver falls behind at about "
               f"{1 / (rate * loads * per_trial_load):.0f} trials in the study; its first wave of "
-              f"{NODES * CORES_PER_NODE // cores} trials takes {loads * per_trial_load * (NODES * CORES_PER_NODE // cores) ** 2 / 2:.0f} s to dispatch")
+              f"{slots} trials takes {loads * per_trial_load * slots ** 2 / 2:.0f} s to dispatch")
     return 0
 
 

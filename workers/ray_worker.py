@@ -23,7 +23,8 @@ class TrialWorker:
 
         self.worker_id = worker_id
         # Several Ray nodes can share a host name (or a machine): the node id tells them apart.
-        self.placement: dict[str, str] = {"node": socket.gethostname(), "ray_node": ray.get_runtime_context().get_node_id(),
+        self.placement: dict[str, str] = {"node": socket.gethostname(),
+                                          "ray_node": ray.get_runtime_context().get_node_id(),
                                           "worker": str(worker_id), **get_target(target).claim_devices(os.environ)}
 
     def info(self) -> dict[str, str]:

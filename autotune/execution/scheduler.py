@@ -132,6 +132,11 @@ def plan_placement(target: Target, *, workers: int | None, cores_per_trial: int,
                      notes=notes)
 
 
+#: Seconds a lost worker's replacement may take to be placed before the trials waiting for a
+#: worker are failed, when no other worker is left to run them.
+PLACE_TIMEOUT_S = 120.0
+
+
 @dataclass
 class _Running:
     request: TrialRequest
@@ -166,8 +171,9 @@ class WorkerPool:
         self.running: dict[Any, _Running] = {}
         #: Trials whose worker was lost, waiting for a free one.
         self.queued: list[_Running] = []
-        #: Replacements of lost workers, until Ray has placed them: a ready reference -> the worker.
-        self.starting: dict[Any, Any] = {}
+        #: Replacements of lost workers, until Ray has placed them: a ready reference -> (the
+        #: worker, when it was asked for).
+        self.starting: dict[Any, tuple[Any, float]] = {}
 
     def _spawn(self) -> Any:
         self._next_id += 1
@@ -217,8 +223,11 @@ class WorkerPool:
             self.submit(job.request, job.tag, attempts=job.attempts, lost=job.lost)
 
     def _unrunnable(self) -> list[tuple[Any, str | None, str | None]]:
-        """Waiting trials that no worker is left to run: every worker is lost and none placed again."""
-        if not self.queued or self.idle or self.running:
+        """Waiting trials that no worker is left to run: every worker is lost, and no replacement
+        was placed within ``PLACE_TIMEOUT_S`` (the cluster has no room left for one)."""
+        now = time.monotonic()
+        if not self.queued or self.idle or self.running or \
+                any(now - asked < PLACE_TIMEOUT_S for _, asked in self.starting.values()):
             return []
         done = [(job.tag, None, f"no worker is left to run this trial: {job.lost}") for job in self.queued]
         self.queued = []
@@ -231,7 +240,7 @@ class WorkerPool:
             return
         ready, _ = ray.wait(list(self.starting), num_returns=len(self.starting), timeout=0)
         for ref in ready:
-            worker = self.starting.pop(ref)
+            worker, _ = self.starting.pop(ref)
             try:
                 ray.get(ref)
                 self.idle.append(worker)
@@ -246,12 +255,12 @@ class WorkerPool:
         except Exception:
             pass
         worker = self._spawn()
-        self.starting[worker.info.remote()] = worker
+        self.starting[worker.info.remote()] = (worker, time.monotonic())
 
     def shutdown(self) -> None:
         import ray
 
-        for worker in [*self.idle, *(j.worker for j in self.running.values()), *self.starting.values()]:
+        for worker in [*self.idle, *(j.worker for j in self.running.values()), *(w for w, _ in self.starting.values())]:
             try:
                 ray.kill(worker)
             except Exception:

@@ -104,7 +104,8 @@ def open_storage(url: str) -> Any:
         first = str(exc).strip().splitlines()[0][:200] if str(exc).strip() else type(exc).__name__
         if isinstance(exc, ImportError) or "Failed to import DB access module" in first:
             backend = shown.split("://", 1)[0].split("+", 1)[0]
-            hint = {"postgresql": '-e ".[fleet]" (psycopg)', "mysql": "PyMySQL"}.get(backend, "the driver for " + backend)
+            hint = {"postgresql": '-e ".[fleet]" (psycopg)', "mysql": "PyMySQL"}.get(backend,
+                                                                                  "the driver for " + backend)
             raise AutotuneError(f"storage {shown}: its database driver is not installed; "
                                 f"pip install {hint}") from None
         raise AutotuneError(f"cannot open storage {shown}: {first}") from None

@@ -86,7 +86,8 @@ def test_a_study_submitted_as_a_ray_job(ray_fleet, tmp_path) -> None:
         cwd=work, capture_output=True, text=True, timeout=300)
     logs = job.stdout + job.stderr
     assert job.returncode == 0, logs[-3000:]
-    assert re.search(r"trial 0 \(\d/2\): [\d,.]+ samples/s, ok; baseline", logs), "the per-trial lines are in the job's log"
+    assert re.search(r"trial 0 \(\d/2\): [\d,.]+ samples/s, ok; baseline", logs), \
+        "the per-trial lines are in the job's log"
     result = StudyResult.model_validate_json(re.search(r"^\{.*\}$", logs, re.M).group(0))
     assert len({t.placement["ray_node"] for t in result.trials}) == 2, "both nodes of the cluster ran a trial"
 
