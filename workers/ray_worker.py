@@ -19,9 +19,13 @@ class TrialWorker:
     """Runs trials of one target for the driver. Used as a Ray actor (see :func:`worker_class`)."""
 
     def __init__(self, worker_id: int, target: str) -> None:
+        import ray
+
         self.worker_id = worker_id
-        self.placement: dict[str, str] = {"node": socket.gethostname(), "worker": str(worker_id),
-                                          **get_target(target).claim_devices(os.environ)}
+        # Several Ray nodes can share a host name (or a machine): the node id tells them apart.
+        self.placement: dict[str, str] = {"node": socket.gethostname(),
+                                          "ray_node": ray.get_runtime_context().get_node_id(),
+                                          "worker": str(worker_id), **get_target(target).claim_devices(os.environ)}
 
     def info(self) -> dict[str, str]:
         return dict(self.placement)

@@ -25,7 +25,8 @@ from autotune.daemon.records import RunOptions
 from autotune.errors import AutotuneError
 from autotune.atomic_file import write_atomic
 from autotune.study.outputs import BestConfig
-from autotune.study.storage import rdb_storage
+from autotune.study.database import sqlite_path
+from autotune.study.storage import open_storage
 
 
 class EnsureResult(BaseModel):
@@ -135,7 +136,8 @@ def ensure_local(script: Path, args: list[str], run: RunOptions, *, out: Path, s
     name = ensure_study_name(script, target.name, key)
     url = storage or default_storage()
     best = None
-    if not (url.startswith("sqlite:///") and not Path(url[len("sqlite:///"):]).exists()):
+    path = sqlite_path(url)
+    if path is None or path.exists():
         best = stored_best(_read_storage(url), name, run.trials)
     if best is not None:
         env_file, json_file = write_best(best, out)
@@ -157,8 +159,4 @@ def _read_storage(url: str) -> Any:
     import optuna
 
     optuna.logging.set_verbosity(optuna.logging.WARNING)
-    try:
-        return rdb_storage(url)
-    except Exception as exc:  # SQLAlchemy raises many types for a bad URL or a corrupt file
-        first = str(exc).strip().splitlines()[0][:200] if str(exc).strip() else type(exc).__name__
-        raise AutotuneError(f"cannot open storage {url}: {first}") from None
+    return open_storage(url)

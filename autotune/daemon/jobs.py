@@ -17,6 +17,7 @@ import sqlalchemy as sa
 
 from autotune.daemon.records import EXIT_CANCELLED, JobSpec, JobState
 from autotune.errors import AutotuneError
+from autotune.study.database import connect_args, engine_url, redacted
 from autotune.study.storage import create_schema
 
 _metadata = sa.MetaData()
@@ -79,7 +80,8 @@ class JobStore:
     def __init__(self, url: str) -> None:
         self.url = url
         try:
-            self.engine = sa.create_engine(url, future=True, pool_pre_ping=True)
+            self.engine = sa.create_engine(engine_url(url), future=True, pool_pre_ping=True,
+                                           connect_args=connect_args(url))
             if self.engine.dialect.name == "sqlite":
                 sa.event.listen(self.engine, "connect", _sqlite_pragmas)
             create_schema(url, lambda: _metadata.create_all(self.engine))
@@ -87,18 +89,15 @@ class JobStore:
             # its SQLite connections leaves the WAL files beside the database.
             self.engine.dispose()
         except ModuleNotFoundError as exc:
-            raise AutotuneError(f"storage {url.split('://')[0]}: the database driver is not installed "
-                                f"({exc.name}); install it, e.g. pip install psycopg2-binary") from None
+            raise AutotuneError(f"storage {self.redacted_url}: the database driver is not installed "
+                                f"({exc.name}); install it, e.g. pip install -e \".[fleet]\"") from None
         except sa.exc.SQLAlchemyError as exc:
             first = str(exc).strip().splitlines()[0][:200]
             raise AutotuneError(f"cannot open the job queue in {self.redacted_url}: {first}") from None
 
     @property
     def redacted_url(self) -> str:
-        try:
-            return sa.engine.make_url(self.url).render_as_string(hide_password=True)
-        except sa.exc.ArgumentError:
-            return self.url
+        return redacted(self.url)
 
     # -- reading -------------------------------------------------------------------------------
     def get(self, job_id: str) -> JobRecord | None:

@@ -41,6 +41,8 @@ def connect(address: str | None) -> bool:
 
     if ray.is_initialized():
         return False
+    # Inside a Ray job (ray job submit) Ray names the job's cluster; a local Ray would be wrong there.
+    address = address or os.environ.get("RAY_ADDRESS") or None
     kwargs: dict[str, Any] = {"include_dashboard": False, "log_to_driver": False, "logging_level": "ERROR"}
     if address:
         _check_reachable(address)
@@ -78,63 +80,73 @@ def cpu_trial_slots(cpus: int) -> int:
     return 1 if cpus <= 8 else cpus // 8
 
 
-def plan_placement(target: Target, *, workers: int | None, cores_per_trial: int,
-                   processes_per_trial: int = 1) -> Placement:
-    """How many workers, and what each holds, from the cluster's resources.
-
-    A target whose trials hold devices (:attr:`Target.device_resource`, ``neuron_cores``) gets
-    one worker per ``cores_per_trial`` of them for each of a trial's ``processes_per_trial``; the
-    others share the host's CPUs. A trial's processes run on one node: a trial that needs more
-    than the largest node has is an error, before any trial starts.
-    """
+def alive_nodes() -> list[dict[str, float]]:
+    """The resources of each live node of the Ray cluster this process is connected to."""
     import ray
 
-    resources = ray.cluster_resources()
-    cpus = int(resources.get("CPU", os.cpu_count() or 1))
+    return [dict(n["Resources"]) for n in ray.nodes() if n.get("Alive")]
+
+
+def plan_placement(target: Target, *, workers: int | None, cores_per_trial: int, processes_per_trial: int = 1,
+                   nodes: list[dict[str, float]] | None = None) -> Placement:
+    """How many workers, and what each holds, from the resources of the cluster's ``nodes``.
+
+    A target whose trials hold devices (:attr:`Target.device_resource`, ``neuron_cores``) gets
+    one worker per ``cores_per_trial`` of them, for each of a trial's ``processes_per_trial``, on
+    each node (a trial's processes and cores are on one node: a trial that needs more than the
+    largest node has is an error, before any trial starts). The others get a share of one node's
+    CPUs each, never the cluster's total: a worker that asks for more CPUs than any node has is
+    never placed, and one that asks for all of a cluster's CPUs leaves no room for a second study.
+    """
+    nodes = alive_nodes() if nodes is None else nodes
     notes: list[str] = []
     resource, noun = target.device_resource, target.device_noun
     if resource is not None:
-        cores = int(resources.get(resource, 0))
+        per_node = [int(n.get(resource, 0)) for n in nodes]
+        cores = sum(per_node)
         if cores == 0:
             notes.append(f"the Ray cluster declares no {resource}: trials run without {noun}")
             return Placement(workers=workers or 1, target=target.name, cpus_per_worker=0, notes=notes)
-        per_node = _largest_node(resource)
-        if cores_per_trial * processes_per_trial > per_node:
+        if cores_per_trial * processes_per_trial > max(per_node):
             raise AutotuneError(f"a trial of {processes_per_trial} process(es) x {cores_per_trial} {noun} needs "
                                 f"{cores_per_trial * processes_per_trial} {noun} on one node; the largest node has "
-                                f"{per_node}: lower --nproc-per-node or --cores-per-trial")
+                                f"{max(per_node)}: lower --nproc-per-node or --cores-per-trial")
         cores_per_trial *= processes_per_trial
-        most = cores // cores_per_trial
+        most = sum(c // cores_per_trial for c in per_node)
         if workers and workers > most:
-            notes.append(f"{workers} workers asked for, but {cores} {noun} hold only {most} "
+            notes.append(f"{workers} workers asked for, but the cluster's {cores} {noun} hold only {most} "
                          f"trials of {cores_per_trial} cores: using {most}")
         # The devices are the scarce resource; compiling uses host CPUs that Ray does not ration.
         return Placement(workers=min(workers or most, most), target=target.name, devices_per_worker=cores_per_trial,
                          device_resource=resource,
                          cpus_per_worker=0, notes=notes)
-    # CPU targets: parallel trials on a small machine distort each other's measurements.
-    if processes_per_trial > _largest_node("CPU"):
-        raise AutotuneError(f"--nproc-per-node {processes_per_trial} is more than the {_largest_node('CPU')} CPUs "
+    # CPU targets: parallel trials on a small machine distort each other's measurements. The
+    # default is what one node holds without that; more is asked for with --workers.
+    node_cpus = [int(n.get("CPU", 0)) for n in nodes if n.get("CPU", 0) >= 1] or [os.cpu_count() or 1]
+    largest = max(node_cpus)
+    if processes_per_trial > largest:
+        raise AutotuneError(f"--nproc-per-node {processes_per_trial} is more than the {largest} CPUs "
                             "of the largest node: a trial's processes run on one node")
-    default = cpu_trial_slots(cpus)
+    default = cpu_trial_slots(largest)
     n = workers or default
-    if n > default:
-        notes.append(f"{n} trials at once on {cpus} CPUs: their timings will disturb each other "
+    if n > default * len(node_cpus):
+        notes.append(f"{n} trials at once on {sum(node_cpus)} CPUs: their timings will disturb each other "
                      f"(default {default}); threads are split between them")
-    n = max(1, min(n, cpus))
-    threads = max(1, cpus // n)
+    n = max(1, min(n, sum(node_cpus)))
+    # A worker's share: a slot of the default size, less when more workers than slots share the nodes.
+    on_a_node = min(largest, max(default, -(-n // len(node_cpus))))
+    cpus = largest / on_a_node
+    threads = max(1, int(cpus))
     user_threads = os.environ.get("OMP_NUM_THREADS", "")
     if user_threads.isdigit() and int(user_threads) > 0:
         threads = min(threads, int(user_threads))  # the user has already limited threads: keep it
-    return Placement(workers=n, target=target.name, cpus_per_worker=cpus / n, threads_per_trial=threads,
+    return Placement(workers=n, target=target.name, cpus_per_worker=cpus, threads_per_trial=threads,
                      notes=notes)
 
 
-def _largest_node(resource: str) -> int:
-    """The most of ``resource`` one live node of the Ray cluster has."""
-    import ray
-
-    return max((int(n.get("Resources", {}).get(resource, 0)) for n in ray.nodes() if n.get("Alive")), default=0)
+#: Seconds a lost worker's replacement may take to be placed before the trials waiting for a
+#: worker are failed, when no other worker is left to run them.
+PLACE_TIMEOUT_S = 120.0
 
 
 @dataclass
@@ -144,10 +156,19 @@ class _Running:
     ref: Any
     attempts: int
     tag: Any
+    #: Why an earlier attempt of this trial ended without a result (its worker or node was lost).
+    lost: str | None = None
 
 
 class WorkerPool:
-    """Ray actors that run trial requests; :meth:`wait` yields finished ones."""
+    """Ray actors that run trial requests; :meth:`wait` yields finished ones.
+
+    A worker lost mid-trial (its process or its whole node died) is infrastructure, not the
+    configuration's fault: the trial runs again on another worker, and its result says so in
+    ``placement["lost"]``. The lost worker's replacement takes trials only once Ray has placed it
+    (the node may be gone, and Ray may not know yet): until then, and for good when the cluster no
+    longer has room for it, the trial waits for a worker that is free.
+    """
 
     def __init__(self, placement: Placement) -> None:
         from autotune.workers.ray_worker import worker_class
@@ -160,6 +181,11 @@ class WorkerPool:
         self._next_id = 0
         self.idle: list[Any] = [self._spawn() for _ in range(placement.workers)]
         self.running: dict[Any, _Running] = {}
+        #: Trials whose worker was lost, waiting for a free one.
+        self.queued: list[_Running] = []
+        #: Replacements of lost workers, until Ray has placed them: a ready reference -> (the
+        #: worker, when it was asked for).
+        self.starting: dict[Any, tuple[Any, float]] = {}
 
     def _spawn(self) -> Any:
         self._next_id += 1
@@ -167,37 +193,71 @@ class WorkerPool:
 
     @property
     def free(self) -> int:
-        return len(self.idle)
+        return max(0, len(self.idle) - len(self.queued))
 
-    def submit(self, request: TrialRequest, tag: Any, attempts: int = 1) -> None:
+    def submit(self, request: TrialRequest, tag: Any, attempts: int = 1, lost: str | None = None) -> None:
         worker = self.idle.pop()
         ref = worker.run.remote(request.model_dump_json())
-        self.running[ref] = _Running(request, worker, ref, attempts, tag)
+        self.running[ref] = _Running(request, worker, ref, attempts, tag, lost)
 
     def wait(self, timeout: float) -> list[tuple[Any, str | None, str | None]]:
-        """Finished trials as ``(tag, result_json, error)``; a dead worker's trial is resubmitted once."""
+        """Finished trials as ``(tag, result_json, error)``; a lost worker's trial is run again once."""
         import ray
 
+        self._place_started()
         if not self.running:
             time.sleep(min(timeout, 0.2))
-            return []
+            self._run_queued()
+            return self._unrunnable()
         ready, _ = ray.wait(list(self.running), num_returns=len(self.running), timeout=timeout)
         done: list[tuple[Any, str | None, str | None]] = []
         for ref in ready:
             job = self.running.pop(ref)
             try:
-                done.append((job.tag, ray.get(ref), None))
+                done.append((job.tag, _noting_loss(ray.get(ref), job.lost), None))
                 self.idle.append(job.worker)
             except ray.exceptions.RayActorError as exc:
                 self._replace(job.worker)
                 if job.attempts < 2:
-                    self.submit(job.request, job.tag, attempts=job.attempts + 1)
+                    job.attempts, job.lost = job.attempts + 1, _first_line(exc)
+                    self.queued.append(job)
                 else:
                     done.append((job.tag, None, f"the worker running this trial died twice: {_first_line(exc)}"))
             except ray.exceptions.RayError as exc:
                 self.idle.append(job.worker)
                 done.append((job.tag, None, f"the worker failed: {_first_line(exc)}"))
+        self._run_queued()
+        return done + self._unrunnable()
+
+    def _run_queued(self) -> None:
+        while self.queued and self.idle:
+            job = self.queued.pop(0)
+            self.submit(job.request, job.tag, attempts=job.attempts, lost=job.lost)
+
+    def _unrunnable(self) -> list[tuple[Any, str | None, str | None]]:
+        """Waiting trials that no worker is left to run: every worker is lost, and no replacement
+        was placed within ``PLACE_TIMEOUT_S`` (the cluster has no room left for one)."""
+        now = time.monotonic()
+        if not self.queued or self.idle or self.running or \
+                any(now - asked < PLACE_TIMEOUT_S for _, asked in self.starting.values()):
+            return []
+        done = [(job.tag, None, f"no worker is left to run this trial: {job.lost}") for job in self.queued]
+        self.queued = []
         return done
+
+    def _place_started(self) -> None:
+        import ray
+
+        if not self.starting:
+            return
+        ready, _ = ray.wait(list(self.starting), num_returns=len(self.starting), timeout=0)
+        for ref in ready:
+            worker, _ = self.starting.pop(ref)
+            try:
+                ray.get(ref)
+                self.idle.append(worker)
+            except ray.exceptions.RayError:
+                pass  # lost before it took a trial
 
     def _replace(self, dead: Any) -> None:
         import ray
@@ -206,17 +266,29 @@ class WorkerPool:
             ray.kill(dead)
         except Exception:
             pass
-        self.idle.append(self._spawn())
+        worker = self._spawn()
+        self.starting[worker.info.remote()] = (worker, time.monotonic())
 
     def shutdown(self) -> None:
         import ray
 
-        for worker in [*self.idle, *(j.worker for j in self.running.values())]:
+        for worker in [*self.idle, *(j.worker for j in self.running.values()), *(w for w, _ in self.starting.values())]:
             try:
                 ray.kill(worker)
             except Exception:
                 pass
-        self.idle, self.running = [], {}
+        self.idle, self.running, self.queued, self.starting = [], {}, [], {}
+
+
+def _noting_loss(result_json: str, lost: str | None) -> str:
+    """The result, with why an earlier attempt ended in its placement (``lost``)."""
+    if lost is None:
+        return result_json
+    from autotune.records import TrialResult
+
+    result = TrialResult.model_validate_json(result_json)
+    result.placement["lost"] = lost
+    return result.model_dump_json()
 
 
 def _first_line(exc: BaseException) -> str:

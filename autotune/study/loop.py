@@ -36,6 +36,8 @@ from autotune.search.configurations import starting_points
 from autotune.search.samplers import make_sampler, suggest
 from autotune.space import SearchSpace, config_key
 from autotune.space.processes import most_processes, with_processes
+from autotune.study.claims import Claims, over_budget
+from autotune.study.database import sqlite_path
 from autotune.study.options import (
     DEFAULT_DIR,
     StudyOptions,
@@ -90,8 +92,9 @@ class Study:
         self.out = Path(options.out) if options.out else DEFAULT_DIR / self.name
         check_writable(self.out)
         self.storage_url = options.storage or default_storage()
-        if self.storage_url.startswith("sqlite:///"):
-            check_writable(Path(self.storage_url[len("sqlite:///"):]).parent)
+        database = sqlite_path(self.storage_url)
+        if database is not None:
+            check_writable(database.parent)
         self.notes: list[str] = []
         #: The instance it measures on, and what an hour of it costs (``None``: no price known).
         check_instance_type(options.instance_type, price_per_hour=options.price_per_hour, prices_file=options.prices)
@@ -115,6 +118,7 @@ class Study:
         # parts of that which key remembered results), and what this invocation measured.
         self.storage: Any = None
         self.study: Any = None
+        self.claims: Any = None
         self.provenance: dict[str, Any] = {}
         self._model_key: dict[str, Any] = {}
         self._env_key: dict[str, Any] = {}
@@ -176,6 +180,7 @@ class Study:
         try:
             self.storage = open_storage(self.storage_url)
             self.study = self._open_study()
+            self.claims = Claims(self.storage, self.study, self.storage_url)
         except BaseException:
             if started_ray:
                 import ray
@@ -286,7 +291,12 @@ class Study:
 
     def _dispatch(self, trial: Any, pool: Any) -> str:
         """Suggest a configuration; run it, or answer it from an earlier result."""
+        import optuna
 
+        if over_budget(self.study, trial.number, self.o.trials):  # other drivers' trials filled it first
+            write(trial, reason=f"the study already had its {self.o.trials} trials")
+            self.study.tell(trial, state=optuna.trial.TrialState.FAIL)
+            return "surplus"
         try:
             params = suggest(trial, self.space)
             self.target.check(params)
@@ -295,7 +305,10 @@ class Study:
             return "invalid"
         key = config_key(params)
         write(trial, config_key=key)
-        earlier = self._earlier_result(key, trial.number)
+        earlier = self._earlier_result(key, trial.number) or self.claims.holder(key, trial.number)
+        if earlier is not None and not earlier.state.is_finished():  # another driver measures it now
+            self._told.tell_measured_elsewhere(trial, params, earlier)
+            return "reused"
         if earlier is not None:
             self._told.tell_duplicate(trial, params, earlier)
             return "reused"

@@ -47,6 +47,8 @@ class TrialSummary(BaseModel):
     cache_hits: int | None = None  # the compiler cache's own counters, where it exposes them
     cache_misses: int | None = None
     env: dict[str, str] = Field(default_factory=dict)
+    #: Where it ran: host, Ray node id, worker, the devices it held (``TrialResult.placement``).
+    placement: dict[str, str] = Field(default_factory=dict)
     started_at: float | None = None
     ended_at: float | None = None
     #: The first losses left the baseline's: measured, but never the best.

@@ -109,6 +109,14 @@ class TrialRecorder:
         self.finished(trial.number, params, earlier.values[0] if earlier.values else None,
                       f"same as trial {earlier.number}")
 
+    def tell_measured_elsewhere(self, trial: Any, params: dict[str, Any], earlier: Any) -> None:
+        """A configuration another driver is measuring now: this trial ends at once, a duplicate of it."""
+        import optuna
+
+        write(trial, duplicate_of=earlier.number)
+        self.study.tell(trial, state=optuna.trial.TrialState.FAIL)
+        self.finished(trial.number, params, None, f"measured by trial {earlier.number}")
+
     def tell_confirmation(self, original: Any, result_json: str | None, error: str | None) -> None:
         """Store a re-measurement of ``original`` as a finished trial of its own."""
         import optuna

@@ -224,6 +224,7 @@ def study_summaries(study: Any) -> list[TrialSummary]:
             duplicate_of=attrs.duplicate_of, confirms=attrs.confirms, env=attrs.env or {}, cached=attrs.cached,
             cache_hits=result.compile.cache_hits if result else None,
             cache_misses=result.compile.cache_misses if result else None,
+            placement=result.placement if result else {},
             started_at=result.started_at if result else None, ended_at=result.ended_at if result else None,
             numerics_violated=t.state.name == "COMPLETE" and numerics_violated(study, t, base),
             losses=result.losses[:5] if result else [],

@@ -14,10 +14,10 @@ import os
 import time
 import warnings
 from contextlib import contextmanager
-from pathlib import Path
 from typing import Any, Callable, Iterator, TypeVar
 
-from autotune.errors import AutotuneError, InvalidConfigError
+from autotune.errors import AutotuneError
+from autotune.study.database import connect_args, engine_url, redacted, sqlite_path
 from autotune.study.options import default_storage
 
 T = TypeVar("T")
@@ -25,13 +25,6 @@ T = TypeVar("T")
 # What a backend says when another process created the same table or version row first.
 _LOST_RACE = ("already exists", "UNIQUE constraint failed", "duplicate key", "Duplicate entry")
 _ATTEMPTS = 5
-
-
-def sqlite_path(url: str) -> Path | None:
-    """The file of a ``sqlite:///`` URL; None for another backend or an in-memory database."""
-    if not url.startswith("sqlite:///") or url == "sqlite:///:memory:":
-        return None
-    return Path(url[len("sqlite:///"):])
 
 
 @contextmanager
@@ -76,10 +69,16 @@ def create_schema(url: str, create: Callable[[], T]) -> T:
 
 
 def rdb_storage(url: str, **kwargs: Any) -> Any:
-    """Optuna's ``RDBStorage`` on ``url``, safe to call from several processes on a new database."""
+    """Optuna's ``RDBStorage`` on ``url``, safe to call from several processes on a new database.
+
+    Optuna fills ``{SCHEMA_VERSION}`` into the URL with ``str.format``: braces that belong to the
+    URL (a path, a password) are doubled so that they stay as they are.
+    """
     import optuna
 
-    return create_schema(url, lambda: optuna.storages.RDBStorage(url, **kwargs))
+    template = engine_url(url).replace("{", "{{").replace("}", "}}")
+    engine = {"connect_args": connect_args(url), **(kwargs.pop("engine_kwargs", None) or {})}
+    return create_schema(url, lambda: optuna.storages.RDBStorage(template, engine_kwargs=engine, **kwargs))
 
 
 # -- the study's storage ---------------------------------------------------------------------------
@@ -91,26 +90,25 @@ GRACE_S = 20
 
 
 def open_storage(url: str) -> Any:
+    import optuna
     from optuna.storages import RetryHeartbeatStaleTrialCallback
 
-    if "://" not in url:
-        raise InvalidConfigError(f"storage {url!r} is not a database URL; e.g. sqlite:///autotune.db or "
-                                 "postgresql://user@host/db")
+    shown = redacted(url)  # parses it: a malformed URL is an InvalidConfigError here
     try:
-        # Two drivers on one SQLite file wait for each other's writes rather than fail at once.
-        engine = {"connect_args": {"timeout": 60}} if url.startswith("sqlite") else None
+        warnings.filterwarnings("ignore", category=optuna.exceptions.ExperimentalWarning)  # heartbeat_interval
         return rdb_storage(
-            url, engine_kwargs=engine, heartbeat_interval=HEARTBEAT_S, grace_period=GRACE_S,
+            url, heartbeat_interval=HEARTBEAT_S, grace_period=GRACE_S,
             heartbeat_stale_trial_callback=RetryHeartbeatStaleTrialCallback(max_retry=2),
         )
     except Exception as exc:  # SQLAlchemy raises many types for a bad URL or a corrupt file
         first = str(exc).strip().splitlines()[0][:200] if str(exc).strip() else type(exc).__name__
         if isinstance(exc, ImportError) or "Failed to import DB access module" in first:
-            scheme = url.split("://", 1)[0].split("+", 1)[0]
-            hint = {"postgresql": "psycopg2-binary", "mysql": "PyMySQL"}.get(scheme, "the driver for " + scheme)
-            raise AutotuneError(f"storage {url}: its database driver is not installed; "
+            backend = shown.split("://", 1)[0].split("+", 1)[0]
+            hint = {"postgresql": '-e ".[fleet]" (psycopg)', "mysql": "PyMySQL"}.get(backend,
+                                                                                  "the driver for " + backend)
+            raise AutotuneError(f"storage {shown}: its database driver is not installed; "
                                 f"pip install {hint}") from None
-        raise AutotuneError(f"cannot open storage {url}: {first}") from None
+        raise AutotuneError(f"cannot open storage {shown}: {first}") from None
 
 
 def open_existing_storage(url: str) -> Any:
@@ -121,8 +119,9 @@ def open_existing_storage(url: str) -> Any:
     optuna.logging.set_verbosity(optuna.logging.WARNING)
     # Reading a study is no place for notes on the storage's experimental options.
     warnings.filterwarnings("ignore", category=optuna.exceptions.ExperimentalWarning)
-    if url.startswith("sqlite:///") and not Path(url[len("sqlite:///"):]).exists():
-        raise AutotuneError(f"no study database at {url[len('sqlite:///'):]}; run autotune run first or pass --storage")
+    path = sqlite_path(url)
+    if path is not None and not path.exists():
+        raise AutotuneError(f"no study database at {path}; run autotune run first or pass --storage")
     return open_storage(url)
 
 
@@ -135,7 +134,7 @@ def load_study(name: str, storage: str | None = None) -> Any:
         return optuna.load_study(study_name=name, storage=st)
     except KeyError:
         names = ", ".join(s.study_name for s in optuna.get_all_study_summaries(st)) or "none"
-        raise AutotuneError(f"no study named {name!r} in {url}; studies there: {names}") from None
+        raise AutotuneError(f"no study named {name!r} in {redacted(url)}; studies there: {names}") from None
 
 
 def open_study(storage: Any, name: str, directions: list[str], sampler: Any, *, fresh: bool) -> tuple[Any, list[str]]:

@@ -144,10 +144,6 @@ parameters:
     assert all(d.returncode == 0 for d in drivers), [o[1][-1500:] for o in outs]
     study = optuna.load_study(study_name="shared", storage=f"sqlite:///{tmp_path}/.autotune/autotune.db")
     measured = [t for t in study.trials if t.user_attrs.get("counted") and t.user_attrs.get("result")]
-    assert 4 <= len(measured) <= 5, "four trials, plus at most one started by each driver at once"
+    assert len(measured) == 4, "--trials 4 is four trials for the study, whichever driver ran them"
     keys = [t.user_attrs["config_key"] for t in measured]
-    for key in set(keys):
-        same = [t for t in measured if t.user_attrs["config_key"] == key]
-        if len(same) > 1:  # measured twice: only if both were in flight at the same time
-            a, b = sorted(same, key=lambda t: t.datetime_start)[:2]
-            assert b.datetime_start < a.datetime_complete, f"{key} measured twice, not in flight together"
+    assert len(keys) == len(set(keys)), "no configuration measured twice (each is claimed first)"

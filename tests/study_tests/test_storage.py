@@ -10,7 +10,8 @@ from pathlib import Path
 import pytest
 import sqlalchemy as sa
 
-from autotune.study.storage import create_schema, sqlite_path
+from autotune.study.database import sqlite_path
+from autotune.study.storage import create_schema
 
 OPENER = """
 import sys, time

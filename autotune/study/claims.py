@@ -1,0 +1,101 @@
+"""Which trial measures a configuration, and whether a trial is within ``--trials``, when several
+drivers share one study.
+
+Drivers on one study can ask for the same configuration at the same moment: both enqueue the
+baseline when they start together, and a sampler that skips configurations in flight sees another
+driver's only once that driver has written its key. So a configuration is claimed before it is
+measured, by inserting (study, configuration) into a table of the study's own database: its primary
+key lets exactly one insert win, on SQLite and PostgreSQL alike, where reading Optuna's attributes
+first and writing after would let both win. A claim whose trial ended for its driver's sake
+(killed: failed by its stale heartbeat, never counted) passes to the trial that runs the
+configuration again, by a compare-and-set on the holder.
+
+``--trials N`` is N for the study: a trial asked for when the trials before it (by number,
+which Optuna hands out one at a time) already fill N is not run.
+"""
+
+from __future__ import annotations
+
+import hashlib
+from typing import Any
+
+import sqlalchemy as sa
+
+from autotune.study.storage import create_schema
+from autotune.trial_attrs import TrialAttrs
+
+_metadata = sa.MetaData()
+claims_table = sa.Table(
+    "autotune_claims", _metadata,
+    sa.Column("study_id", sa.Integer, primary_key=True),
+    # A digest: a configuration's key can be longer than some databases index.
+    sa.Column("config_digest", sa.String(64), primary_key=True),
+    sa.Column("trial_number", sa.Integer, nullable=False),
+)
+
+
+class Claims:
+    """The claims of one study in the database of its Optuna ``storage``."""
+
+    def __init__(self, storage: Any, study: Any, url: str) -> None:
+        self.engine = storage.engine
+        self.study = study
+        create_schema(url, lambda: _metadata.create_all(self.engine))
+
+    def holder(self, key: str, number: int) -> Any:
+        """``None`` when trial ``number`` may measure the configuration ``key`` (it holds the
+        claim now); otherwise the trial that holds it (running, or finished and counted)."""
+        digest = hashlib.sha256(key.encode()).hexdigest()
+        where = sa.and_(claims_table.c.study_id == self.study._study_id, claims_table.c.config_digest == digest)
+        for _ in range(5):
+            try:
+                with self.engine.begin() as c:
+                    c.execute(claims_table.insert().values(study_id=self.study._study_id, config_digest=digest,
+                                                           trial_number=number))
+                return None
+            except sa.exc.IntegrityError:
+                pass
+            with self.engine.begin() as c:
+                held_by = c.execute(sa.select(claims_table.c.trial_number).where(where)).scalar()
+            if held_by is None:
+                continue  # released between the insert and the read: try again
+            if held_by == number:
+                return None
+            trial = _trial(self.study, held_by)
+            # A holder writes its key before it claims; one that has another key holds a claim left
+            # by a deleted study whose id the database gave again: stale, like an abandoned one.
+            if trial is not None and TrialAttrs.of(trial).config_key == key and not _abandoned(trial):
+                return trial
+            with self.engine.begin() as c:
+                taken = c.execute(claims_table.update().where(where, claims_table.c.trial_number == held_by)
+                                  .values(trial_number=number)).rowcount
+            if taken == 1:
+                return None
+        return None
+
+
+def over_budget(study: Any, number: int, trials: int) -> bool:
+    """Whether the trials numbered below ``number`` that count or are running already fill ``trials``."""
+    import optuna
+
+    before = 0
+    for t in study.get_trials(deepcopy=False):
+        if t.number >= number:
+            continue
+        attrs = TrialAttrs.of(t)
+        if (t.state.is_finished() and attrs.counted) or \
+                (t.state == optuna.trial.TrialState.RUNNING and attrs.confirms is None):
+            before += 1
+    return before >= trials
+
+
+def _trial(study: Any, number: int) -> Any:
+    for t in study.get_trials(deepcopy=False):
+        if t.number == number:
+            return t
+    return None
+
+
+def _abandoned(trial: Any) -> bool:
+    """Ended without a result that counts: failed for its driver's sake, or told a duplicate."""
+    return trial.state.is_finished() and not TrialAttrs.of(trial).counted

@@ -1,0 +1,75 @@
+"""What a storage URL means: parsed by SQLAlchemy, never by hand.
+
+A storage URL is whatever SQLAlchemy accepts (``sqlite:///path``, ``postgresql://user:pa%40ss@host/db
+?sslmode=require``, ...), so it is read with :func:`sqlalchemy.engine.make_url`: a password with
+special characters, a query string or braces in a path then mean what SQLAlchemy says they mean.
+Two choices are autotune's own:
+
+- ``postgresql://`` names SQLAlchemy's default driver, psycopg2. The ``fleet`` extra brings
+  psycopg 3 instead; when psycopg2 is not installed and psycopg is, the URL uses it.
+- A server that does not answer must be an error within seconds, not a driver waiting for minutes:
+  PostgreSQL and MySQL connections get a connect timeout unless the URL sets one.
+"""
+
+from __future__ import annotations
+
+import importlib.util
+from pathlib import Path
+from typing import Any
+
+from autotune.errors import InvalidConfigError
+
+#: Seconds a connection to a database server may take before the storage is reported unreachable.
+CONNECT_TIMEOUT_S = 5
+
+_EXAMPLE = "e.g. sqlite:///autotune.db or postgresql://user:password@host:5432/db"
+
+
+def parse_url(url: str) -> Any:
+    """``url`` as a :class:`sqlalchemy.engine.URL`, with the PostgreSQL driver that is installed."""
+    import sqlalchemy as sa
+
+    if "://" not in url:
+        raise InvalidConfigError(f"storage {url!r} is not a database URL; {_EXAMPLE}")
+    try:
+        parsed = sa.engine.make_url(url)
+    except (sa.exc.ArgumentError, ValueError) as exc:
+        raise InvalidConfigError(f"storage {url!r} is not a database URL ({exc}); {_EXAMPLE}") from None
+    if parsed.drivername == "postgresql" and importlib.util.find_spec("psycopg2") is None \
+            and importlib.util.find_spec("psycopg") is not None:
+        parsed = parsed.set(drivername="postgresql+psycopg")
+    return parsed
+
+
+def redacted(url: str) -> str:
+    """``url`` with its password hidden, for messages."""
+    try:
+        return parse_url(url).render_as_string(hide_password=True)
+    except InvalidConfigError:
+        return url
+
+
+def sqlite_path(url: str) -> Path | None:
+    """The file of a SQLite URL; None for another backend or an in-memory database."""
+    parsed = parse_url(url)
+    if parsed.get_backend_name() != "sqlite" or parsed.database in (None, "", ":memory:"):
+        return None
+    return Path(parsed.database)
+
+
+def engine_url(url: str) -> str:
+    """``url`` as the string to give ``create_engine`` (the driver chosen, the password kept)."""
+    return parse_url(url).render_as_string(hide_password=False)
+
+
+def connect_args(url: str) -> dict[str, Any]:
+    """The driver's connection arguments: a wait for a busy SQLite file, a connect timeout for a
+    server (unless the URL's query sets one)."""
+    parsed = parse_url(url)
+    backend = parsed.get_backend_name()
+    if backend == "sqlite":
+        # Two drivers on one SQLite file wait for each other's writes rather than fail at once.
+        return {"timeout": 60}
+    if backend in ("postgresql", "mysql", "mariadb") and "connect_timeout" not in parsed.query:
+        return {"connect_timeout": CONNECT_TIMEOUT_S}
+    return {}

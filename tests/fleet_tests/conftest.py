@@ -1,0 +1,135 @@
+"""A Ray cluster of two nodes on this machine for the session: ``ray start --head`` and ``ray start
+--address``, each declaring its resources as a fleet's nodes would (NeuronCores, and its instance
+type as a custom resource).
+
+Both nodes run this test's Python: Ray starts its workers with the interpreter of ``ray start``, and a
+driver must match the cluster's Python and Ray. Each node runs with ``--block`` in a process group
+of its own and is stopped by signalling that group (``ray stop`` would stop every Ray on the
+machine). ``--temp-dir`` keeps the cluster's address file out of ``/tmp/ray``, where a plain
+``ray.init()`` elsewhere on the machine would find it and join this cluster; each node has its own,
+as two machines would (sharing one, a node unpacking a Ray job's working directory replaces the
+one the job's driver runs in). The head runs Ray's dashboard, which takes Ray jobs. Token authentication
+is off (``RAY_AUTH_MODE=disabled``) for the nodes and the drivers alike: Ray turns it on for
+``ray start`` only where a token file happens to exist.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import shutil
+import signal
+import socket
+import subprocess
+import sys
+import tempfile
+import time
+from collections.abc import Iterator
+from dataclasses import dataclass
+from pathlib import Path
+
+import pytest
+
+#: What each node declares: its NeuronCores and its instance type (a custom resource).
+HEAD = {"neuron_cores": 2, "trn1.2xlarge": 1}
+SECOND = {"neuron_cores": 4, "trn1.32xlarge": 1}
+
+_STATUS = """
+import json, sys, ray
+ray.init(address=sys.argv[1], logging_level="ERROR", log_to_driver=False)
+print(json.dumps([{"id": n["NodeID"], "alive": n["Alive"], "resources": n["Resources"]} for n in ray.nodes()]))
+"""
+
+
+@dataclass
+class RayFleet:
+    """The session's cluster: its address, and each node's process group and declared resources."""
+
+    address: str
+    temp_dir: Path
+    head: subprocess.Popen
+    #: Where Ray jobs are submitted (``ray job submit --address``).
+    dashboard: str
+    second: subprocess.Popen | None = None
+
+    def start_second(self) -> None:
+        """Start the second node (again, after :meth:`kill_second`) and wait until it has joined."""
+        if self.second is None:
+            self.second = _start_node(["--address", self.address], SECOND, self.temp_dir / "second")
+            self.wait(lambda nodes: len(nodes) == 2)
+
+    def kill_second(self) -> None:
+        """The second node is lost at once, as a machine that dies: SIGKILL to its process group."""
+        assert self.second is not None
+        _kill(self.second, signal.SIGKILL)
+        self.second = None
+
+    def nodes(self) -> list[dict]:
+        """The live nodes: ``{"id": ..., "resources": {...}}`` each."""
+        out = subprocess.run([sys.executable, "-c", _STATUS, self.address], capture_output=True, text=True,
+                             timeout=120)
+        if out.returncode != 0:
+            return []
+        return [n for n in json.loads(out.stdout.strip().splitlines()[-1]) if n["alive"]]
+
+    def wait(self, ready, timeout: float = 120) -> list[dict]:
+        deadline = time.monotonic() + timeout
+        while time.monotonic() < deadline:
+            nodes = self.nodes()
+            if ready(nodes):
+                return nodes
+            time.sleep(1)
+        raise TimeoutError(f"the Ray cluster at {self.address} did not come up in {timeout} s")
+
+
+@pytest.fixture(scope="session")
+def ray_fleet() -> Iterator[RayFleet]:
+    with pytest.MonkeyPatch.context() as mp:
+        mp.setenv("RAY_AUTH_MODE", "disabled")
+        # Short: Ray's sockets live under it, and a Unix socket's path has at most 107 characters.
+        temp_dir = Path(tempfile.mkdtemp(prefix="atr-", dir="/tmp"))
+        port, dashboard = _free_port(), _free_port()
+        head = _start_node(["--head", f"--port={port}", "--dashboard-host=127.0.0.1", f"--dashboard-port={dashboard}"],
+                           HEAD, temp_dir / "head")
+        fleet = RayFleet(f"127.0.0.1:{port}", temp_dir, head, f"http://127.0.0.1:{dashboard}")
+        try:
+            fleet.wait(lambda nodes: len(nodes) == 1)
+            fleet.start_second()
+            yield fleet
+        finally:
+            for node in (fleet.second, fleet.head):  # a throw-away cluster: nothing to shut down cleanly
+                if node is not None:
+                    _kill(node, signal.SIGKILL)
+            shutil.rmtree(temp_dir, ignore_errors=True)
+
+
+def _start_node(args: list[str], resources: dict[str, int], temp_dir: Path) -> subprocess.Popen:
+    """A node in its own process group; ``autotune`` on its PATH, as where it is installed."""
+    temp_dir.mkdir(exist_ok=True)
+    cmd = [sys.executable, "-m", "ray.scripts.scripts", "start", "--block", *args, "--num-cpus=1", "--num-gpus=0",
+           f"--resources={json.dumps(resources)}", f"--temp-dir={temp_dir}", "--object-store-memory=100000000",
+           "--disable-usage-stats"]
+    env = {**os.environ, "PATH": f"{Path(sys.executable).parent}{os.pathsep}{os.environ.get('PATH', '')}"}
+    with (temp_dir / f"node-{time.monotonic_ns()}.log").open("w") as log:
+        return subprocess.Popen(cmd, stdout=log, stderr=subprocess.STDOUT, start_new_session=True, env=env)
+
+
+def _kill(node: subprocess.Popen, sig: signal.Signals) -> None:
+    """Signal the node's process group; what is left after 15 s (Ray's own shutdown can wait for a
+    head that is gone) is killed."""
+    try:
+        os.killpg(node.pid, sig)
+        node.wait(timeout=15)
+    except (ProcessLookupError, subprocess.TimeoutExpired):
+        pass
+    try:
+        os.killpg(node.pid, signal.SIGKILL)
+    except ProcessLookupError:
+        pass
+    node.wait()
+
+
+def _free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]

@@ -1,0 +1,32 @@
+"""Placement from each node's resources: a worker always fits on one node, and a CPU study leaves
+room for another beside it (the cluster's total is never asked for by one worker)."""
+
+from __future__ import annotations
+
+import pytest
+
+from autotune.errors import AutotuneError
+from autotune.execution.scheduler import plan_placement
+from autotune.targets import get_target
+
+TWO_SMALL_NODES = [{"CPU": 1.0}, {"CPU": 1.0}]
+
+
+def test_a_cpu_worker_holds_one_nodes_share_not_the_clusters(monkeypatch) -> None:
+    monkeypatch.delenv("OMP_NUM_THREADS")  # the session's 1 would cap the threads of every share
+    # Before: 2 CPUs in the cluster, so one worker asked for 2 CPUs, which no node has (it was
+    # never placed), and on one larger node a second study waited for the first to end.
+    placement = plan_placement(get_target("inductor"), workers=None, cores_per_trial=1, nodes=TWO_SMALL_NODES)
+    assert (placement.workers, placement.cpus_per_worker, placement.threads_per_trial) == (1, 1.0, 1)
+    two = plan_placement(get_target("inductor"), workers=2, cores_per_trial=1, nodes=TWO_SMALL_NODES)
+    assert (two.workers, two.cpus_per_worker) == (2, 1.0), "one worker on each node, not two on one"
+    big = plan_placement(get_target("inductor"), workers=None, cores_per_trial=1, nodes=[{"CPU": 64.0}] * 16)
+    assert (big.workers, big.cpus_per_worker, big.threads_per_trial) == (8, 8.0, 8)
+
+
+def test_neuron_slots_are_counted_on_each_node() -> None:
+    nodes = [{"CPU": 1.0, "neuron_cores": 3.0}, {"CPU": 1.0, "neuron_cores": 4.0}]
+    placement = plan_placement(get_target("neuron"), workers=None, cores_per_trial=2, nodes=nodes)
+    assert (placement.workers, placement.devices_per_worker) == (3, 2), "3 cores hold one trial of 2, not 1.5"
+    with pytest.raises(AutotuneError, match="largest node"):
+        plan_placement(get_target("neuron"), workers=None, cores_per_trial=8, nodes=nodes)
