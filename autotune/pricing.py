@@ -216,8 +216,12 @@ def cost_per_million_samples(instance_samples_per_second: float, price: Price) -
     return 1e6 / instance_samples_per_second * price.per_hour / 3600
 
 
-def trial_rate(price: Price, *, instance_type: str | None, devices_per_trial: int | None) -> float:
+def trial_rate(price: Price | None, *, instance_type: str | None, devices_per_trial: int | None) -> float:
     """What a second of one trial's share of the instance costs: the price per second over the
-    trials the instance runs side by side ($ per sample-second once divided by samples/s)."""
+    trials the instance runs side by side ($ per sample-second once divided by samples/s). Without
+    a price, a :class:`PricingError` that says how to give one."""
+    if price is None:
+        raise PricingError("--objective cost needs the instance's price: give --instance-type (one the catalogue "
+                           "prices), --price-per-hour or --prices")
     _, side_by_side = instance_rate(1.0, instance_type=instance_type, devices_per_trial=devices_per_trial)
     return price.per_hour / 3600 / side_by_side

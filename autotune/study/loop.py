@@ -110,8 +110,12 @@ class Study:
         self.baseline_params = self.space.defaults()
         self.objectives = [objective(name, options.direction) for name in options.objectives()]
         self.constraints = [Constraint.parse(text) for text in options.constraint]
-        #: What a sample-second on this instance costs, for the cost objective (None: no price).
-        self.usd_per_sample_second = self._cost_rate()
+        #: The devices a trial holds (None: the target holds none, as on CPU), and what a
+        #: sample-second of a trial costs where the study optimises or bounds cost.
+        self.devices_per_trial = options.cores_per_trial if self.target.device_resource else None
+        costed = "cost" in [o.name for o in self.objectives] + [c.name for c in self.constraints]
+        self.usd_per_sample_second = trial_rate(self.price, instance_type=self.instance_type,
+                                                devices_per_trial=self.devices_per_trial) if costed else None
         self.progress = StudyProgress(self.name, self.target.name, options.trials, metric=self.objectives[0].name,
                                       maximize=self.objectives[0].maximize)
         # What run() opens and learns: the Optuna storage and study, where it measures (and the
@@ -147,19 +151,6 @@ class Study:
                   args=list(self.o.args), space=self.space.source)
         return study
 
-    def _cost_rate(self) -> float | None:
-        """$ per sample-second of a trial, when the study optimises or bounds cost."""
-        if "cost" not in [o.name for o in self.objectives] + [c.name for c in self.constraints]:
-            return None
-        if self.price is None:
-            raise InvalidConfigError("--objective cost needs the instance's price: give --instance-type (one the "
-                                     "catalogue prices), --price-per-hour or --prices")
-        return trial_rate(self.price, instance_type=self.instance_type, devices_per_trial=self._devices_per_trial())
-
-    def _devices_per_trial(self) -> int | None:
-        """The devices a trial holds (``None``: the target holds none, as on CPU)."""
-        return self.o.cores_per_trial if self.target.device_resource else None
-
     def _sampler(self) -> Any:
         if len(self.objectives) > 1 and self.o.sampler == "autotune":
             self.notes.append("autotune's sampler optimises one objective: this multi-objective study uses "
@@ -192,7 +183,7 @@ class Study:
                                       constraints=self.constraints, usd_per_sample_second=self.usd_per_sample_second)
         self.provenance = provenance(self.target, self.script, self.o.args, instance_type=self.instance_type)
         write(self.study, provenance=self.provenance, price=self.price.model_dump() if self.price else None,
-              devices_per_trial=self._devices_per_trial())
+              devices_per_trial=self.devices_per_trial)
         self._model_key, self._env_key = model_of(self.provenance), environment_of(self.provenance)
         note = self.target.availability_note()
         if note:

@@ -10,7 +10,7 @@ from pathlib import Path
 import optuna
 import pytest
 
-from autotune.errors import InvalidConfigError
+from autotune.errors import AutotuneError, InvalidConfigError
 from autotune.objectives import Constraint, objective, speedup
 from autotune.records import MeasurementProtocol, TrialResult
 from autotune.study.loop import tune
@@ -181,6 +181,6 @@ def test_cost_objective_follows_the_measured_throughput(ray_cluster, tmp_path, m
 def test_cost_without_a_price_is_refused(tmp_path, monkeypatch) -> None:
     monkeypatch.chdir(tmp_path)
     monkeypatch.setenv("AWS_EC2_METADATA_DISABLED", "true")
-    with pytest.raises(InvalidConfigError, match="--objective cost needs the instance's price"):
+    with pytest.raises(AutotuneError, match="--objective cost needs the instance's price"):
         tune(INFER, trials=1, target="inductor", objective=["cost"], out=tmp_path / "out",
              storage=f"sqlite:///{tmp_path / 'db.sqlite'}")
