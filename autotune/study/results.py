@@ -68,9 +68,10 @@ def maximizes(study: Any, index: int | None = None) -> bool:
     return study.directions[_preferred(study) if index is None else index] == optuna.study.StudyDirection.MAXIMIZE
 
 
-def _value(study: Any, trial: Any) -> float | None:
-    """The trial's value of the preferred objective."""
-    return trial.values[_preferred(study)] if trial.values else None
+def _value(trial: Any, index: int) -> float | None:
+    """The trial's value of the objective at ``index`` (the study's :func:`_preferred`, read once
+    by the caller: the study's attributes are a query on an RDB storage)."""
+    return trial.values[index] if trial.values else None
 
 
 def _sign(study: Any) -> float:
@@ -86,6 +87,7 @@ def _measured(study: Any) -> list[tuple[Any, list[float], bool]]:
     import optuna
 
     base = _baseline_losses(study)
+    index = _preferred(study)
     first: dict[str, Any] = {}
     values: dict[str, list[float]] = {}
     flaky: set[str] = set()
@@ -96,7 +98,7 @@ def _measured(study: Any) -> list[tuple[Any, list[float], bool]]:
         again = TrialAttrs.of(t).confirms is not None
         if t.state == optuna.trial.TrialState.COMPLETE and t.values and not TrialAttrs.of(t).violated \
                 and not numerics_violated(study, t, base):
-            values.setdefault(key, []).append(_value(study, t))
+            values.setdefault(key, []).append(_value(t, index))
             if not again:
                 first.setdefault(key, t)
         elif again:
@@ -118,7 +120,8 @@ def _ranked(study: Any) -> list[tuple[Any, list[float], bool]]:
 def _ranked_configurations(study: Any) -> list[Any]:
     """The first trial of each configuration measured, best first by that first measurement."""
     sign = _sign(study)
-    return [t for t, _, _ in sorted(_measured(study), key=lambda m: (sign * _value(study, m[0]), m[0].number))]
+    index = _preferred(study)
+    return [t for t, _, _ in sorted(_measured(study), key=lambda m: (sign * _value(m[0], index), m[0].number))]
 
 
 def _best(study: Any) -> tuple[Any, float, list[float]] | None:
@@ -137,7 +140,7 @@ def baseline_value(study: Any) -> float | None:
     key = StudyAttrs.of(study).baseline_key
     for t in study.get_trials(deepcopy=False, states=[optuna.trial.TrialState.COMPLETE]):
         if TrialAttrs.of(t).config_key == key and TrialAttrs.of(t).duplicate_of is None:
-            return _value(study, t)
+            return _value(t, _preferred(study))
     return None
 
 
@@ -160,12 +163,11 @@ def study_cost(stored: StudyAttrs, throughput: float | None, price: Price | None
 
 
 def best_config(study: Any, name: str, prov: dict[str, Any] | None = None) -> BestConfig | None:
-
     found = _best(study)
     if found is None:
         return None
     t, value, values = found
-    attrs, stored = TrialAttrs.of(t), StudyAttrs.of(study)
+    attrs, stored, names = TrialAttrs.of(t), StudyAttrs.of(study), objective_names(study)
     result = TrialResult.model_validate_json(attrs.result) if attrs.result is not None else None
     base = baseline_value(study)
     ratio = speedup(value, base, maximizes(study))
@@ -179,9 +181,9 @@ def best_config(study: Any, name: str, prov: dict[str, Any] | None = None) -> Be
         compiler_flags=plan.compiler_flags if plan else None,
         knobs={k: v for k, v in (plan.knobs.model_dump() if plan else {}).items() if v not in (None, False)},
         launch=plan.launch if plan else None, nproc_per_node=plan.nproc_per_node if plan else 1,
-        metric=objective_names(study)[_preferred(study)], value=value, measurements=values,
-        objectives=_named_values(study, t), constraints=list(stored.constraints or []),
-        front=[FrontPoint(trial=p.number, params=_params(p), values=_named_values(study, p))
+        metric=names[_preferred(study)], value=value, measurements=values,
+        objectives=_named_values(names, t), constraints=list(stored.constraints or []),
+        front=[FrontPoint(trial=p.number, params=_params(p), values=_named_values(names, p))
                for p in pareto_front(study)] if len(study.directions) > 1 else [],
         throughput=m.throughput if m else None, ci95_low=m.ci95_low if m else None,
         ci95_high=m.ci95_high if m else None, baseline_value=base, speedup=ratio,
@@ -190,8 +192,8 @@ def best_config(study: Any, name: str, prov: dict[str, Any] | None = None) -> Be
     )
 
 
-def _named_values(study: Any, trial: Any) -> dict[str, float]:
-    return dict(zip(objective_names(study), trial.values or []))
+def _named_values(names: list[str], trial: Any) -> dict[str, float]:
+    return dict(zip(names, trial.values or []))
 
 
 def _params(trial: Any) -> dict[str, Any]:
@@ -203,6 +205,7 @@ def study_summaries(study: Any) -> list[TrialSummary]:
     out = []
     base = _baseline_losses(study)
     stored = StudyAttrs.of(study)
+    names, index = objective_names(study), _preferred(study)
     for t in study.get_trials(deepcopy=False):
         attrs = TrialAttrs.of(t)
         result = TrialResult.model_validate_json(attrs.result) if attrs.result is not None else None
@@ -210,8 +213,8 @@ def study_summaries(study: Any) -> list[TrialSummary]:
         out.append(TrialSummary(
             number=t.number, state=t.state.name,
             params=dict(result.plan.params) if result else {k: v for k, v in t.params.items() if v is not None},
-            value=_value(study, t) if t.state.name == "COMPLETE" else None,
-            values=_named_values(study, t) if t.state.name == "COMPLETE" and t.values else {},
+            value=_value(t, index) if t.state.name == "COMPLETE" else None,
+            values=_named_values(names, t) if t.state.name == "COMPLETE" and t.values else {},
             violated=attrs.violated or [],
             throughput=m.throughput if m else None,
             ci95_low=m.ci95_low if m else None, ci95_high=m.ci95_high if m else None,
