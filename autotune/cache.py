@@ -66,6 +66,15 @@ def result_key(*, model: dict[str, Any], environment: dict[str, Any], target: st
     return hashlib.sha256(json.dumps(doc, sort_keys=True, default=str).encode()).hexdigest()
 
 
+def artifact_key(*, model: dict[str, Any], environment: dict[str, Any], target: str, graphs: str,
+                 env: dict[str, str]) -> str:
+    """The key of a configuration's compiled graphs (:mod:`autotune.published`): the same script,
+    environment and target, the same ``graphs`` (:func:`autotune.space.compile_key`) and the same
+    compiler env vars compile the same graphs."""
+    doc = {"model": model, "environment": environment, "target": target, "graphs": graphs, "env": env}
+    return hashlib.sha256(json.dumps(doc, sort_keys=True, default=str).encode()).hexdigest()
+
+
 def environment_of(provenance: dict[str, Any]) -> dict[str, Any]:
     """The part of a study's provenance that decides whether a result still holds."""
     return {k: provenance.get(k) for k in ("versions", "device", "instance_type", "cpu_count")}

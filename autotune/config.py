@@ -57,6 +57,15 @@ class JobConfig(BaseModel):
     nproc_per_node: int = Field(1, ge=1, description="Processes of each trial, as torchrun's --nproc_per_node: "
                                                      "above 1 the script runs through torchrun, the batch "
                                                      "size applies to each process.")
+    compile_workers: int = Field(0, ge=0, description="Compile processes that compile configurations ahead of "
+                                                      "their measurement, so that trials only measure (0: each "
+                                                      "trial compiles its own). On a Ray cluster: compile workers "
+                                                      "on the nodes that declare the compile_slots resource.")
+    compile_ahead: int | None = Field(None, ge=1, description="Configurations compiling or compiled ahead of the "
+                                                             "measurements at most (default with a compile stage: "
+                                                             "compile workers + trials at once); alone, on a Ray "
+                                                             "cluster, it turns the compile stage on with every "
+                                                             "compile_slots the cluster declares.")
     study: str | None = Field(None, description="Study name (default: <script>-<target>).")
     trial_timeout: float = Field(1800.0, gt=0, description="Hard timeout of each trial, seconds.")
     timeout: float | None = Field(None, gt=0, description="Stop starting trials after this many seconds.")

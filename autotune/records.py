@@ -76,6 +76,9 @@ class TrialPlan(BaseModel):
     #: Processes of the trial: above 1 it is started through torch's elastic launcher (torchrun),
     #: one rank per process, on one node; the knobs (batch size included) apply to each rank.
     nproc_per_node: int = Field(1, ge=1)
+    #: A command the trial's command line runs under (a compile job on Neuron runs under
+    #: ``neuron_parallel_compile``); empty for a plain trial.
+    wrapper: list[str] = Field(default_factory=list)
 
     def model_post_init(self, _context: Any) -> None:
         if self.params.get(PROCESSES_PARAM) is not None and self.nproc_per_node == 1:
@@ -115,6 +118,9 @@ class MeasurementProtocol(BaseModel):
     #: Stop measuring once the 95% interval's upper end is below this throughput (samples/s):
     #: the trial cannot come near the study's best. Set per trial by the study; None: never.
     stop_below: float | None = None
+    #: A compile job: run the script until its warm-up has compiled every graph, then stop
+    #: without measuring (the graphs are in the target's compile cache for the measure job).
+    compile_only: bool = False
 
 
 class TrialRequest(BaseModel):
@@ -132,6 +138,27 @@ class TrialRequest(BaseModel):
     memory_bytes: int | None = None
     protocol: MeasurementProtocol = Field(default_factory=MeasurementProtocol)
     seed: int = 0
+
+
+class CompileRequest(BaseModel):
+    """A compile job (``--compile-workers``) as the driver hands it to a compile worker."""
+
+    trial: TrialRequest
+    #: Names the configuration's graphs in the cache root's manifests and locks
+    #: (:mod:`autotune.published`): the same for every configuration that compiles the same graphs.
+    artifact_key: str
+    cache_root: str
+    #: Stop compiling while a measurement runs on this node (trials that measure on the host's CPUs).
+    pause_while_measuring: bool = False
+
+
+class CompileOutcome(BaseModel):
+    """What a compile job did: compiled the graphs (``result``), or found them published."""
+
+    stage: CompileStage
+    #: The compile run's own result (a failure says why it did not compile); ``None`` when the
+    #: graphs were published already and nothing ran.
+    result: TrialResult | None = None
 
 
 class TrialSpec(BaseModel):
@@ -204,6 +231,20 @@ class CompileStats(BaseModel):
         return self.graphs_after_warmup > 2
 
 
+class CompileStage(BaseModel):
+    """The compile job that ran ahead of a measure job (``--compile-workers``)."""
+
+    #: Wall seconds of the compile job; 0 when the graphs were published already.
+    seconds: float = 0.0
+    #: The graphs were published by an earlier job (another configuration with the same graphs,
+    #: another study, another driver): this job compiled nothing.
+    published_before: bool = False
+    #: Seconds the job waited for another job compiling the same graphs.
+    waited_seconds: float = 0.0
+    #: Where it ran (node, worker).
+    placement: dict[str, str] = Field(default_factory=dict)
+
+
 class Failure(BaseModel):
     category: FailureCategory
     reason: str
@@ -268,7 +309,12 @@ class TrialResult(BaseModel):
     ended_at: float | None = None
     #: Each rank's own figures, for a trial of several processes (its ``measurement`` is their sum).
     ranks: list[RankResult] = Field(default_factory=list)
+    #: The compile job that compiled its graphs ahead of it; ``None``: it compiled them itself.
+    compile_stage: CompileStage | None = None
 
     @property
     def ok(self) -> bool:
         return self.status == "ok"
+
+
+CompileOutcome.model_rebuild()

@@ -17,6 +17,7 @@ import subprocess
 import time
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Callable
 
 import psutil
 
@@ -69,7 +70,12 @@ def run_trial(
     protocol: MeasurementProtocol | None = None,
     seed: int = 0,
     base_env: dict[str, str] | None = None,
+    pause: Callable[[], bool] | None = None,
 ) -> TrialResult:
+    """Run one trial and return its result. ``pause``, polled with the memory, says when the trial
+    must stop running for a while (a compile job while a measurement runs on its node): its process
+    group is stopped (SIGSTOP) until it may go on (SIGCONT), and that time does not count against
+    its timeout."""
     trial_dir = Path(trial_dir)
     trial_dir.mkdir(parents=True, exist_ok=True)
     result_path = trial_dir / "report.json"
@@ -99,10 +105,11 @@ def run_trial(
         )
         tree = _Tree(proc.pid)
         limit = limits.memory_limit()
+        held = _Pause(proc.pid, pause)
         while proc.poll() is None:
             used = tree.memory(limit)
             peak = max(peak, used)
-            elapsed = time.monotonic() - started
+            elapsed = time.monotonic() - started - held.poll()
             if used > limit:
                 watchdog = Failure(category=FailureCategory.host_oom,
                                    reason=f"the trial used {_gib(used)} of host memory, over its limit of {_gib(limit)}")
@@ -114,6 +121,7 @@ def run_trial(
                 proc.wait()
                 break
             time.sleep(limits.poll_s)
+        held.release()
         tree.kill()  # children left behind by a finished trial (DataLoader workers, compilers)
     wall = time.monotonic() - started
     log_tail = log_tail_of(log_path, lines=LOG_TAIL_LINES)[-LOG_TAIL_CHARS:]
@@ -137,6 +145,8 @@ def run_trial(
         result.failure = report.failure
     elif report is not None and (report.measurement is not None or report.metrics):
         result.status = "ok"
+    elif report is not None and spec.protocol.compile_only and report.steps_seen:
+        result.status = "ok"  # a compile job: its graphs are compiled, there was nothing to measure
     elif report is not None and report.steps_seen:
         result.failure = Failure(
             category=FailureCategory.script_error,
@@ -240,6 +250,38 @@ def _read_report(path: Path) -> HarnessReport | None:
 
 def _gib(n: int) -> str:
     return f"{n / 2**30:.2f} GiB"
+
+
+class _Pause:
+    """Stops and continues a trial's process group as ``wanted`` says; counts the time stopped."""
+
+    def __init__(self, pgid: int, wanted: Callable[[], bool] | None) -> None:
+        self.pgid = pgid
+        self.wanted = wanted
+        self.since: float | None = None
+        self.total = 0.0
+
+    def poll(self) -> float:
+        """Seconds the trial has been stopped so far."""
+        if self.wanted is not None:
+            if self.wanted() and self.since is None:
+                self._signal(signal.SIGSTOP)
+                self.since = time.monotonic()
+            elif self.since is not None and not self.wanted():
+                self.release()
+        return self.total + (time.monotonic() - self.since if self.since is not None else 0.0)
+
+    def release(self) -> None:
+        if self.since is not None:
+            self._signal(signal.SIGCONT)
+            self.total += time.monotonic() - self.since
+            self.since = None
+
+    def _signal(self, sig: signal.Signals) -> None:
+        try:
+            os.killpg(self.pgid, sig)
+        except (ProcessLookupError, PermissionError):
+            pass
 
 
 class _Tree:

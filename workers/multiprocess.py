@@ -32,8 +32,8 @@ def trial_command(plan: TrialPlan, spec_path: Path) -> list[str]:
     """The trial process's command line: the harness, or torchrun running it on each rank."""
     harness = ["-m", "autotune.workers.harness", str(spec_path)]
     if plan.launch is None:
-        return [sys.executable, *harness]
-    return [sys.executable, "-m", "torch.distributed.run", "--standalone",
+        return [*plan.wrapper, sys.executable, *harness]
+    return [*plan.wrapper, sys.executable, "-m", "torch.distributed.run", "--standalone",
             f"--nproc-per-node={plan.nproc_per_node}", "--max-restarts=0", "--tee=3", *harness]
 
 

@@ -10,9 +10,16 @@ from __future__ import annotations
 
 import os
 import socket
-from typing import Any
+import tempfile
+from contextlib import contextmanager
+from pathlib import Path
+from typing import Any, Iterator
 
 from autotune.targets import get_target
+
+#: Where the trials measuring on a node say so (one file per measuring process): compile jobs on
+#: that node stop while one is there (see :class:`CompileWorker`).
+MEASURING_DIR = Path(tempfile.gettempdir()) / "autotune-measuring"
 
 
 class TrialWorker:
@@ -37,18 +44,93 @@ class TrialWorker:
         from autotune.workers.launcher import TrialLimits, run_trial
 
         request = TrialRequest.model_validate_json(request_json)
-        result = run_trial(
-            request.plan, request.script, request.args, trial_dir=request.trial_dir, cwd=request.cwd,
-            limits=TrialLimits(timeout_s=request.timeout_s, memory_bytes=request.memory_bytes),
-            protocol=request.protocol, seed=request.seed,
-        )
+        # A trial that measures on the host's CPUs keeps this node's compile jobs stopped.
+        with measuring(get_target(request.plan.target).device_resource is None):
+            result = run_trial(
+                request.plan, request.script, request.args, trial_dir=request.trial_dir, cwd=request.cwd,
+                limits=TrialLimits(timeout_s=request.timeout_s, memory_bytes=request.memory_bytes),
+                protocol=request.protocol, seed=request.seed,
+            )
         result.placement = dict(self.placement)
         return result.model_dump_json()
 
 
-def worker_class(*, resources: dict[str, float] | None = None, num_cpus: float = 1.0) -> Any:
-    """The Ray actor class holding ``resources`` (``{"neuron_cores": 2}``; none for CPU targets)."""
+class CompileWorker(TrialWorker):
+    """Runs compile jobs (``--compile-workers``): a configuration's graphs compiled into the cache
+    root, published once (:mod:`autotune.published`). It holds the lock of the graphs while it
+    compiles them, so a second job for the same graphs waits and then finds them published; a
+    job killed midway publishes nothing, and the lock dies with its process.
+
+    Compile jobs never disturb a measurement on the host's CPUs: while a trial measures on this
+    node, the compile's processes are stopped (SIGSTOP) and go on when it ends."""
+
+    def run(self, request_json: str) -> str:
+        from autotune.published import LockTimeout, Published
+        from autotune.records import CompileOutcome, CompileRequest, CompileStage, Failure, FailureCategory, TrialResult
+        from autotune.workers.launcher import TrialLimits, run_trial
+
+        job = CompileRequest.model_validate_json(request_json)
+        request, published = job.trial, Published(job.cache_root)
+        try:
+            with published.lock(job.artifact_key, timeout_s=request.timeout_s) as waited:
+                if published.manifest(job.artifact_key) is not None:
+                    stage = CompileStage(published_before=True, waited_seconds=waited, placement=dict(self.placement))
+                    return CompileOutcome(stage=stage).model_dump_json()
+                result = run_trial(
+                    request.plan, request.script, request.args, trial_dir=request.trial_dir, cwd=request.cwd,
+                    limits=TrialLimits(timeout_s=request.timeout_s, memory_bytes=request.memory_bytes),
+                    protocol=request.protocol, seed=request.seed,
+                    pause=measuring_here if job.pause_while_measuring else None,
+                )
+                result.placement = dict(self.placement)
+                if result.ok:
+                    published.publish(job.artifact_key, {"seconds": round(result.wall_seconds, 3),
+                                                         "params": request.plan.params, "placement": self.placement})
+                stage = CompileStage(seconds=result.wall_seconds, waited_seconds=waited, placement=dict(self.placement))
+                return CompileOutcome(stage=stage, result=result).model_dump_json()
+        except LockTimeout as exc:
+            failed = TrialResult(status="failed", plan=request.plan, placement=dict(self.placement),
+                                 failure=Failure(category=FailureCategory.timeout, reason=str(exc)))
+            stage = CompileStage(waited_seconds=request.timeout_s, placement=dict(self.placement))
+            return CompileOutcome(stage=stage, result=failed).model_dump_json()
+
+
+@contextmanager
+def measuring(on: bool = True) -> Iterator[None]:
+    """Say, while the block runs, that this process measures on this node's CPUs."""
+    if not on:
+        yield
+        return
+    MEASURING_DIR.mkdir(parents=True, exist_ok=True)
+    mark = MEASURING_DIR / str(os.getpid())
+    mark.touch()
+    try:
+        yield
+    finally:
+        mark.unlink(missing_ok=True)
+
+
+def measuring_here() -> bool:
+    """Whether a trial measures on this node's CPUs now (a mark left by a dead process is removed)."""
+    try:
+        marks = list(MEASURING_DIR.iterdir())
+    except OSError:
+        return False
+    for mark in marks:
+        try:
+            os.kill(int(mark.name), 0)
+            return True
+        except (ValueError, ProcessLookupError):
+            mark.unlink(missing_ok=True)
+        except PermissionError:
+            return True  # alive, another user's
+    return False
+
+
+def worker_class(*, resources: dict[str, float] | None = None, num_cpus: float = 1.0, compiles: bool = False) -> Any:
+    """The Ray actor class holding ``resources`` (``{"neuron_cores": 2}``; none for CPU targets);
+    with ``compiles``, the compile worker's."""
     import ray
 
     # max_restarts=0: a dead worker is replaced by the driver, which also retries its trial once.
-    return ray.remote(num_cpus=num_cpus, resources=resources, max_restarts=0)(TrialWorker)
+    return ray.remote(num_cpus=num_cpus, resources=resources, max_restarts=0)(CompileWorker if compiles else TrialWorker)

@@ -135,6 +135,12 @@ class StepClock:
         self.last_boundary = now
         self._last_aligned_step = self.steps
         if self.quiet >= self.protocol.quiet_steps:
+            if self.protocol.compile_only:  # every graph of the loop is compiled: nothing to measure
+                if self.stop.shared:
+                    self.stop.request(self.steps)  # the ranks stop together, at one step
+                    return
+                self.done = True
+                self._end_the_loop()
             self.warming = False
             self.warmup_steps = self.steps
             self.warmup_seconds = now - (self.rt.started_at or now)

@@ -7,8 +7,8 @@ from __future__ import annotations
 
 from typing import Any
 
-from autotune.execution.scheduler import WorkerPool, connect, plan_placement
-from autotune.records import TrialRequest
+from autotune.execution.scheduler import WorkerPool, connect, plan_compile_placement, plan_placement
+from autotune.records import CompileRequest, TrialRequest
 from autotune.targets.base import Target
 
 
@@ -16,8 +16,12 @@ class LazyPool:
     """Ray workers for ``target``'s trials, placed when the first trial is submitted."""
 
     def __init__(self, target: Target, *, ray_address: str | None, workers: int | None, cores_per_trial: int,
-                 ray_started: bool, processes_per_trial: int = 1) -> None:
+                 ray_started: bool, processes_per_trial: int = 1, compiles: bool = False,
+                 compile_slots: int = 0) -> None:
         self.target = target
+        #: Compile workers instead of trial workers; a local Ray gets ``compile_slots`` places for them.
+        self.compiles = compiles
+        self.compile_slots = compile_slots
         self.ray_address = ray_address
         self.workers = workers
         self.cores_per_trial = cores_per_trial
@@ -31,9 +35,12 @@ class LazyPool:
 
     def _start(self) -> WorkerPool:
         if self.pool is None:
-            self.ray_started = connect(self.ray_address) or self.ray_started
-            placement = plan_placement(self.target, workers=self.workers, cores_per_trial=self.cores_per_trial,
-                                       processes_per_trial=self.processes_per_trial)
+            self.ray_started = connect(self.ray_address, self.compile_slots) or self.ray_started
+            if self.compiles:
+                placement = plan_compile_placement(self.target, workers=self.workers)
+            else:
+                placement = plan_placement(self.target, workers=self.workers, cores_per_trial=self.cores_per_trial,
+                                           processes_per_trial=self.processes_per_trial)
             self.notes.extend(placement.notes)
             self.threads = placement.threads_per_trial
             self.pool = WorkerPool(placement)
@@ -43,10 +50,10 @@ class LazyPool:
     def free(self) -> int:
         return self.pool.free if self.pool is not None else 1
 
-    def submit(self, request: TrialRequest, tag: Any) -> None:
+    def submit(self, request: TrialRequest | CompileRequest, tag: Any) -> None:
         pool = self._start()
         if self.threads:
-            request.plan.knobs.threads = self.threads
+            (request.trial if isinstance(request, CompileRequest) else request).plan.knobs.threads = self.threads
         pool.submit(request, tag)
 
     def wait(self, timeout: float) -> list[tuple[Any, str | None, str | None]]:

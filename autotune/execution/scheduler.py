@@ -14,8 +14,13 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from autotune.errors import AutotuneError
-from autotune.records import TrialRequest
+from autotune.records import CompileRequest, TrialRequest
 from autotune.targets.base import Target
+
+
+#: The Ray resource of compile workers (``--compile-workers``): CPU nodes that compile declare
+#: it (``ray start --resources='{"compile_slots": 8}'``); a local Ray declares as many as asked for.
+COMPILE_RESOURCE = "compile_slots"
 
 
 @dataclass
@@ -29,10 +34,13 @@ class Placement:
     cpus_per_worker: float = 1.0
     threads_per_trial: int | None = None
     notes: list[str] = field(default_factory=list)
+    #: The workers run compile jobs (:class:`autotune.workers.ray_worker.CompileWorker`).
+    compiles: bool = False
 
 
-def connect(address: str | None) -> bool:
-    """Join the Ray cluster at ``address``, or start a local Ray sized to this machine.
+def connect(address: str | None, compile_slots: int = 0) -> bool:
+    """Join the Ray cluster at ``address``, or start a local Ray sized to this machine, with
+    ``compile_slots`` compile workers' places.
 
     Returns whether this call started Ray (and so should stop it). A Ray already initialised in
     this process is used as it is.
@@ -52,7 +60,8 @@ def connect(address: str | None) -> bool:
             raise AutotuneError(f"cannot reach the Ray cluster at {address}: {str(exc).splitlines()[0][:200]}; "
                                 "check --ray-address (host:port of the head node, or 'auto')") from None
     else:
-        ray.init(num_cpus=os.cpu_count(), **kwargs)
+        ray.init(num_cpus=os.cpu_count(), resources={COMPILE_RESOURCE: compile_slots} if compile_slots else None,
+                 **kwargs)
     return True
 
 
@@ -144,6 +153,27 @@ def plan_placement(target: Target, *, workers: int | None, cores_per_trial: int,
                      notes=notes)
 
 
+def plan_compile_placement(target: Target, *, workers: int | None,
+                           nodes: list[dict[str, float]] | None = None) -> Placement:
+    """The compile workers: one per ``compile_slots`` the cluster's nodes declare (``workers`` of
+    them at most). Each holds one thread and no CPU of Ray's count, so that the measurements'
+    places are unchanged; a compile job on a node where a trial measures on the host's CPUs is
+    stopped while it measures (:class:`autotune.workers.ray_worker.CompileWorker`)."""
+    nodes = alive_nodes() if nodes is None else nodes
+    slots = sum(int(n.get(COMPILE_RESOURCE, 0)) for n in nodes)
+    if slots == 0:
+        raise AutotuneError(f"no node of the Ray cluster declares {COMPILE_RESOURCE}: start the nodes that compile "
+                            f"with ray start --resources='{{\"{COMPILE_RESOURCE}\": 8}}' (8 compile jobs there), "
+                            "or leave out --compile-ahead")
+    notes = []
+    if workers and workers > slots:
+        notes.append(f"{workers} compile workers asked for, but the cluster declares {slots} {COMPILE_RESOURCE}: "
+                     f"using {slots}")
+    return Placement(workers=min(workers or slots, slots), target=target.name, devices_per_worker=1,
+                     device_resource=COMPILE_RESOURCE, cpus_per_worker=0, threads_per_trial=1, notes=notes,
+                     compiles=True)
+
+
 #: Seconds a lost worker's replacement may take to be placed before the trials waiting for a
 #: worker are failed, when no other worker is left to run them.
 PLACE_TIMEOUT_S = 120.0
@@ -151,7 +181,7 @@ PLACE_TIMEOUT_S = 120.0
 
 @dataclass
 class _Running:
-    request: TrialRequest
+    request: TrialRequest | CompileRequest
     worker: Any
     ref: Any
     attempts: int
@@ -176,8 +206,8 @@ class WorkerPool:
         self.placement = placement
         devices = ({placement.device_resource: placement.devices_per_worker}
                    if placement.device_resource and placement.devices_per_worker else None)
-        self._cls = worker_class(resources=devices,
-                                 num_cpus=placement.cpus_per_worker)
+        self._cls = worker_class(resources=devices, num_cpus=placement.cpus_per_worker,
+                                 compiles=placement.compiles)
         self._next_id = 0
         self.idle: list[Any] = [self._spawn() for _ in range(placement.workers)]
         self.running: dict[Any, _Running] = {}
@@ -195,7 +225,8 @@ class WorkerPool:
     def free(self) -> int:
         return max(0, len(self.idle) - len(self.queued))
 
-    def submit(self, request: TrialRequest, tag: Any, attempts: int = 1, lost: str | None = None) -> None:
+    def submit(self, request: TrialRequest | CompileRequest, tag: Any, attempts: int = 1,
+               lost: str | None = None) -> None:
         worker = self.idle.pop()
         ref = worker.run.remote(request.model_dump_json())
         self.running[ref] = _Running(request, worker, ref, attempts, tag, lost)
@@ -281,11 +312,15 @@ class WorkerPool:
 
 
 def _noting_loss(result_json: str, lost: str | None) -> str:
-    """The result, with why an earlier attempt ended in its placement (``lost``)."""
+    """The result (or a compile job's outcome), with why an earlier attempt ended in its placement (``lost``)."""
     if lost is None:
         return result_json
-    from autotune.records import TrialResult
+    from autotune.records import CompileOutcome, TrialResult
 
+    if '"stage"' in result_json[:20]:
+        outcome = CompileOutcome.model_validate_json(result_json)
+        outcome.stage.placement["lost"] = lost
+        return outcome.model_dump_json()
     result = TrialResult.model_validate_json(result_json)
     result.placement["lost"] = lost
     return result.model_dump_json()

@@ -34,9 +34,10 @@ from autotune.pricing import check_instance_type, resolve_price, trial_rate
 from autotune.records import MeasurementProtocol, TrialPlan, TrialRequest, TrialResult
 from autotune.search.configurations import starting_points
 from autotune.search.samplers import make_sampler, suggest
-from autotune.space import SearchSpace, config_key
+from autotune.space import SearchSpace, compile_key, config_key
 from autotune.space.processes import most_processes, with_processes
 from autotune.study.claims import Claims, over_budget
+from autotune.study.compile_stage import CompileAhead, compile_job
 from autotune.study.database import sqlite_path
 from autotune.study.options import (
     DEFAULT_DIR,
@@ -128,6 +129,8 @@ class Study:
         self._env_key: dict[str, Any] = {}
         #: Tells Optuna each outcome; made once the study is open.
         self.recorder: TrialRecorder | None = None
+        #: The compile stage (``--compile-workers``), while the study runs with one.
+        self.farm: CompileAhead | None = None
 
     # -- set-up --------------------------------------------------------------------------------
     def _open_study(self) -> Any:
@@ -197,15 +200,33 @@ class Study:
             finally:
                 pool.shutdown()
             return self.result()
+        slots = self._compile_slots()
         pool = LazyPool(self.target, ray_address=self.o.ray_address, workers=self.o.workers,
                         cores_per_trial=self.o.cores_per_trial, processes_per_trial=self.processes,
-                        ray_started=started_ray)
+                        ray_started=started_ray, compile_slots=slots)
+        compilers = LazyPool(self.target, ray_address=self.o.ray_address, workers=self.o.compile_workers or None,
+                             cores_per_trial=1, ray_started=False, compiles=True, compile_slots=slots)
+        if self._compiles_ahead():
+            self.farm = CompileAhead(compilers, self.o.compile_ahead or (self.o.compile_workers or 1) + (self.o.workers or 1))
         try:
             self._loop(pool)
         finally:
             pool.shutdown()
-            self.notes.extend(pool.notes)
+            compilers.shutdown()
+            self.notes.extend(pool.notes + compilers.notes)
         return self.result()
+
+    def _compile_slots(self) -> int:
+        """Places for compile workers in a local Ray (a cluster's nodes declare their own)."""
+        return 0 if self.o.ray_address else (self.o.compile_workers or self.o.compile_ahead or 0)
+
+    def _compiles_ahead(self) -> bool:
+        if not (self.o.compile_workers or self.o.compile_ahead):
+            return False
+        if self.target.compile_ahead(self.target.plan(self.baseline_params, {}), self.o.platform) is None:
+            self.notes.append(self.target.compile_job_note())
+            return False
+        return True
 
     def _loop(self, pool: Any) -> None:
         deadline = time.monotonic() + self.o.timeout if self.o.timeout else math.inf
@@ -215,7 +236,7 @@ class Study:
         while True:
             counted, running_elsewhere = self._counts(exclude=set(in_flight))
             want_more = counted + len(in_flight) + running_elsewhere < self.o.trials
-            while want_more and pool.free and time.monotonic() < deadline and consecutive_dups < 50:
+            while want_more and self._room(pool) and time.monotonic() < deadline and consecutive_dups < 50:
                 trial = self.study.ask()
                 # At once: a driver killed before the trial is submitted must still leave a trial
                 # that goes stale (one with no heartbeat at all never does, and a resume would wait).
@@ -239,9 +260,13 @@ class Study:
                     continue
                 break
             self._update_progress(len(in_flight))
+            if self.farm is not None:
+                for number, result_json, error in self.farm.poll():
+                    self._told.tell(in_flight.pop(number), result_json, error)
+                self.farm.start_measurements(pool)
             for number, result_json, error in pool.wait(timeout=1.0):
                 trial = in_flight.pop(number)
-                self._told.tell(trial, result_json, error)
+                self._told.tell(trial, self.farm.measured(number, result_json) if self.farm else result_json, error)
             if time.monotonic() - last_beat > HEARTBEAT_S:
                 for trial in in_flight.values():
                     self.storage.record_heartbeat(trial._trial_id)
@@ -251,6 +276,11 @@ class Study:
             self._confirm(pool, deadline)
         self._update_progress(0)
         self.write_outputs()
+
+    def _room(self, pool: Any) -> bool:
+        """Whether a configuration can start now: a free trial slot, or with a compile stage a
+        free compile worker and room ahead of the measurements."""
+        return self.farm.room if self.farm is not None else pool.free > 0
 
     def _confirm(self, pool: Any, deadline: float) -> None:
         """Measure the best ``confirm`` configurations once more, unpruned (each at most once
@@ -303,7 +333,7 @@ class Study:
         if earlier is not None:
             self._told.tell_duplicate(trial, params, earlier)
             return "reused"
-        from autotune.cache import result_key
+        from autotune.cache import artifact_key, result_key
 
         rkey = result_key(model=self._model_key, environment=self._env_key, target=self.target.name,
                           params=params, protocol_version=self.o.protocol.version)
@@ -320,9 +350,17 @@ class Study:
             if failed is not None:
                 self._told.tell_known_failure(trial, plan, failed)
                 return "reused"
-        write(trial, env=plan.env)
-        pool.submit(self._request(params, self.out / "trials" / f"{trial.number:04d}", self._trial_protocol(),
-                                  plan=plan), tag=trial.number)
+        request = self._request(params, self.out / "trials" / f"{trial.number:04d}", self._trial_protocol(), plan=plan)
+        split = compile_job(self.target, request, platform=self.o.platform, cache_root=str(self.cache.path),
+                            key_of=lambda env: artifact_key(model=self._model_key, environment=self._env_key,
+                                                            target=self.target.name, graphs=compile_key(params),
+                                                            env=env)) if self.farm is not None else None
+        if split is not None and self.farm is not None:
+            job, request = split
+            self.farm.submit(trial.number, job, request)
+        else:
+            pool.submit(request, tag=trial.number)
+        write(trial, env=request.plan.env)
         return "submitted"
 
     def _request(self, params: dict[str, Any], trial_dir: Path, protocol: MeasurementProtocol,

@@ -46,6 +46,10 @@ class TrialSummary(BaseModel):
     cached: bool = False  # answered from a result remembered in the cache root
     cache_hits: int | None = None  # the compiler cache's own counters, where it exposes them
     cache_misses: int | None = None
+    #: With a compile stage (``--compile-workers``): the wall seconds of its compile job (0 when
+    #: its graphs were published already), and the compile time its measure job still paid.
+    compile_stage_seconds: float | None = None
+    measure_compile_seconds: float | None = None
     env: dict[str, str] = Field(default_factory=dict)
     #: Where it ran: host, Ray node id, worker, the devices it held (``TrialResult.placement``).
     placement: dict[str, str] = Field(default_factory=dict)

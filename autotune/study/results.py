@@ -227,6 +227,9 @@ def study_summaries(study: Any) -> list[TrialSummary]:
             duplicate_of=attrs.duplicate_of, confirms=attrs.confirms, env=attrs.env or {}, cached=attrs.cached,
             cache_hits=result.compile.cache_hits if result else None,
             cache_misses=result.compile.cache_misses if result else None,
+            compile_stage_seconds=result.compile_stage.seconds if result and result.compile_stage else None,
+            measure_compile_seconds=(result.compile.compile_seconds or 0.0)
+            if result and result.compile_stage and result.ok else None,
             placement=result.placement if result else {},
             started_at=result.started_at if result else None, ended_at=result.ended_at if result else None,
             numerics_violated=t.state.name == "COMPLETE" and numerics_violated(study, t, base),
@@ -280,7 +283,23 @@ def study_result(study: Any, *, name: str, storage: str, target: str, out: Path,
         notes.append(f"trial {best.trial}'s 95% interval is {best.ci95_low:,.1f} .. {best.ci95_high:,.1f} "
                      f"(±{spread:.0%}): one measurement may be a lucky draw; --confirm 2 measures the "
                      "two best configurations again")
+    hit_rate = cache_hit_rate(trials)
+    if hit_rate is not None and hit_rate < 1:
+        notes.append(f"the compile cache answered {hit_rate:.0%} of the measure jobs' graphs: the others were "
+                     "compiled again by the measurement (see each trial's measure_compile_seconds)")
     return StudyResult(study=name, storage=storage, target=target, out_dir=str(out),
                        metric=best.metric if best else objective_names(study)[0], maximize=maximizes(study),
                        best=best, baseline_value=baseline_value(study), trials=trials, failures_by_category=by_cat,
-                       ran=ran, reused=reused, notes=notes, exit_code=EXIT_OK if best is not None else EXIT_ALL_FAILED)
+                       ran=ran, reused=reused, notes=notes, cache_hit_rate=hit_rate,
+                       exit_code=EXIT_OK if best is not None else EXIT_ALL_FAILED)
+
+
+def cache_hit_rate(trials: list[TrialSummary]) -> float | None:
+    """Of the graphs that measure jobs after a compile stage looked up in the compile cache, the
+    share it answered; ``None`` where no such job ran or the compiler does not count its lookups."""
+    hits = lookups = 0
+    for t in trials:
+        if t.compile_stage_seconds is not None and t.cache_hits is not None and t.cache_misses is not None:
+            hits += t.cache_hits
+            lookups += t.cache_hits + t.cache_misses
+    return hits / lookups if lookups else None

@@ -70,6 +70,20 @@ class Target(abc.ABC):
         plan.notes.extend(notes)
         return plan
 
+    def compile_ahead(self, plan: TrialPlan, platform: str | None = None) -> tuple[TrialPlan, TrialPlan] | None:
+        """``plan`` split in two for ``--compile-workers``: the compile job, which compiles its
+        graphs into the compile cache on a worker that may have no device (``platform``: the
+        study's, for a target that must be told what to compile for), and the measure job, which
+        finds them there; both compile exactly the same graphs with the same flags. ``None`` where
+        this target's compiled graphs cannot be handed to a later process."""
+        if not self.compile_cache_persists():
+            return None
+        return plan.model_copy(deep=True), plan
+
+    def compile_job_note(self) -> str:
+        """Why this target's configurations are not compiled ahead (when :meth:`compile_ahead` is ``None``)."""
+        return f"the {self.name} target's compiled graphs are not read back by a later process: each trial compiles its own"
+
     def available(self) -> bool:
         """Whether this target can run trials on this machine."""
         return True

@@ -116,6 +116,10 @@ class XlaTarget(Target):
             return {}, ["XLA:CPU cannot read back torch-xla's persistent cache: every trial compiles"]
         return {"XLA_PERSISTENT_CACHE_PATH": f"{root}/xla-{device.lower()}"}, []
 
+    def compile_job_note(self) -> str:
+        return ("XLA:CPU cannot read back torch-xla's persistent cache: a configuration compiled ahead "
+                "would be compiled again by its measurement, so --compile-workers is not used on PJRT_DEVICE=CPU")
+
     def available(self) -> bool:
         from importlib.util import find_spec
 

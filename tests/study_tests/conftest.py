@@ -10,12 +10,13 @@ def ray_cluster():
     """One local Ray for the whole session (it takes about 6 s to start here).
 
     It declares 8 NeuronCores: Ray hands them out and sets NEURON_RT_VISIBLE_CORES on a machine
-    without a Neuron device, which is what makes fleet placement testable here.
+    without a Neuron device, which is what makes fleet placement testable here. And 2 compile
+    workers' places (``--compile-workers``).
     """
     import ray
 
     if not ray.is_initialized():
-        ray.init(num_cpus=os.cpu_count(), resources={"neuron_cores": 8}, include_dashboard=False,
+        ray.init(num_cpus=os.cpu_count(), resources={"neuron_cores": 8, "compile_slots": 2}, include_dashboard=False,
                  log_to_driver=False, logging_level="ERROR")
     yield ray
 

@@ -24,6 +24,9 @@ from autotune.targets.neuron.flags import (
 )
 from autotune.targets.neuron.platform import PLATFORM_SPACES, detect_platform, neuron_present, platform_family
 
+#: The Neuron SDK's ahead-of-time compile of a script's graphs (torch-neuronx, XLA path).
+PARALLEL_COMPILE = "neuron_parallel_compile"
+
 # ---------------------------------------------------------------------------------------------
 # The target
 
@@ -233,6 +236,26 @@ class NeuronTarget(Target):
 
     def compile_cache_persists(self) -> bool:
         return True
+
+    def compile_ahead(self, plan: TrialPlan, platform: str | None = None) -> tuple[TrialPlan, TrialPlan] | None:
+        """XLA path: the compile job is the trial under ``neuron_parallel_compile``, which runs it with
+        ``NEURON_EXTRACT_GRAPHS_ONLY=1`` (graphs traced, not executed) and then compiles the graphs
+        it extracted, in parallel, into the persistent cache (``NEURON_COMPILE_CACHE_URL``). A CPU
+        node cannot detect the platform, so both jobs name it in ``--target``: the cache hashes
+        the flags as given, and the measure job must ask for exactly what the compile job made."""
+        if plan.params.get("path", "xla") == "native":
+            return None
+        measure = plan.model_copy(deep=True)
+        if plan.params.get("target") is None:
+            family = platform_family(platform) if platform else detect_platform()
+            measure.env[FLAGS_ENV] = canonical_flags({"target": family}, plan.env.get(FLAGS_ENV, ""))
+        job = measure.model_copy(deep=True)
+        job.wrapper = [PARALLEL_COMPILE]
+        return job, measure
+
+    def compile_job_note(self) -> str:
+        return ("the native path compiles at the model's first call, with no documented ahead-of-time "
+                "graph extraction: its trials compile in their measure job")
 
     def versions(self) -> dict[str, str]:
         return {k: v for k in ("torch", "torch-neuronx", "torch-xla", "neuronx-cc")
