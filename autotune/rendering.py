@@ -211,6 +211,14 @@ def render_study(result, console: Console) -> None:
                   maximize=result.maximize)
     console.print(f"measured {result.ran} trials now, reused {result.reused} earlier results; "
                   f"files in {result.out_dir}/ (best.json, best.env, trials.csv)")
+    staged = [t for t in result.trials if t.compile_stage_seconds is not None]
+    if staged:
+        ahead = sum(t.compile_stage_seconds for t in staged)
+        still = sum(t.measure_compile_seconds or 0.0 for t in staged)
+        hits = f"; the compile cache answered {result.cache_hit_rate:.0%} of their graphs" \
+            if result.cache_hit_rate is not None else ""
+        console.print(f"compile stage: {len(staged)} configurations, {fmt_seconds(ahead)} compiling ahead; their "
+                      f"measure jobs still compiled for {fmt_seconds(still)}{hits}", highlight=False)
     for note in result.notes:
         console.print(f"[yellow]note:[/yellow] {escape(note)}")
     if result.best is None:

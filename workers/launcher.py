@@ -264,10 +264,11 @@ class _Pause:
     def poll(self) -> float:
         """Seconds the trial has been stopped so far."""
         if self.wanted is not None:
-            if self.wanted() and self.since is None:
+            wanted = self.wanted()
+            if wanted and self.since is None:
                 self._signal(signal.SIGSTOP)
                 self.since = time.monotonic()
-            elif self.since is not None and not self.wanted():
+            elif not wanted:
                 self.release()
         return self.total + (time.monotonic() - self.since if self.since is not None else 0.0)
 

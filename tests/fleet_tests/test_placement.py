@@ -6,7 +6,7 @@ from __future__ import annotations
 import pytest
 
 from autotune.errors import AutotuneError
-from autotune.execution.scheduler import plan_placement
+from autotune.execution.scheduler import COMPILE_RESOURCE, plan_compile_placement, plan_placement
 from autotune.targets import get_target
 
 TWO_SMALL_NODES = [{"CPU": 1.0}, {"CPU": 1.0}]
@@ -30,3 +30,18 @@ def test_neuron_slots_are_counted_on_each_node() -> None:
     assert (placement.workers, placement.devices_per_worker) == (3, 2), "3 cores hold one trial of 2, not 1.5"
     with pytest.raises(AutotuneError, match="largest node"):
         plan_placement(get_target("neuron"), workers=None, cores_per_trial=8, nodes=nodes)
+
+
+def test_compile_workers_take_the_compile_slots_the_nodes_declare():
+    nodes = [{"CPU": 128.0, "neuron_cores": 32.0}, {"CPU": 16.0, COMPILE_RESOURCE: 8.0},
+             {"CPU": 16.0, COMPILE_RESOURCE: 8.0}]
+    placement = plan_compile_placement(get_target("neuron"), workers=None, nodes=nodes)
+    assert (placement.workers, placement.device_resource, placement.devices_per_worker) == (16, COMPILE_RESOURCE, 1)
+    assert placement.compiles and placement.cpus_per_worker == 0 and placement.threads_per_trial == 1
+    fewer = plan_compile_placement(get_target("neuron"), workers=4, nodes=nodes)
+    assert fewer.workers == 4 and not fewer.notes
+    more = plan_compile_placement(get_target("neuron"), workers=40, nodes=nodes)
+    assert more.workers == 16 and "using 16" in more.notes[0]
+    with pytest.raises(AutotuneError, match=r"declares compile_slots: start the nodes that compile with ray start "
+                                            r"--resources='\{\"compile_slots\": 8\}'"):
+        plan_compile_placement(get_target("neuron"), workers=None, nodes=nodes[:1])

@@ -204,3 +204,35 @@ def test_thunk_runtime_off_fails_the_trial(run_script: RunScript, write_script) 
     assert result.failure.category in (C.compile_error, C.crash)
     assert "computed" not in result.log_tail
     assert "LLVM ERROR" in result.log_tail
+
+
+def test_a_paused_trial_stops_running_and_its_pause_does_not_count_against_its_timeout(write_script, tmp_path):
+    from autotune.records import TrialPlan
+    from autotune.workers.launcher import TrialLimits, run_trial
+
+    ticks = tmp_path / "ticks.txt"
+    script = write_script("ticking.py", f"""
+import time
+import autotune
+with open({str(ticks)!r}, "w") as fh:
+    for _ in range(40):
+        fh.write(f"{{time.monotonic()}}\\n")
+        fh.flush()
+        time.sleep(0.05)
+autotune.report(done=1.0)
+""")
+    stopped_at: list[float] = []
+
+    def pause() -> bool:
+        """Stop it for 3 s once it has ticked 10 times."""
+        if not stopped_at and ticks.exists() and len(ticks.read_text().split()) >= 10:
+            stopped_at.append(time.monotonic())
+        return bool(stopped_at) and time.monotonic() - stopped_at[0] < 3.0
+
+    # About 4 s of running (start-up, 2 s of ticks) and 3 s stopped: 7 s of wall time.
+    result = run_trial(TrialPlan(target="inductor", params={}), script, trial_dir=tmp_path / "trial",
+                       limits=TrialLimits(timeout_s=5.5), pause=pause)
+    assert result.ok, (result.failure, result.log_tail)
+    assert result.wall_seconds > 5.5, "it ran past its timeout in wall time, not in running time"
+    stamps = [float(line) for line in ticks.read_text().split()]
+    assert max(b - a for a, b in zip(stamps, stamps[1:])) > 2.0, "nothing ran while it was stopped"

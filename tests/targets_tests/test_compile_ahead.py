@@ -1,0 +1,87 @@
+"""Each target's compile job (--compile-workers), by contract: the exact commands, env vars and
+cache paths a compile job and its measure job use."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+
+from autotune.records import MeasurementProtocol, TrialRequest
+from autotune.study.compile_stage import compile_job
+from autotune.targets import get_target
+from autotune.workers.multiprocess import trial_command
+
+
+def _request(plan) -> TrialRequest:
+    return TrialRequest(plan=plan, script="train.py", trial_dir="/tmp/study/trials/0003", timeout_s=600,
+                        protocol=MeasurementProtocol(stop_below=100.0))
+
+
+def test_neuron_compiles_ahead_under_neuron_parallel_compile_with_the_platform_named_for_both_jobs():
+    target = get_target("neuron")
+    plan = target.cached_plan({"path": "xla", "model_type": "transformer", "optlevel": 2, "batch_size": 8},
+                              "/shared/autotune-cache", base_env={})
+    job, measure = target.compile_ahead(plan, "trn1.32xlarge")
+    assert job.wrapper == ["neuron_parallel_compile"] and measure.wrapper == []
+    # The persistent cache hashes NEURON_CC_FLAGS as given: both jobs carry the same string, and a
+    # CPU node that cannot detect the platform is told it.
+    assert job.env["NEURON_CC_FLAGS"] == measure.env["NEURON_CC_FLAGS"] == \
+        "--target=trn1 --model-type=transformer --optlevel=2"
+    assert job.env["NEURON_COMPILE_CACHE_URL"] == measure.env["NEURON_COMPILE_CACHE_URL"] == \
+        "/shared/autotune-cache/neuron-compile-cache"
+    assert trial_command(job, Path("/tmp/spec.json"))[:4] == ["neuron_parallel_compile", *trial_command(
+        measure, Path("/tmp/spec.json"))[:3]]
+    assert trial_command(job, Path("/tmp/spec.json"))[-3:] == ["-m", "autotune.workers.harness", "/tmp/spec.json"]
+
+
+def test_a_neuron_configuration_that_names_its_target_keeps_it():
+    target = get_target("neuron")
+    plan = target.plan({"path": "xla", "target": "inf2", "optlevel": 1}, {})
+    job, measure = target.compile_ahead(plan, "trn1")
+    assert job.env["NEURON_CC_FLAGS"] == measure.env["NEURON_CC_FLAGS"] == "--target=inf2 --optlevel=1"
+
+
+def test_neuron_torchrun_trials_run_torchrun_under_neuron_parallel_compile():
+    target = get_target("neuron")
+    plan = target.plan({"path": "xla", "nproc_per_node": 2}, {})
+    job, _ = target.compile_ahead(plan, "trn1")
+    command = trial_command(job, Path("/tmp/spec.json"))
+    assert command[0] == "neuron_parallel_compile" and command[2:5] == ["-m", "torch.distributed.run", "--standalone"]
+
+
+def test_the_neuron_native_path_compiles_in_its_trials():
+    target = get_target("neuron")
+    assert target.compile_ahead(target.plan({"path": "native"}, {}), "trn2") is None
+    assert "native path" in target.compile_job_note()
+
+
+def test_an_inductor_compile_job_keeps_to_one_compile_thread():
+    target = get_target("inductor")
+    plan = target.cached_plan({"mode": "default"}, "/cache")
+    job, measure = target.compile_ahead(plan, None)
+    assert job.env["TORCHINDUCTOR_COMPILE_THREADS"] == "1" and "TORCHINDUCTOR_COMPILE_THREADS" not in measure.env
+    assert job.env["TORCHINDUCTOR_CACHE_DIR"] == measure.env["TORCHINDUCTOR_CACHE_DIR"] == "/cache/inductor"
+
+
+def test_xla_compiles_ahead_only_where_its_persistent_cache_is_read_back(monkeypatch):
+    target = get_target("xla")
+    monkeypatch.setenv("PJRT_DEVICE", "CPU")
+    assert target.compile_ahead(target.plan({"backend_opt_level": 2}, {}), None) is None
+    assert "XLA:CPU cannot read back" in target.compile_job_note()
+    monkeypatch.setenv("PJRT_DEVICE", "TPU")
+    plan = target.cached_plan({"backend_opt_level": 2}, "/cache", base_env={"PJRT_DEVICE": "TPU"})
+    job, measure = target.compile_ahead(plan, None)
+    assert job.env["XLA_PERSISTENT_CACHE_PATH"] == measure.env["XLA_PERSISTENT_CACHE_PATH"] == "/cache/xla-tpu"
+
+
+@pytest.mark.parametrize("name, pauses", [("inductor", True), ("neuron", False)])
+def test_a_compile_job_only_compiles_and_stops_while_a_cpu_trial_measures(name, pauses):
+    target = get_target(name)
+    request = _request(target.plan({"batch_size": 8}, {}))
+    job, measure = compile_job(target, request, platform="trn1", cache_root="/cache", key_of=lambda env: "k" * 64)
+    assert job.trial.protocol.compile_only and job.trial.protocol.stop_below is None
+    assert not measure.protocol.compile_only and measure.protocol.stop_below == 100.0
+    assert job.trial.trial_dir == "/tmp/study/trials/0003-compile" and measure.trial_dir == request.trial_dir
+    assert job.cache_root == "/cache" and job.artifact_key == "k" * 64
+    assert job.pause_while_measuring is pauses
