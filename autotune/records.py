@@ -236,6 +236,8 @@ class CompileStage(BaseModel):
 
     #: Wall seconds of the compile job; 0 when the graphs were published already.
     seconds: float = 0.0
+    #: Of which its compiler's own time (as a trial's ``compile.compile_seconds``), where known.
+    compile_seconds: float | None = None
     #: The graphs were published by an earlier job (another configuration with the same graphs,
     #: another study, another driver): this job compiled nothing.
     published_before: bool = False

@@ -86,7 +86,8 @@ class CompileWorker(TrialWorker):
                 if result.ok:
                     published.publish(job.artifact_key, {"seconds": round(result.wall_seconds, 3),
                                                          "params": request.plan.params, "placement": self.placement})
-                stage = CompileStage(seconds=result.wall_seconds, waited_seconds=waited, placement=dict(self.placement))
+                stage = CompileStage(seconds=result.wall_seconds, compile_seconds=result.compile.compile_seconds,
+                                     waited_seconds=waited, placement=dict(self.placement))
                 return CompileOutcome(stage=stage, result=result).model_dump_json()
         except LockTimeout as exc:
             failed = TrialResult(status="failed", plan=request.plan, placement=dict(self.placement),

@@ -16,6 +16,7 @@ from autotune.atomic_file import write_atomic
 from autotune.errors import AutotuneError
 from autotune.objectives import speedup
 from autotune.pricing import Cost
+from autotune.records import CompileStage
 
 
 class TrialSummary(BaseModel):
@@ -50,6 +51,8 @@ class TrialSummary(BaseModel):
     #: its graphs were published already), and the compile time its measure job still paid.
     compile_stage_seconds: float | None = None
     measure_compile_seconds: float | None = None
+    #: The compile job itself: its compiler's time, whether the graphs were published before, where it ran.
+    compile_stage: CompileStage | None = None
     env: dict[str, str] = Field(default_factory=dict)
     #: Where it ran: host, Ray node id, worker, the devices it held (``TrialResult.placement``).
     placement: dict[str, str] = Field(default_factory=dict)

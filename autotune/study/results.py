@@ -228,6 +228,7 @@ def study_summaries(study: Any) -> list[TrialSummary]:
             cache_hits=result.compile.cache_hits if result else None,
             cache_misses=result.compile.cache_misses if result else None,
             compile_stage_seconds=result.compile_stage.seconds if result and result.compile_stage else None,
+            compile_stage=result.compile_stage if result else None,
             measure_compile_seconds=(result.compile.compile_seconds or 0.0)
             if result and result.compile_stage and result.ok else None,
             placement=result.placement if result else {},

@@ -1,0 +1,112 @@
+"""The compile stage on this machine: what a measure job still compiles after its compile job.
+
+Runs the inductor ViT example (``examples/vit_train.py``, compiled configurations only):
+
+1. a study with ``--compile-workers 1`` and an empty cache root: a compile job compiles each
+   configuration's graphs ahead, its measure job loads them;
+2. each configuration that study measured, once more as ``autotune trial`` with an empty cache root
+   of its own: its cold compile (a study's later trials share kernels with its earlier ones, so
+   only an empty cache gives a configuration's whole compile).
+
+and prints, per configuration, the cold compile time, the compile job's wall and compiler time
+and the compile time its measure job still paid, with its ratio to the cold compile (target: at
+most 0.10), and the study's cache hit rate. Then the xla ViT example (``examples/vit_xla_train.py``) with ``--compile-workers
+1``: on PJRT_DEVICE=CPU the study says why it compiles in its trials instead (torch-xla 2.9 cannot
+read back XLA:CPU's persistent cache), and the compile time each trial paid is printed as it is.
+
+Usage: python bench/compile_stage.py [--trials N] [--no-xla]
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import statistics
+import subprocess
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parent.parent
+SPACE = """
+target: inductor
+parameters:
+  batch_size: {type: int, choices: [16, 32]}
+  mode: {type: categorical, choices: [default, max-autotune-no-cudagraphs], default: default}
+"""
+
+
+def study(base: Path, name: str, example: str, target: str, trials: int, *extra: str) -> tuple[float, dict]:
+    work = base / name
+    work.mkdir()
+    cmd = [sys.executable, "-m", "autotune.cli", "run", str(ROOT / "examples" / example), "--trials", str(trials),
+           "--target", target, "--cache", str(work / "cache"), "--seed", "0", "--study", "bench", "--json", *extra]
+    start = time.monotonic()
+    proc = subprocess.run(cmd, cwd=work, capture_output=True, text=True)
+    wall = time.monotonic() - start
+    if proc.returncode != 0:
+        sys.exit(f"autotune run failed ({proc.returncode}):\n{proc.stderr[-3000:]}")
+    return wall, json.loads(proc.stdout)
+
+
+def cold_compile(work: Path, params: dict) -> float:
+    """A configuration's compile time in a trial of its own, on an empty cache root."""
+    work.mkdir()
+    sets = [a for k, v in params.items() for a in ("--set", f"{k}={v}")]
+    cmd = [sys.executable, "-m", "autotune.cli", "trial", str(ROOT / "examples" / "vit_train.py"), "--target",
+           "inductor", "--space", str(work.parent / "space.yaml"), *sets, "--cache", str(work / "cache"), "--json"]
+    proc = subprocess.run(cmd, cwd=work, capture_output=True, text=True)
+    if proc.returncode != 0:
+        sys.exit(f"autotune trial failed ({proc.returncode}):\n{proc.stderr[-3000:]}")
+    return json.loads(proc.stdout)["compile"]["compile_seconds"]
+
+
+def _key(t: dict) -> str:
+    return json.dumps(t["params"], sort_keys=True)
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--trials", type=int, default=3)
+    parser.add_argument("--no-xla", action="store_true", help="leave out the xla example")
+    args = parser.parse_args()
+    base = Path(tempfile.mkdtemp(prefix="autotune-compile-stage-"))
+    space = base / "space.yaml"
+    space.write_text(SPACE)
+    farm_wall, farm = study(base, "farm", "vit_train.py", "inductor", args.trials, "--space", str(space),
+                            "--compile-workers", "1")
+    print(f"inductor, examples/vit_train.py, {args.trials} trials with --compile-workers 1: study wall "
+          f"{farm_wall:.0f} s (one machine: compiles stop while a trial measures)")
+    print(f"{'configuration':58s} {'cold compile':>13s} {'compile job':>12s} {'(compiler)':>11s} "
+          f"{'measure compile':>16s} {'measure / cold':>15s}")
+    ratios = []
+    for t in farm["trials"]:
+        if t["state"] != "COMPLETE":
+            continue
+        cold_s = cold_compile(base / f"cold-{t['number']}", t["params"])
+        stage = t.get("compile_stage") or {}
+        ratio = t["measure_compile_seconds"] / cold_s if cold_s else float("nan")
+        ratios.append(ratio)
+        compiler = stage.get("compile_seconds")
+        print(f"{_key(t):58s} {cold_s:11.1f} s {t['compile_stage_seconds']:10.1f} s "
+              f"{compiler if compiler is not None else float('nan'):9.1f} s {t['measure_compile_seconds']:14.1f} s "
+              f"{ratio:15.3f}")
+    rate = farm.get("cache_hit_rate")
+    worst = max(ratios) if ratios else float("nan")
+    print(f"cache hit rate of the measure jobs: {rate:.0%}" if rate is not None else "cache hit rate: not counted")
+    print(f"measure-stage compile / cold compile: median {statistics.median(ratios):.3f}, worst {worst:.3f} "
+          f"(target <= 0.10: {'PASS' if worst <= 0.10 else 'FAIL'})")
+    if not args.no_xla:
+        print()
+        wall, xla = study(base, "xla", "vit_xla_train.py", "xla", 2, "--compile-workers", "1")
+        paid = [t["compile_seconds"] for t in xla["trials"] if t.get("compile_seconds")]
+        print(f"xla, examples/vit_xla_train.py, 2 trials with --compile-workers 1 ({wall:.0f} s):")
+        for note in xla["notes"]:
+            print(f"  note: {note}")
+        print(f"  compile time each trial paid: {', '.join(f'{s:.1f} s' for s in paid)}; no measure-stage "
+              "ratio: the compile stage cannot run on this device")
+
+
+if __name__ == "__main__":
+    main()
