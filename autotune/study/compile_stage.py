@@ -19,10 +19,28 @@ from autotune.records import CompileOutcome, CompileRequest, CompileStage, Trial
 from autotune.targets import Target
 
 
+def local_compile_slots(options: Any) -> int:
+    """Places for compile workers in a local Ray (a cluster's nodes declare their own)."""
+    return 0 if options.ray_address else (options.compile_workers or options.compile_ahead or 0)
+
+
+def compile_stage(target: Target, options: Any, baseline: dict[str, Any], pool: Any,
+                  notes: list[str]) -> CompileAhead | None:
+    """The study's compile stage on ``pool`` (compile workers), when its options ask for one and
+    its target can hand compiled graphs to a later process (else a note says why not)."""
+    if not (options.compile_workers or options.compile_ahead):
+        return None
+    if target.compile_ahead(target.plan(baseline, {}), options.platform) is None:
+        notes.append(target.compile_job_note())
+        return None
+    return CompileAhead(pool, options.compile_ahead or (options.compile_workers or 1) + (options.workers or 1))
+
+
 def compile_job(target: Target, request: TrialRequest, *, platform: str | None, cache_root: str,
                 key_of: Any) -> tuple[CompileRequest, TrialRequest] | None:
-    """``request`` split into its compile job and its measure job (``None``: the target cannot
-    compile ahead). ``key_of(env)`` names the graphs that the measure job's env vars compile."""
+    """``request`` split into its compile job and its measure job; ``None`` for a configuration
+    that its target does not compile ahead (it compiles in its trial, as without a compile stage).
+    ``key_of(env)`` names the graphs that the measure job's env vars compile."""
     split = target.compile_ahead(request.plan, platform)
     if split is None:
         return None
@@ -40,7 +58,8 @@ def compile_job(target: Target, request: TrialRequest, *, platform: str | None, 
 class _Waiting:
     number: int
     measure: TrialRequest
-    stage: CompileStage
+    #: ``None``: a configuration its target does not compile ahead (it compiles in its trial).
+    stage: CompileStage | None
 
 
 class CompileAhead:
@@ -65,6 +84,10 @@ class CompileAhead:
         self.compiling[number] = measure
         self.pool.submit(job, tag=number)
 
+    def queue(self, number: int, request: TrialRequest) -> None:
+        """A configuration that is not compiled ahead: it waits in the same line for a trial slot."""
+        self.ready.append(_Waiting(number, request, None))
+
     def poll(self, timeout: float = 0.0) -> list[tuple[int, str | None, str | None]]:
         """Compile jobs that failed, as ``(trial number, result_json, error)`` for the study to
         tell Optuna; those that compiled join the line for a trial slot."""
@@ -86,7 +109,8 @@ class CompileAhead:
         """Hand compiled configurations to free trial slots, first compiled first."""
         while self.ready and trials.free:
             waiting = self.ready.pop(0)
-            self.measuring[waiting.number] = waiting.stage
+            if waiting.stage is not None:
+                self.measuring[waiting.number] = waiting.stage
             trials.submit(waiting.measure, tag=waiting.number)
 
     def measured(self, number: int, result_json: str | None) -> str | None:

@@ -37,7 +37,7 @@ from autotune.search.samplers import make_sampler, suggest
 from autotune.space import SearchSpace, compile_key, config_key
 from autotune.space.processes import most_processes, with_processes
 from autotune.study.claims import Claims, over_budget
-from autotune.study.compile_stage import CompileAhead, compile_job
+from autotune.study.compile_stage import CompileAhead, compile_job, compile_stage, local_compile_slots
 from autotune.study.database import sqlite_path
 from autotune.study.options import (
     DEFAULT_DIR,
@@ -200,14 +200,13 @@ class Study:
             finally:
                 pool.shutdown()
             return self.result()
-        slots = self._compile_slots()
+        slots = local_compile_slots(self.o)
         pool = LazyPool(self.target, ray_address=self.o.ray_address, workers=self.o.workers,
                         cores_per_trial=self.o.cores_per_trial, processes_per_trial=self.processes,
                         ray_started=started_ray, compile_slots=slots)
         compilers = LazyPool(self.target, ray_address=self.o.ray_address, workers=self.o.compile_workers or None,
                              cores_per_trial=1, ray_started=False, compiles=True, compile_slots=slots)
-        if self._compiles_ahead():
-            self.farm = CompileAhead(compilers, self.o.compile_ahead or (self.o.compile_workers or 1) + (self.o.workers or 1))
+        self.farm = compile_stage(self.target, self.o, self.baseline_params, compilers, self.notes)
         try:
             self._loop(pool)
         finally:
@@ -215,18 +214,6 @@ class Study:
             compilers.shutdown()
             self.notes.extend(pool.notes + compilers.notes)
         return self.result()
-
-    def _compile_slots(self) -> int:
-        """Places for compile workers in a local Ray (a cluster's nodes declare their own)."""
-        return 0 if self.o.ray_address else (self.o.compile_workers or self.o.compile_ahead or 0)
-
-    def _compiles_ahead(self) -> bool:
-        if not (self.o.compile_workers or self.o.compile_ahead):
-            return False
-        if self.target.compile_ahead(self.target.plan(self.baseline_params, {}), self.o.platform) is None:
-            self.notes.append(self.target.compile_job_note())
-            return False
-        return True
 
     def _loop(self, pool: Any) -> None:
         deadline = time.monotonic() + self.o.timeout if self.o.timeout else math.inf
@@ -333,7 +320,7 @@ class Study:
         if earlier is not None:
             self._told.tell_duplicate(trial, params, earlier)
             return "reused"
-        from autotune.cache import artifact_key, result_key
+        from autotune.cache import result_key
 
         rkey = result_key(model=self._model_key, environment=self._env_key, target=self.target.name,
                           params=params, protocol_version=self.o.protocol.version)
@@ -351,17 +338,28 @@ class Study:
                 self._told.tell_known_failure(trial, plan, failed)
                 return "reused"
         request = self._request(params, self.out / "trials" / f"{trial.number:04d}", self._trial_protocol(), plan=plan)
-        split = compile_job(self.target, request, platform=self.o.platform, cache_root=str(self.cache.path),
-                            key_of=lambda env: artifact_key(model=self._model_key, environment=self._env_key,
-                                                            target=self.target.name, graphs=compile_key(params),
-                                                            env=env)) if self.farm is not None else None
-        if split is not None and self.farm is not None:
-            job, request = split
-            self.farm.submit(trial.number, job, request)
+        if self.farm is not None:
+            request = self._compile_first(trial.number, request)
         else:
             pool.submit(request, tag=trial.number)
         write(trial, env=request.plan.env)
         return "submitted"
+
+    def _compile_first(self, number: int, request: TrialRequest) -> TrialRequest:
+        """Hand ``request`` to the compile stage and return its measure job, which follows once it
+        has compiled (at once, in line for a trial slot, where the target does not compile it ahead)."""
+        from autotune.cache import artifact_key
+
+        assert self.farm is not None
+        split = compile_job(self.target, request, platform=self.o.platform, cache_root=str(self.cache.path),
+                            key_of=lambda env: artifact_key(
+                                model=self._model_key, environment=self._env_key, target=self.target.name,
+                                graphs=compile_key(request.plan.params), env=env))
+        if split is None:
+            self.farm.queue(number, request)
+            return request
+        self.farm.submit(number, *split)
+        return split[1]
 
     def _request(self, params: dict[str, Any], trial_dir: Path, protocol: MeasurementProtocol,
                  plan: TrialPlan | None = None) -> TrialRequest:
