@@ -7,13 +7,17 @@ What it intercepts, and why:
 
 - ``DataLoader(...)``: the trial's ``batch_size`` and ``num_workers`` replace the script's.
 - ``ParallelLoader``/``MpDeviceLoader`` (torch-xla): the trial's ``batches_per_execution``.
-- Iteration of a data loader on the main thread (or ``autotune.step()``, or as a last resort an
-  optimizer step): a step boundary, where the step clock takes its timestamps.
-- ``torch_xla.sync``: tells the clock where lazy graphs were cut, so that windows end on a cut.
+- Step boundaries, where the step clock takes its timestamps (the strongest kind seen delimits
+  the steps, :data:`~autotune.workers.step_clock.SOURCES`): ``autotune.step()``; iteration of a
+  data loader on the main thread; else a step of the loop's optimizer (the first that stepped,
+  so that a GAN's two optimizers make one step); else ``torch.autograd.backward`` (loops that
+  update their weights by hand); else a call of the model (inference).
+- ``torch_xla.sync`` (also as ``torch_xla.compile`` calls it): tells the clock where lazy graphs
+  were cut, so that windows end on a cut.
 - ``torch.nn.Module.__call__``, until the first call of a module with parameters: that module is
   the model; the harness casts it, wraps its forward in autocast, or compiles it, as the plan says.
-  Each later call of the model is a step boundary too, for loops that have no loader and no
-  optimizer (inference); a loader or an optimizer, once seen, delimits the steps instead.
+  Each later call of the model is a step boundary of the weakest kind, and the leading dimension
+  of its first tensor input is the samples of a step that no loader delimits.
 - ``torch.compile``: a script that compiles its model itself gets the trial's options instead.
 - ``Tensor.backward``: the first losses (for the numerics guard) and a NaN check at window edges.
 
@@ -156,14 +160,42 @@ class TrialRuntime:
             return orig(tensor, *args, **kwargs)
 
         torch.Tensor.backward = backward
+        # Tensor.backward() calls torch.autograd.backward, as a script may itself: a step boundary
+        # once the gradients are there, for loops that update their weights by hand. A backward()
+        # run inside another (reentrant checkpointing) is part of the outer one.
+        orig_autograd = torch.autograd.backward
+        clock = self.clock
+        depth = [0]
+
+        def autograd_backward(*args: Any, **kwargs: Any) -> Any:
+            runtime.training_thread = runtime.training_thread or threading.current_thread()
+            depth[0] += 1
+            try:
+                out = orig_autograd(*args, **kwargs)
+            finally:
+                depth[0] -= 1
+            if depth[0] == 0:
+                clock.boundary("backward", None)
+            return out
+
+        torch.autograd.backward = autograd_backward
 
     def _patch_optimizer(self, torch: Any) -> None:
         from torch.optim.optimizer import register_optimizer_step_post_hook
 
         runtime = self
+        #: The first parameter of the first optimizer that stepped. Only steps of an optimizer
+        #: that holds it are the loop's steps: a GAN steps two optimizers per iteration, and a
+        #: script that makes its optimizer anew (each epoch) makes it over the same parameters.
+        first: list[Any] = []
 
-        def stepped(_opt: Any, _args: Any, _kwargs: Any) -> None:
+        def stepped(opt: Any, _args: Any, _kwargs: Any) -> None:
             runtime.training_thread = runtime.training_thread or threading.current_thread()
+            param = next((p for group in opt.param_groups for p in group["params"]), None)
+            if not first:
+                first.append(param)
+            elif param is not first[0]:
+                return
             runtime.clock.boundary("optimizer", None)
 
         register_optimizer_step_post_hook(stepped)
@@ -183,6 +215,10 @@ class TrialRuntime:
             return out
 
         torch_xla.sync = sync
+        # torch_xla.compile(step_fn) cuts the graph with its own module's sync, not the package's.
+        module = sys.modules.get("torch_xla.torch_xla")
+        if module is not None:
+            module.sync = sync
         bpe = self.knobs.batches_per_execution
         if bpe is not None:
             orig_pl_init = pl.ParallelLoader.__init__

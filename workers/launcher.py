@@ -146,8 +146,9 @@ def run_trial(
     elif report is not None:
         result.failure = Failure(
             category=FailureCategory.script_error,
-            reason="no step was seen: the script iterated no DataLoader, took no optimizer step, "
-                   "reported no metric and never called autotune.step()",
+            reason="no step was seen: the script iterated no DataLoader, took no optimizer step, called "
+                   "no backward(), never called a module with parameters, reported no metric and never "
+                   "called autotune.step()",
             exit_code=proc.returncode)
     else:
         result.failure = _died(proc.returncode, log_tail)
