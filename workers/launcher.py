@@ -39,6 +39,8 @@ from autotune.workers import multiprocess
 LOG_TAIL_LINES = 40
 LOG_TAIL_CHARS = 6000
 PSS_EVERY_S = 2.0
+#: The lines of its log that the note on a script that exited with an error code quotes.
+LATE_EXIT_LINES = 3
 
 
 @dataclass(frozen=True)
@@ -137,6 +139,8 @@ def run_trial(
         result.failure = report.failure
     elif report is not None and (report.measurement is not None or report.metrics):
         result.status = "ok"
+        if report.exit_code is not None:
+            result.notes.append(_late_exit_note(report.exit_code, log_tail))
     elif report is not None and report.steps_seen:
         result.failure = Failure(
             category=FailureCategory.script_error,
@@ -155,6 +159,13 @@ def run_trial(
     if plan.launch is not None and result.failure is not None:
         _blame_rank(result, ranks, log_path)
     return result
+
+
+def _late_exit_note(code: int, log_tail: str) -> str:
+    """What a script that exited with an error code after it was measured said last."""
+    lines = [line.strip() for line in log_tail.splitlines() if line.strip()][-LATE_EXIT_LINES:]
+    said = "; its last lines: " + " | ".join(lines) if lines else ""
+    return f"the script exited with code {code} after it was measured (the measurement stands){said}"
 
 
 def _dead_rank(plan: TrialPlan, ranks: list[HarnessReport], log_path: Path) -> Failure | None:

@@ -70,3 +70,18 @@ def test_an_xla_step_wrapped_in_torch_xla_compile(run_script: RunScript) -> None
                         protocol=TO_THE_END)
     measured(result, 16)
     assert steps_seen(result) == 400
+
+
+def test_an_exit_code_after_the_measurement_is_a_note_not_a_failure(run_script: RunScript) -> None:
+    result = run_script(SCRIPTS / "below_target.py", args=["--num_steps", "600"], protocol=TO_THE_END)
+    measured(result, 32)
+    assert result.failure is None
+    (note,) = result.notes
+    assert "exited with code 1 after it was measured" in note
+    assert "is below target" in note  # the script's last lines say why
+
+
+def test_an_exit_code_before_any_measurement_is_still_a_failure(run_script: RunScript) -> None:
+    result = run_script(SCRIPTS / "below_target.py", args=["--num_steps", "2"], protocol=TO_THE_END)
+    assert not result.ok and result.failure is not None
+    assert result.failure.exit_code == 1 and result.notes == []
