@@ -63,6 +63,65 @@ class RuntimeKnobs(BaseModel):
     threads: int | None = None
 
 
+class ScriptFlag(BaseModel):
+    """A parameter given to the script as a flag of its own command line (``--batch_size 128``).
+
+    A bool parameter is a switch, as argparse's ``store_true`` reads one: the flag alone when
+    true, no flag when false.
+    """
+
+    param: str
+    flag: str
+    #: The text after the flag; ``None`` for a switch.
+    value: str | None = None
+    #: ``False``: a switch that is off, taken out of the script's arguments.
+    present: bool = True
+
+    @classmethod
+    def of(cls, param: str, flag: str, value: Any) -> ScriptFlag:
+        if isinstance(value, bool):
+            return cls(param=param, flag=flag, present=value)
+        return cls(param=param, flag=flag, value=str(value))
+
+    def describe(self) -> str:
+        """``--batch_size 128``, ``--amp``, ``without --amp``."""
+        if not self.present:
+            return f"without {self.flag}"
+        return self.flag if self.value is None else f"{self.flag} {self.value}"
+
+    def apply(self, args: list[str]) -> list[str]:
+        """``args`` with this flag: where they hold it already (``--batch_size 32``,
+        ``--batch_size=32``, ``-b32``) its value is replaced in the form they wrote it, else it is
+        added at their end. What follows a ``--`` is the script's positional arguments, left as it is."""
+        end = args.index("--") if "--" in args else len(args)
+        head, tail = list(args[:end]), list(args[end:])
+        alone = [self.flag] if self.value is None else [self.flag, self.value]
+        attached = len(self.flag) == 2 and self.flag[1] != "-" and self.value is not None  # -b32
+        out: list[str] = []
+        found = False
+        i = 0
+        while i < len(head):
+            token = head[i]
+            i += 1
+            if token == self.flag:
+                if self.value is not None and i < len(head):
+                    i += 1  # its old value
+                written = alone
+            elif token.startswith(self.flag + "="):
+                written = [self.flag if self.value is None else f"{self.flag}={self.value}"]
+            elif attached and token.startswith(self.flag):
+                written = [f"{self.flag}{self.value}"]
+            else:
+                out.append(token)
+                continue
+            found = True
+            if self.present:
+                out += written
+        if not found and self.present:
+            out += alone
+        return out + tail
+
+
 class TrialPlan(BaseModel):
     """One configuration as applied: the canonical parameters and what they turn into."""
 
@@ -76,6 +135,16 @@ class TrialPlan(BaseModel):
     #: Processes of the trial: above 1 it is started through torch's elastic launcher (torchrun),
     #: one rank per process, on one node; the knobs (batch size included) apply to each rank.
     nproc_per_node: int = Field(1, ge=1)
+    #: Parameters given to the script as flags of its own; the launcher runs it with
+    #: :meth:`script_args`.
+    script_flags: list[ScriptFlag] = Field(default_factory=list)
+
+    def script_args(self, args: list[str]) -> list[str]:
+        """The script's arguments as this plan runs it: ``args`` with its :attr:`script_flags`."""
+        out = list(args)
+        for flag in self.script_flags:
+            out = flag.apply(out)
+        return out
 
     def model_post_init(self, _context: Any) -> None:
         if self.params.get(PROCESSES_PARAM) is not None and self.nproc_per_node == 1:
@@ -254,6 +323,8 @@ class TrialResult(BaseModel):
 
     status: str  # "ok" or "failed"
     plan: TrialPlan
+    #: The arguments the script ran with: the caller's, with the plan's script flags.
+    script_args: list[str] = Field(default_factory=list)
     measurement: Measurement | None = None
     compile: CompileStats = Field(default_factory=CompileStats)
     losses: list[float] = Field(default_factory=list)

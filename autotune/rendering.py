@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import shlex
+
 from rich.console import Console
 from rich.markup import escape
 from rich.table import Table
@@ -69,6 +71,8 @@ def render_trial(result: TrialResult, console: Console) -> None:
     t.add_column(overflow="fold")  # paths and flag strings are copied from here: never cut them
     t.add_row("target", plan.target)
     t.add_row("parameters", ", ".join(f"{k}={v}" for k, v in plan.params.items()) or "(the script's own)")
+    if plan.script_flags:
+        t.add_row("script args", shlex.join(result.script_args) or "(none)")
     for k, v in plan.env.items():
         t.add_row("env" if k == next(iter(plan.env)) else "", f"{k}={v}")
     knobs = {k: v for k, v in plan.knobs.model_dump().items() if v not in (None, False)}

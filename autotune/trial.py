@@ -12,7 +12,7 @@ from pathlib import Path
 from typing import Any
 
 from autotune.errors import AutotuneError, InvalidConfigError, ScriptError
-from autotune.records import MeasurementProtocol, TrialPlan, TrialResult
+from autotune.records import MeasurementProtocol, ScriptFlag, TrialPlan, TrialResult
 from autotune.space import SearchSpace, builtin_space, load_space
 from autotune.space.processes import most_processes, with_processes
 from autotune.targets import Target, resolve_target
@@ -85,6 +85,23 @@ def validate_for(target: Target, space: SearchSpace, params: dict[str, Any]) -> 
         raise
 
 
+def plan_for(target: Target, space: SearchSpace, params: dict[str, Any], *, cache_root: str | None = None,
+             base_env: dict[str, str] | None = None) -> TrialPlan:
+    """``params`` (canonical) as a trial applies them: the target's plan, in which the parameters
+    that the space gives the script as flags of its own (``arg``) take no part unless they are
+    intercepted too, and those flags.
+
+    Its parameters are all of ``params`` whichever way each is applied, so that a configuration
+    keeps its keys (:func:`autotune.space.config_key`), its results and its compiled graphs."""
+    flags = {n: p.arg for n in params if (p := space.parameters.get(n)) is not None and p.arg is not None}
+    by_target = {n: v for n, v in params.items() if n not in flags or space.parameters[n].intercept}
+    plan = target.plan(by_target, base_env) if cache_root is None else \
+        target.cached_plan(by_target, cache_root, base_env)
+    plan.params = dict(params)
+    plan.script_flags = [ScriptFlag.of(n, flag, params[n]) for n, flag in flags.items()]
+    return plan
+
+
 @dataclass
 class PreparedTrial:
     target: Target
@@ -97,19 +114,21 @@ class PreparedTrial:
 def prepare_trial(script: str | Path, *, target: str = "auto", sets: dict[str, Any] | None = None,
                   space: str | None = None, platform: str | None = None,
                   base_env: dict[str, str] | None = None, cache_root: str | None = None,
-                  nproc_per_node: int = 1) -> PreparedTrial:
+                  nproc_per_node: int = 1, flags: dict[str, str] | None = None) -> PreparedTrial:
     """Check everything and build the plan; raises :class:`AutotuneError` on bad input.
 
     With ``cache_root`` the target's compiler cache under it is wired into the plan's env; with
-    ``nproc_per_node`` above 1 the trial runs on that many processes."""
+    ``nproc_per_node`` above 1 the trial runs on that many processes; ``flags`` gives parameters to
+    the script as flags of its own (``--arg``)."""
     path = check_script(script)
     tgt = resolve_target(target, path)
-    sp, given = with_processes(load_trial_space(tgt, space, platform), dict(sets or {}), nproc_per_node)
+    sp, given = with_processes(load_trial_space(tgt, space, platform).with_flags(dict(flags or {})),
+                               dict(sets or {}), nproc_per_node)
     params = validate_for(tgt, sp, given)
     tgt.check(params)
     tgt.check_processes(most_processes(sp), 1)
     env = dict(os.environ) if base_env is None else base_env  # the user's PJRT_DEVICE, XLA_FLAGS, ...
-    plan = tgt.plan(params, env) if cache_root is None else tgt.cached_plan(params, cache_root, env)
+    plan = plan_for(tgt, sp, params, cache_root=cache_root, base_env=env)
     return PreparedTrial(tgt, sp, params, plan, path)
 
 

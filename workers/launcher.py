@@ -81,7 +81,7 @@ def run_trial(
     shutil.rmtree(ranks_dir, ignore_errors=True)
     ranks_dir.mkdir()
     env = trial_env(multiprocess.divide_threads(plan), base_env)
-    spec = TrialSpec(plan=plan, script=str(Path(script).resolve()), args=list(args or []),
+    spec = TrialSpec(plan=plan, script=str(Path(script).resolve()), args=plan.script_args(list(args or [])),
                      cwd=str(Path(cwd or os.getcwd()).resolve()), result_path=str(result_path),
                      protocol=protocol or MeasurementProtocol(), seed=seed, ranks_dir=str(ranks_dir))
     rank_env = get_target(plan.target).rank_envs(env, plan.nproc_per_node, multiprocess.free_port())
@@ -121,8 +121,8 @@ def run_trial(
     log_tail = log_tail_of(log_path, lines=LOG_TAIL_LINES)[-LOG_TAIL_CHARS:]
     ranks = multiprocess.read_rank_reports(ranks_dir)
     report = multiprocess.combine(_read_report(result_path), ranks)
-    result = TrialResult(status="failed", plan=plan, wall_seconds=wall, log_path=str(log_path),
-                         log_tail=log_tail, peak_host_memory_bytes=peak or None,
+    result = TrialResult(status="failed", plan=plan, script_args=spec.args, wall_seconds=wall,
+                         log_path=str(log_path), log_tail=log_tail, peak_host_memory_bytes=peak or None,
                          started_at=started_at, ended_at=time.time(), ranks=multiprocess.rank_results(ranks))
     if report is not None:
         result.measurement = report.measurement
