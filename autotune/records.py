@@ -7,15 +7,18 @@ same way; nothing else is shared. Every record is a pydantic model so that both 
 from __future__ import annotations
 
 import enum
-from typing import Any
+from typing import Any, Literal
 
-from pydantic import BaseModel, ConfigDict, Field
+from pydantic import BaseModel, ConfigDict, Field, computed_field
 
 #: Version of the measurement protocol (warm-up detection, windows, stopping rule). Results
 #: measured under another version are not comparable and are never reused.
 PROTOCOL_VERSION = 1
 #: The parameter of a configuration that is its process count (torchrun's ``--nproc_per_node``).
 PROCESSES_PARAM = "nproc_per_node"
+#: The parameter that is the batch of one step of one process: a trial checks it against the
+#: samples per step it measured where it reaches the script as a flag of the script's own.
+BATCH_SIZE_PARAM = "batch_size"
 
 
 class FailureCategory(str, enum.Enum):
@@ -61,6 +64,22 @@ class RuntimeKnobs(BaseModel):
     lazy_device: bool = False
     #: Torch intra-op threads for this trial (parallel trials on one CPU must not oversubscribe it).
     threads: int | None = None
+
+
+#: What the harness changes in the script for each runtime knob, and what a script that gives it
+#: nothing to change did not do (``None``: it always can).
+_MODEL = "called no module with parameters (the model)"
+INTERCEPTIONS: dict[str, tuple[str, str | None]] = {
+    "batch_size": ("the DataLoader's batch_size", "made no DataLoader"),
+    "num_workers": ("the DataLoader's num_workers", "made no DataLoader"),
+    "batches_per_execution": ("the device loader's batches_per_execution", "made no ParallelLoader or MpDeviceLoader"),
+    "compile": ("torch.compile of the model", _MODEL),
+    "autocast_dtype": ("autocast around the model's forward", _MODEL),
+    "autocast_device": ("autocast around the model's forward", _MODEL),
+    "model_dtype": ("the model's parameters cast", _MODEL),
+    "lazy_device": ("timing windows that wait for a lazy device", None),
+    "threads": ("torch's intra-op threads", None),
+}
 
 
 class ScriptFlag(BaseModel):
@@ -122,6 +141,16 @@ class ScriptFlag(BaseModel):
         return out + tail
 
 
+class KnobRoute(BaseModel):
+    """One way a parameter reaches the script."""
+
+    kind: Literal["env var", "compiler flag", "script argument", "interception", "launch", "target"]
+    #: What it sets: the env var, the flag as given, what the harness changes, the launch command.
+    detail: str
+    #: For an interception, the runtime knobs it sets (the keys of :data:`INTERCEPTIONS`).
+    knobs: list[str] = Field(default_factory=list)
+
+
 class TrialPlan(BaseModel):
     """One configuration as applied: the canonical parameters and what they turn into."""
 
@@ -138,6 +167,9 @@ class TrialPlan(BaseModel):
     #: Parameters given to the script as flags of its own; the launcher runs it with
     #: :meth:`script_args`.
     script_flags: list[ScriptFlag] = Field(default_factory=list)
+    #: How each parameter reaches the script, as the driver planned it; an empty list: its value is
+    #: the script's own, nothing to apply. A plan made without them has none.
+    routes: dict[str, list[KnobRoute]] = Field(default_factory=dict)
 
     def script_args(self, args: list[str]) -> list[str]:
         """The script's arguments as this plan runs it: ``args`` with its :attr:`script_flags`."""
@@ -303,6 +335,22 @@ class HarnessReport(BaseModel):
     pid: int | None = None
     #: The steady-state windows behind ``measurement``, for combining the ranks of a trial.
     windows: list[TimedWindow] = Field(default_factory=list)
+    #: Each runtime knob of the plan that needs something of the script (:data:`INTERCEPTIONS`),
+    #: and whether the harness found it (a DataLoader for the batch size, the model for a cast).
+    knobs_applied: dict[str, bool] = Field(default_factory=dict)
+
+
+class KnobEffect(BaseModel):
+    """How one parameter of a trial reached the script, and whether the trial shows that it acted."""
+
+    param: str
+    value: Any
+    routes: list[KnobRoute] = Field(default_factory=list)
+    #: ``True``: the trial shows it acted; ``False``: it never reached what it changes (a warning);
+    #: ``None``: applied, with no sign either way (an env var, a flag whose meaning is the script's).
+    took_effect: bool | None = None
+    #: What showed it, or what was missing.
+    detail: str = ""
 
 
 class RankResult(BaseModel):
@@ -345,6 +393,14 @@ class TrialResult(BaseModel):
     #: What a reader of a successful result should know (the script exited with an error code
     #: after it was measured).
     notes: list[str] = Field(default_factory=list)
+    #: How each parameter reached the script and whether it took effect.
+    knobs: list[KnobEffect] = Field(default_factory=list)
+
+    @computed_field  # type: ignore[prop-decorator]
+    @property
+    def warnings(self) -> list[str]:
+        """The parameters that never reached what they change: the trial measured the script's own."""
+        return [f"{k.param}={k.value}: {k.detail}" for k in self.knobs if k.took_effect is False]
 
     @property
     def ok(self) -> bool:

@@ -12,7 +12,7 @@ from pathlib import Path
 from typing import Any
 
 from autotune.errors import AutotuneError, InvalidConfigError, ScriptError
-from autotune.records import MeasurementProtocol, ScriptFlag, TrialPlan, TrialResult
+from autotune.records import INTERCEPTIONS, KnobRoute, MeasurementProtocol, ScriptFlag, TrialPlan, TrialResult
 from autotune.space import SearchSpace, builtin_space, load_space
 from autotune.space.processes import most_processes, with_processes
 from autotune.targets import Target, resolve_target
@@ -89,7 +89,7 @@ def plan_for(target: Target, space: SearchSpace, params: dict[str, Any], *, cach
              base_env: dict[str, str] | None = None) -> TrialPlan:
     """``params`` (canonical) as a trial applies them: the target's plan, in which the parameters
     that the space gives the script as flags of its own (``arg``) take no part unless they are
-    intercepted too, and those flags.
+    intercepted too, those flags, and how each parameter reaches the script.
 
     Its parameters are all of ``params`` whichever way each is applied, so that a configuration
     keeps its keys (:func:`autotune.space.config_key`), its results and its compiled graphs."""
@@ -99,7 +99,47 @@ def plan_for(target: Target, space: SearchSpace, params: dict[str, Any], *, cach
         target.cached_plan(by_target, cache_root, base_env)
     plan.params = dict(params)
     plan.script_flags = [ScriptFlag.of(n, flag, params[n]) for n, flag in flags.items()]
+    plan.routes = {n: [] for n in params}
+    plan.routes.update(_routes(target, by_target, base_env))
+    for flag in plan.script_flags:
+        plan.routes[flag.param].append(KnobRoute(kind="script argument", detail=flag.describe()))
     return plan
+
+
+def _routes(target: Target, params: dict[str, Any], base_env: dict[str, str] | None) -> dict[str, list[KnobRoute]]:
+    """How the target applies each parameter: what its plan has that the plan without the
+    parameter (the script's own value) has not."""
+    full = target.plan(params, base_env)
+    routes: dict[str, list[KnobRoute]] = {}
+    for name in params:
+        try:
+            without = target.plan({k: v for k, v in params.items() if k != name}, base_env)
+        except AutotuneError:
+            routes[name] = [KnobRoute(kind="target", detail=f"applied by the {target.name} target")]
+            continue
+        routes[name] = _difference(full, without)
+    return routes
+
+
+def _difference(full: TrialPlan, without: TrialPlan) -> list[KnobRoute]:
+    routes: list[KnobRoute] = []
+    for key in sorted(set(full.env) | set(without.env)):
+        if full.env.get(key) == without.env.get(key):
+            continue
+        if key in (full.flags_env, without.flags_env):
+            routes.append(KnobRoute(kind="compiler flag", detail=key))
+        else:
+            routes.append(KnobRoute(kind="env var", detail=f"{key}={full.env[key]}" if key in full.env
+                                    else f"{key} unset"))
+    mine, theirs = full.knobs.model_dump(), without.knobs.model_dump()
+    by_label: dict[str, list[str]] = {}
+    for knob in mine:
+        if mine[knob] != theirs[knob]:
+            by_label.setdefault(INTERCEPTIONS.get(knob, (knob, None))[0], []).append(knob)
+    routes += [KnobRoute(kind="interception", detail=label, knobs=knobs) for label, knobs in by_label.items()]
+    if full.nproc_per_node != without.nproc_per_node:
+        routes.append(KnobRoute(kind="launch", detail=full.launch or "one process"))
+    return routes
 
 
 @dataclass

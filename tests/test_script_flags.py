@@ -1,6 +1,6 @@
 """Parameters given to the script as flags of its own (``arg:`` in a space file, ``--arg`` on the
 command line): the arguments the script gets, the plan that leaves the target's way of applying
-them out, and the keys that stay those of the configuration."""
+them out, the keys that stay those of the configuration, and how each parameter reaches the script."""
 
 from __future__ import annotations
 
@@ -11,10 +11,11 @@ import pytest
 
 from autotune.config import RunConfig
 from autotune.errors import InvalidConfigError
-from autotune.records import ScriptFlag
+from autotune.records import HarnessReport, Measurement, ScriptFlag
 from autotune.space import compile_key, config_key, parse_space
 from autotune.targets import get_target
 from autotune.trial import plan_for, prepare_trial
+from autotune.workers.knob_effects import knob_effects
 
 SPACE = textwrap.dedent("""\
     target: inductor
@@ -72,6 +73,9 @@ def test_a_flag_in_a_space_file_leaves_the_targets_way_out_unless_intercepted() 
     assert plan.knobs.autocast_dtype == "bfloat16"
     assert plan.knobs.compile is None  # fullgraph reached the target no more than the batch size did
     assert plan.script_args(["--lr", "1", "--fullgraph"]) == ["--lr", "1", "--batch_size", "64", "-w", "2"]
+    kinds = {name: [r.kind for r in routes] for name, routes in plan.routes.items()}
+    assert kinds == {"batch_size": ["script argument"], "num_workers": ["interception", "script argument"],
+                     "precision": ["interception"], "fullgraph": ["script argument"]}
 
 
 def test_the_keys_of_a_configuration_do_not_depend_on_how_it_is_applied() -> None:
@@ -106,3 +110,34 @@ def test_the_command_line_gives_a_builtin_parameter_a_flag(tmp_path: Path) -> No
 def test_bad_arg_options_name_the_option(items: list[str], fragment: str) -> None:
     with pytest.raises(InvalidConfigError, match=f"^--arg .*{fragment}"):
         RunConfig.checked(arg=items)
+
+
+def _measured(samples: float) -> Measurement:
+    return Measurement(throughput=100.0, ci95_low=90.0, ci95_high=110.0, step_time_median=0.01, step_time_p90=0.01,
+                       samples_per_step=samples, steps_measured=100, windows=5, converged=True, warmup_steps=3,
+                       warmup_seconds=1.0)
+
+
+def test_a_batch_size_given_as_a_flag_took_effect_when_the_steps_hold_its_samples() -> None:
+    space = parse_space(SPACE, "space.yaml")
+    plan = plan_for(get_target("inductor"), space, space.validate({"batch_size": 64, "precision": "fp32"}))
+    (batch, precision) = knob_effects(plan, HarnessReport(measurement=_measured(64)), [])
+    assert batch.took_effect is True and "64 samples per step measured" in batch.detail
+    assert precision.took_effect is None and precision.routes == []  # fp32 is the script's own
+    (batch, _) = knob_effects(plan, HarnessReport(measurement=_measured(20)), [])
+    assert batch.took_effect is False and "20 samples per step measured" in batch.detail
+
+
+def test_an_intercepted_batch_size_without_a_dataloader_is_a_warning() -> None:
+    space = parse_space(SPACE.replace("    arg: --batch_size\n", ""), "plain.yaml")
+    plan = plan_for(get_target("inductor"), space, space.validate({"batch_size": 64, "precision": "bf16_autocast"}))
+    report = HarnessReport(measurement=_measured(32), knobs_applied={"batch_size": False, "autocast_dtype": True,
+                                                                      "autocast_device": True})
+    from autotune.records import TrialResult
+
+    result = TrialResult(status="ok", plan=plan, knobs=knob_effects(plan, report, []))
+    batch, precision = result.knobs
+    assert batch.took_effect is False and "made no DataLoader" in batch.detail
+    assert precision.took_effect is True
+    assert result.warnings == [f"batch_size=64: {batch.detail}"]
+    assert "warnings" in result.model_dump(mode="json")

@@ -43,6 +43,7 @@ from autotune.records import (
     Failure,
     FailureCategory,
     HarnessReport,
+    INTERCEPTIONS,
     TrialSpec,
 )
 from autotune.workers import isa_probe
@@ -79,6 +80,8 @@ class TrialRuntime:
         self._orig_module_call: Callable | None = None
         self._orig_torch_compile: Callable | None = None
         self.params = dict(spec.plan.params)
+        #: The runtime knobs the harness found what to apply to (a DataLoader, the model).
+        self.applied: set[str] = set()
 
     # -- the optional API (autotune.report / autotune.step) ----------------------------------
     def on_report(self, metrics: dict[str, float]) -> None:
@@ -118,6 +121,7 @@ class TrialRuntime:
         from torch.utils.data.dataloader import _BaseDataLoaderIter
 
         knobs = self.knobs
+        applied = self.applied
         orig_init = DataLoader.__init__
         signature = inspect.signature(orig_init)
 
@@ -126,8 +130,10 @@ class TrialRuntime:
             a = bound.arguments
             if knobs.batch_size is not None and a.get("batch_sampler") is None:
                 a["batch_size"] = knobs.batch_size
+                applied.add("batch_size")
             if knobs.num_workers is not None:
                 a["num_workers"] = knobs.num_workers
+                applied.add("num_workers")
                 if knobs.num_workers == 0:
                     # These options are only valid with worker processes.
                     a.pop("prefetch_factor", None)
@@ -207,6 +213,7 @@ class TrialRuntime:
 
         self.backends.xla = xm
         clock = self.clock
+        runtime = self
         orig_sync = torch_xla.sync
 
         def sync(*args: Any, **kwargs: Any) -> Any:
@@ -226,6 +233,7 @@ class TrialRuntime:
             def pl_init(loader: Any, *args: Any, **kwargs: Any) -> None:
                 bound = inspect.signature(orig_pl_init).bind(loader, *args, **kwargs)
                 bound.arguments["batches_per_execution"] = bpe
+                runtime.applied.add("batches_per_execution")
                 orig_pl_init(*bound.args, **bound.kwargs)
 
             pl.ParallelLoader.__init__ = pl_init
@@ -262,6 +270,7 @@ class TrialRuntime:
             if model is None:
                 return lambda m: compile_(m)
             runtime.user_compiled = True
+            runtime.applied.add("compile")
             if spec.backend == "eager":
                 return model
             return orig_compile(model, **runtime._compile_kwargs(spec))
@@ -292,6 +301,7 @@ class TrialRuntime:
         target = getattr(module, "_orig_mod", module)  # a model the script compiled itself
         self.model = target
         knobs = self.knobs
+        self.applied.update(("compile", "autocast_dtype", "autocast_device", "model_dtype"))
         if knobs.model_dtype:
             dtype = getattr(torch, knobs.model_dtype)
             target.to(dtype)
@@ -368,6 +378,8 @@ class TrialRuntime:
         r.compile.graphs_after_warmup = self.clock.graphs_after_warmup
         r.compile.compile_seconds = self.backends.compile_seconds()
         r.compile.cache_hits, r.compile.cache_misses = self.backends.cache_counts()
+        r.knobs_applied = {knob: knob in self.applied for knob, value in self.knobs.model_dump().items()
+                           if value not in (None, False) and INTERCEPTIONS.get(knob, ("", None))[1] is not None}
         if r.exit_code is not None and r.measurement is not None:
             # The script ran its steps and was measured, then exited with an error code of its own
             # (an accuracy target a short run cannot meet): the measurement stands.

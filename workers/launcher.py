@@ -34,6 +34,7 @@ from autotune.records import (
 )
 from autotune.targets import failure_patterns, get_target
 from autotune.workers import multiprocess
+from autotune.workers.knob_effects import knob_effects
 
 #: What a failed trial's result keeps of its log: the last lines, at most so many characters.
 LOG_TAIL_LINES = 40
@@ -124,6 +125,7 @@ def run_trial(
     result = TrialResult(status="failed", plan=plan, script_args=spec.args, wall_seconds=wall,
                          log_path=str(log_path), log_tail=log_tail, peak_host_memory_bytes=peak or None,
                          started_at=started_at, ended_at=time.time(), ranks=multiprocess.rank_results(ranks))
+    result.knobs = knob_effects(plan, report, ranks)
     if report is not None:
         result.measurement = report.measurement
         result.compile = report.compile

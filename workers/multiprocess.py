@@ -84,6 +84,9 @@ def combine(main: HarnessReport | None, ranks: list[HarnessReport]) -> HarnessRe
     out.stopped_early = out.stopped_early or any(r.stopped_early for r in ranks)
     if out.exit_code is None:
         out.exit_code = next((r.exit_code for r in ranks if r.exit_code is not None), None)
+    for r in ranks:  # a knob was applied where any process found what it changes
+        for knob, applied in r.knobs_applied.items():
+            out.knobs_applied[knob] = out.knobs_applied.get(knob, False) or applied
     failed = next((r for r in ranks if r.failure is not None), None)
     if out.failure is None and failed is not None:
         out.failure = failed.failure.model_copy(update={"reason": f"rank {failed.rank}: {failed.failure.reason}"})

@@ -79,7 +79,7 @@ def test_each_trial_runs_the_script_with_its_batch_size_and_the_best_is_a_comman
         batch = r.plan.params["batch_size"]
         assert r.ok and r.measurement is not None and r.measurement.samples_per_step == batch
         assert r.script_args == ["--batch_size", str(batch), "--epochs", "1000"]
-        assert r.plan.knobs.batch_size is None
+        assert r.plan.knobs.batch_size is None and r.warnings == []
     # The configuration is the same whichever way its batch size is applied.
     assert {config_key(r.plan.params) for r in ran} == {config_key({"batch_size": b, "mode": "eager"})
                                                           for b in (16, 64)}
