@@ -19,6 +19,7 @@ from pydantic import BaseModel, ConfigDict, Field, ValidationError, ValidationIn
 
 from autotune.errors import InvalidConfigError
 from autotune.objectives import Constraint, objective
+from autotune.space.parameters import check_flag
 from autotune.targets import TARGETS
 
 SAMPLERS = ("autotune", "tpe", "random", "qmc")
@@ -51,6 +52,11 @@ class JobConfig(BaseModel):
                                                 "neuron-trn1, neuron-inf2, neuron-trn2).")
     platform: str | None = Field(None, description="Neuron platform: trn1, trn1n, inf2, trn2.")
     sets: dict[str, Any] = Field(default_factory=dict, description="Fix a parameter, KEY=VALUE; repeatable.")
+    arg: list[str] = Field(default_factory=list, description=(
+        "Give a parameter to the script as a flag of its own, PARAM=FLAG (batch_size=--batch_size): each "
+        "trial runs the script with FLAG VALUE (a value its arguments already hold is replaced; a bool "
+        "parameter is the flag alone when true, no flag when false) instead of applying it the target's "
+        "way; repeatable."))
     workers: int | None = Field(None, ge=1, description="Trials at once (default: 1 on a small CPU machine; "
                                                         "NeuronCores / --cores-per-trial for Neuron).")
     cores_per_trial: int = Field(1, ge=1, description="NeuronCores each trial holds.")
@@ -155,6 +161,32 @@ class JobConfig(BaseModel):
         if value is not None and not 0 < value < math.inf:
             raise ValueError("a price is a positive number of US dollars per hour")
         return value
+
+    @field_validator("arg")
+    @classmethod
+    def _parameter_flags(cls, items: list[str]) -> list[str]:
+        names = []
+        for item in items:
+            name, flag = cls._split_arg(item)
+            try:
+                check_flag(name, flag)
+            except InvalidConfigError as exc:
+                raise ValueError(str(exc)) from None
+            names.append(name)
+        if len(set(names)) != len(names):
+            raise ValueError("a parameter is given two flags")
+        return items
+
+    @staticmethod
+    def _split_arg(item: str) -> tuple[str, str]:
+        name, sep, flag = item.partition("=")
+        if not sep or not _PARAMETER_NAME.match(name.strip()):
+            raise ValueError(f"{item!r}: expected PARAM=FLAG, for example batch_size=--batch_size")
+        return name.strip(), flag.strip()
+
+    def script_flags(self) -> dict[str, str]:
+        """``--arg`` as parameter -> flag of the script."""
+        return dict(self._split_arg(item) for item in self.arg)
 
     @field_validator("sets")
     @classmethod

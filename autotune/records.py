@@ -7,15 +7,18 @@ same way; nothing else is shared. Every record is a pydantic model so that both 
 from __future__ import annotations
 
 import enum
-from typing import Any
+from typing import Any, Literal
 
-from pydantic import BaseModel, ConfigDict, Field
+from pydantic import BaseModel, ConfigDict, Field, computed_field
 
 #: Version of the measurement protocol (warm-up detection, windows, stopping rule). Results
 #: measured under another version are not comparable and are never reused.
 PROTOCOL_VERSION = 1
 #: The parameter of a configuration that is its process count (torchrun's ``--nproc_per_node``).
 PROCESSES_PARAM = "nproc_per_node"
+#: The parameter that is the batch of one step of one process: a trial checks it against the
+#: samples per step it measured where it reaches the script as a flag of the script's own.
+BATCH_SIZE_PARAM = "batch_size"
 
 
 class FailureCategory(str, enum.Enum):
@@ -63,6 +66,91 @@ class RuntimeKnobs(BaseModel):
     threads: int | None = None
 
 
+#: What the harness changes in the script for each runtime knob, and what a script that gives it
+#: nothing to change did not do (``None``: it always can).
+_MODEL = "called no module with parameters (the model)"
+INTERCEPTIONS: dict[str, tuple[str, str | None]] = {
+    "batch_size": ("the DataLoader's batch_size", "made no DataLoader"),
+    "num_workers": ("the DataLoader's num_workers", "made no DataLoader"),
+    "batches_per_execution": ("the device loader's batches_per_execution", "made no ParallelLoader or MpDeviceLoader"),
+    "compile": ("torch.compile of the model", _MODEL),
+    "autocast_dtype": ("autocast around the model's forward", _MODEL),
+    "autocast_device": ("autocast around the model's forward", _MODEL),
+    "model_dtype": ("the model's parameters cast", _MODEL),
+    "lazy_device": ("timing windows that wait for a lazy device", None),
+    "threads": ("torch's intra-op threads", None),
+}
+
+
+class ScriptFlag(BaseModel):
+    """A parameter given to the script as a flag of its own command line (``--batch_size 128``).
+
+    A bool parameter is a switch, as argparse's ``store_true`` reads one: the flag alone when
+    true, no flag when false.
+    """
+
+    param: str
+    flag: str
+    #: The text after the flag; ``None`` for a switch.
+    value: str | None = None
+    #: ``False``: a switch that is off, taken out of the script's arguments.
+    present: bool = True
+
+    @classmethod
+    def of(cls, param: str, flag: str, value: Any) -> ScriptFlag:
+        if isinstance(value, bool):
+            return cls(param=param, flag=flag, present=value)
+        return cls(param=param, flag=flag, value=str(value))
+
+    def describe(self) -> str:
+        """``--batch_size 128``, ``--amp``, ``without --amp``."""
+        if not self.present:
+            return f"without {self.flag}"
+        return self.flag if self.value is None else f"{self.flag} {self.value}"
+
+    def apply(self, args: list[str]) -> list[str]:
+        """``args`` with this flag: where they hold it already (``--batch_size 32``,
+        ``--batch_size=32``, ``-b32``) its value is replaced in the form they wrote it, else it is
+        added at their end. What follows a ``--`` is the script's positional arguments, left as it is."""
+        end = args.index("--") if "--" in args else len(args)
+        head, tail = list(args[:end]), list(args[end:])
+        alone = [self.flag] if self.value is None else [self.flag, self.value]
+        attached = len(self.flag) == 2 and self.flag[1] != "-" and self.value is not None  # -b32
+        out: list[str] = []
+        found = False
+        i = 0
+        while i < len(head):
+            token = head[i]
+            i += 1
+            if token == self.flag:
+                if self.value is not None and i < len(head):
+                    i += 1  # its old value
+                written = alone
+            elif token.startswith(self.flag + "="):
+                written = [self.flag if self.value is None else f"{self.flag}={self.value}"]
+            elif attached and token.startswith(self.flag):
+                written = [f"{self.flag}{self.value}"]
+            else:
+                out.append(token)
+                continue
+            found = True
+            if self.present:
+                out += written
+        if not found and self.present:
+            out += alone
+        return out + tail
+
+
+class KnobRoute(BaseModel):
+    """One way a parameter reaches the script."""
+
+    kind: Literal["env var", "compiler flag", "script argument", "interception", "launch", "target"]
+    #: What it sets: the env var, the flag as given, what the harness changes, the launch command.
+    detail: str
+    #: For an interception, the runtime knobs it sets (the keys of :data:`INTERCEPTIONS`).
+    knobs: list[str] = Field(default_factory=list)
+
+
 class TrialPlan(BaseModel):
     """One configuration as applied: the canonical parameters and what they turn into."""
 
@@ -79,6 +167,19 @@ class TrialPlan(BaseModel):
     #: A command the trial's command line runs under (a compile job on Neuron runs under
     #: ``neuron_parallel_compile``); empty for a plain trial.
     wrapper: list[str] = Field(default_factory=list)
+    #: Parameters given to the script as flags of its own; the launcher runs it with
+    #: :meth:`script_args`.
+    script_flags: list[ScriptFlag] = Field(default_factory=list)
+    #: How each parameter reaches the script, as the driver planned it; an empty list: its value is
+    #: the script's own, nothing to apply. A plan made without them has none.
+    routes: dict[str, list[KnobRoute]] = Field(default_factory=dict)
+
+    def script_args(self, args: list[str]) -> list[str]:
+        """The script's arguments as this plan runs it: ``args`` with its :attr:`script_flags`."""
+        out = list(args)
+        for flag in self.script_flags:
+            out = flag.apply(out)
+        return out
 
     def model_post_init(self, _context: Any) -> None:
         if self.params.get(PROCESSES_PARAM) is not None and self.nproc_per_node == 1:
@@ -269,11 +370,30 @@ class HarnessReport(BaseModel):
     metrics: dict[str, float] = Field(default_factory=dict)
     error: str | None = None  # "ExceptionType: message" of what ended the script
     failure: Failure | None = None
+    #: The code of the script's own ``sys.exit()`` with an error code; a failure only when nothing
+    #: was measured before it.
+    exit_code: int | None = None
     #: The rank of a multi-process trial that wrote it (``RANK``, or the spawn order), else ``None``.
     rank: int | None = None
     pid: int | None = None
     #: The steady-state windows behind ``measurement``, for combining the ranks of a trial.
     windows: list[TimedWindow] = Field(default_factory=list)
+    #: Each runtime knob of the plan that needs something of the script (:data:`INTERCEPTIONS`),
+    #: and whether the harness found it (a DataLoader for the batch size, the model for a cast).
+    knobs_applied: dict[str, bool] = Field(default_factory=dict)
+
+
+class KnobEffect(BaseModel):
+    """How one parameter of a trial reached the script, and whether the trial shows that it acted."""
+
+    param: str
+    value: Any
+    routes: list[KnobRoute] = Field(default_factory=list)
+    #: ``True``: the trial shows it acted; ``False``: it never reached what it changes (a warning);
+    #: ``None``: applied, with no sign either way (an env var, a flag whose meaning is the script's).
+    took_effect: bool | None = None
+    #: What showed it, or what was missing.
+    detail: str = ""
 
 
 class RankResult(BaseModel):
@@ -294,6 +414,8 @@ class TrialResult(BaseModel):
 
     status: str  # "ok" or "failed"
     plan: TrialPlan
+    #: The arguments the script ran with: the caller's, with the plan's script flags.
+    script_args: list[str] = Field(default_factory=list)
     measurement: Measurement | None = None
     compile: CompileStats = Field(default_factory=CompileStats)
     losses: list[float] = Field(default_factory=list)
@@ -313,6 +435,17 @@ class TrialResult(BaseModel):
     ranks: list[RankResult] = Field(default_factory=list)
     #: The compile job that compiled its graphs ahead of it; ``None``: it compiled them itself.
     compile_stage: CompileStage | None = None
+    #: What a reader of a successful result should know (the script exited with an error code
+    #: after it was measured).
+    notes: list[str] = Field(default_factory=list)
+    #: How each parameter reached the script and whether it took effect.
+    knobs: list[KnobEffect] = Field(default_factory=list)
+
+    @computed_field  # type: ignore[prop-decorator]
+    @property
+    def warnings(self) -> list[str]:
+        """The parameters that never reached what they change: the trial measured the script's own."""
+        return [f"{k.param}={k.value}: {k.detail}" for k in self.knobs if k.took_effect is False]
 
     @property
     def ok(self) -> bool:

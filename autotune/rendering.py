@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import shlex
+
 from rich.console import Console
 from rich.markup import escape
 from rich.table import Table
@@ -9,7 +11,7 @@ from rich.text import Text
 
 from autotune.objectives import objective, speedup
 from autotune.pricing import Cost
-from autotune.records import TrialResult
+from autotune.records import KnobEffect, TrialResult
 
 def format_value(value: float, metric: str) -> str:
     """``850.8 samples/s`` for throughput, ``12.345 ms`` for a latency, ``0.912 accuracy`` for a
@@ -62,6 +64,19 @@ def _stop_note(result: TrialResult) -> str:
     return " (stopped the script at the measurement cap, not converged)"
 
 
+def _knob_row(knob: KnobEffect) -> tuple[Text, Text]:
+    """``batch_size=128  script argument: --batch_size 128: 128 samples per step measured``; a
+    knob that never reached the script is a warning."""
+    ways = ", ".join(dict.fromkeys(r.kind for r in knob.routes)) or "nothing to apply"
+    text = Text(f"{knob.param}={knob.value}  ", style="bold")
+    text.append(f"{ways}: ")
+    if knob.took_effect is False:
+        text.append(f"did not take effect: {knob.detail}", style="yellow")
+        return Text("warning", style="bold yellow"), text
+    text.append(knob.detail + ("" if knob.took_effect is None else " (took effect)"))
+    return Text("knob"), text
+
+
 def render_trial(result: TrialResult, console: Console) -> None:
     plan = result.plan
     t = Table.grid(padding=(0, 2))
@@ -69,6 +84,10 @@ def render_trial(result: TrialResult, console: Console) -> None:
     t.add_column(overflow="fold")  # paths and flag strings are copied from here: never cut them
     t.add_row("target", plan.target)
     t.add_row("parameters", ", ".join(f"{k}={v}" for k, v in plan.params.items()) or "(the script's own)")
+    for knob in result.knobs:
+        t.add_row(*_knob_row(knob))
+    if plan.script_flags:
+        t.add_row("script args", shlex.join(result.script_args) or "(none)")
     for k, v in plan.env.items():
         t.add_row("env" if k == next(iter(plan.env)) else "", f"{k}={v}")
     knobs = {k: v for k, v in plan.knobs.model_dump().items() if v not in (None, False)}
@@ -109,6 +128,8 @@ def render_trial(result: TrialResult, console: Console) -> None:
         t.add_row("first losses", ", ".join(f"{v:.4g}" for v in result.losses[:6]))
     t.add_row("wall time", f"{fmt_seconds(result.wall_seconds)}"
                            f"{_stop_note(result)}")
+    for note in result.notes:
+        t.add_row("note", note)
     t.add_row("log", result.log_path or "-")
     console.print(t)
     if not result.ok and result.log_tail:

@@ -12,7 +12,7 @@ from pathlib import Path
 from typing import Any
 
 from autotune.errors import AutotuneError, InvalidConfigError, ScriptError
-from autotune.records import MeasurementProtocol, TrialPlan, TrialResult
+from autotune.records import INTERCEPTIONS, KnobRoute, MeasurementProtocol, ScriptFlag, TrialPlan, TrialResult
 from autotune.space import SearchSpace, builtin_space, load_space
 from autotune.space.processes import most_processes, with_processes
 from autotune.targets import Target, resolve_target
@@ -85,6 +85,63 @@ def validate_for(target: Target, space: SearchSpace, params: dict[str, Any]) -> 
         raise
 
 
+def plan_for(target: Target, space: SearchSpace, params: dict[str, Any], *, cache_root: str | None = None,
+             base_env: dict[str, str] | None = None) -> TrialPlan:
+    """``params`` (canonical) as a trial applies them: the target's plan, in which the parameters
+    that the space gives the script as flags of its own (``arg``) take no part unless they are
+    intercepted too, those flags, and how each parameter reaches the script.
+
+    Its parameters are all of ``params`` whichever way each is applied, so that a configuration
+    keeps its keys (:func:`autotune.space.config_key`), its results and its compiled graphs."""
+    flags = {n: p.arg for n in params if (p := space.parameters.get(n)) is not None and p.arg is not None}
+    by_target = {n: v for n, v in params.items() if n not in flags or space.parameters[n].intercept}
+    plan = target.plan(by_target, base_env) if cache_root is None else \
+        target.cached_plan(by_target, cache_root, base_env)
+    plan.params = dict(params)
+    plan.script_flags = [ScriptFlag.of(n, flag, params[n]) for n, flag in flags.items()]
+    plan.routes = {n: [] for n in params}
+    plan.routes.update(_routes(target, by_target, base_env))
+    for flag in plan.script_flags:
+        plan.routes[flag.param].append(KnobRoute(kind="script argument", detail=flag.describe()))
+    return plan
+
+
+def _routes(target: Target, params: dict[str, Any], base_env: dict[str, str] | None) -> dict[str, list[KnobRoute]]:
+    """How the target applies each parameter: what its plan has that the plan without the
+    parameter (the script's own value) has not."""
+    full = target.plan(params, base_env)
+    routes: dict[str, list[KnobRoute]] = {}
+    for name in params:
+        try:
+            without = target.plan({k: v for k, v in params.items() if k != name}, base_env)
+        except AutotuneError:
+            routes[name] = [KnobRoute(kind="target", detail=f"applied by the {target.name} target")]
+            continue
+        routes[name] = _difference(full, without)
+    return routes
+
+
+def _difference(full: TrialPlan, without: TrialPlan) -> list[KnobRoute]:
+    routes: list[KnobRoute] = []
+    for key in sorted(set(full.env) | set(without.env)):
+        if full.env.get(key) == without.env.get(key):
+            continue
+        if key in (full.flags_env, without.flags_env):
+            routes.append(KnobRoute(kind="compiler flag", detail=key))
+        else:
+            routes.append(KnobRoute(kind="env var", detail=f"{key}={full.env[key]}" if key in full.env
+                                    else f"{key} unset"))
+    mine, theirs = full.knobs.model_dump(), without.knobs.model_dump()
+    by_label: dict[str, list[str]] = {}
+    for knob in mine:
+        if mine[knob] != theirs[knob]:
+            by_label.setdefault(INTERCEPTIONS.get(knob, (knob, None))[0], []).append(knob)
+    routes += [KnobRoute(kind="interception", detail=label, knobs=knobs) for label, knobs in by_label.items()]
+    if full.nproc_per_node != without.nproc_per_node:
+        routes.append(KnobRoute(kind="launch", detail=full.launch or "one process"))
+    return routes
+
+
 @dataclass
 class PreparedTrial:
     target: Target
@@ -97,19 +154,21 @@ class PreparedTrial:
 def prepare_trial(script: str | Path, *, target: str = "auto", sets: dict[str, Any] | None = None,
                   space: str | None = None, platform: str | None = None,
                   base_env: dict[str, str] | None = None, cache_root: str | None = None,
-                  nproc_per_node: int = 1) -> PreparedTrial:
+                  nproc_per_node: int = 1, flags: dict[str, str] | None = None) -> PreparedTrial:
     """Check everything and build the plan; raises :class:`AutotuneError` on bad input.
 
     With ``cache_root`` the target's compiler cache under it is wired into the plan's env; with
-    ``nproc_per_node`` above 1 the trial runs on that many processes."""
+    ``nproc_per_node`` above 1 the trial runs on that many processes; ``flags`` gives parameters to
+    the script as flags of its own (``--arg``)."""
     path = check_script(script)
     tgt = resolve_target(target, path)
-    sp, given = with_processes(load_trial_space(tgt, space, platform), dict(sets or {}), nproc_per_node)
+    sp, given = with_processes(load_trial_space(tgt, space, platform).with_flags(dict(flags or {})),
+                               dict(sets or {}), nproc_per_node)
     params = validate_for(tgt, sp, given)
     tgt.check(params)
     tgt.check_processes(most_processes(sp), 1)
     env = dict(os.environ) if base_env is None else base_env  # the user's PJRT_DEVICE, XLA_FLAGS, ...
-    plan = tgt.plan(params, env) if cache_root is None else tgt.cached_plan(params, cache_root, env)
+    plan = plan_for(tgt, sp, params, cache_root=cache_root, base_env=env)
     return PreparedTrial(tgt, sp, params, plan, path)
 
 

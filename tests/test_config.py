@@ -20,8 +20,8 @@ COMMAND = get_command(app)
 
 #: A value other than the default for every option, as ``autotune run`` parses it back.
 CHANGED = {"trials": 7, "target": "inductor", "space": "inductor", "platform": "inf2",
-           "sets": {"batch_size": "16", "mode": "eager"}, "workers": 3, "cores_per_trial": 2, "nproc_per_node": 2,
-           "compile_workers": 4, "compile_ahead": 8,
+           "sets": {"batch_size": "16", "mode": "eager"}, "arg": ["batch_size=--batch_size", "fullgraph=-f"],
+           "workers": 3, "cores_per_trial": 2, "nproc_per_node": 2, "compile_workers": 4, "compile_ahead": 8,
            "study": "s",
            "trial_timeout": 90.5, "timeout": 600.0, "sampler": "tpe", "seed": 4, "metric": "loss",
            "direction": "minimize", "memory_limit": "8GiB", "fresh": True, "retry_failed": True,

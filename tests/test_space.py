@@ -320,6 +320,10 @@ MALFORMED: dict[str, tuple[str, str, str]] = {
                            "parameter 'fullgraph': 'when': input should be a valid dictionary"),
     "target missing": (GOOD.replace("target: inductor\n", "description: no target\n"), "description",
                        "'target' must name a target"),
+    "arg that is no flag": (GOOD.replace("type: bool\n", "type: bool\n    arg: fullgraph\n"), "arg: fullgraph",
+                            "parameter 'fullgraph': 'fullgraph' is not a flag of a script's command line"),
+    "intercept without arg": (GOOD.replace("type: bool\n", "type: bool\n    intercept: true\n"), "intercept:",
+                              "parameter 'fullgraph': 'intercept' keeps the target's way"),
 }
 
 

@@ -32,9 +32,11 @@ def record_end(report: HarnessReport, exc: BaseException) -> None:
         if code in (0, None):
             report.finished = True
         else:
+            # A failure unless the trial was measured before (see TrialRuntime.finalize).
+            report.exit_code = code if isinstance(code, int) else 1
             report.error = f"SystemExit({code!r})"
             report.failure = Failure(category=FailureCategory.script_error,
-                                     reason=f"the script exited with {code!r}", exit_code=code if isinstance(code, int) else 1)
+                                     reason=f"the script exited with {code!r}", exit_code=report.exit_code)
     else:  # anything the script raised becomes a categorised failure
         text = "".join(traceback.format_exception(exc))
         sys.stderr.write(text)

@@ -7,13 +7,17 @@ What it intercepts, and why:
 
 - ``DataLoader(...)``: the trial's ``batch_size`` and ``num_workers`` replace the script's.
 - ``ParallelLoader``/``MpDeviceLoader`` (torch-xla): the trial's ``batches_per_execution``.
-- Iteration of a data loader on the main thread (or ``autotune.step()``, or as a last resort an
-  optimizer step): a step boundary, where the step clock takes its timestamps.
-- ``torch_xla.sync``: tells the clock where lazy graphs were cut, so that windows end on a cut.
+- Step boundaries, where the step clock takes its timestamps (the strongest kind seen delimits
+  the steps, :data:`~autotune.workers.step_clock.SOURCES`): ``autotune.step()``; iteration of a
+  data loader on the main thread; else a step of the loop's optimizer (the first that stepped,
+  so that a GAN's two optimizers make one step); else ``torch.autograd.backward`` (loops that
+  update their weights by hand); else a call of the model (inference).
+- ``torch_xla.sync`` (also as ``torch_xla.compile`` calls it): tells the clock where lazy graphs
+  were cut, so that windows end on a cut.
 - ``torch.nn.Module.__call__``, until the first call of a module with parameters: that module is
   the model; the harness casts it, wraps its forward in autocast, or compiles it, as the plan says.
-  Each later call of the model is a step boundary too, for loops that have no loader and no
-  optimizer (inference); a loader or an optimizer, once seen, delimits the steps instead.
+  Each later call of the model is a step boundary of the weakest kind, and the leading dimension
+  of its first tensor input is the samples of a step that no loader delimits.
 - ``torch.compile``: a script that compiles its model itself gets the trial's options instead.
 - ``Tensor.backward``: the first losses (for the numerics guard) and a NaN check at window edges.
 
@@ -39,6 +43,7 @@ from autotune.records import (
     Failure,
     FailureCategory,
     HarnessReport,
+    INTERCEPTIONS,
     TrialSpec,
 )
 from autotune.workers import isa_probe
@@ -75,6 +80,8 @@ class TrialRuntime:
         self._orig_module_call: Callable | None = None
         self._orig_torch_compile: Callable | None = None
         self.params = dict(spec.plan.params)
+        #: The runtime knobs the harness found what to apply to (a DataLoader, the model).
+        self.applied: set[str] = set()
 
     # -- the optional API (autotune.report / autotune.step) ----------------------------------
     def on_report(self, metrics: dict[str, float]) -> None:
@@ -114,6 +121,7 @@ class TrialRuntime:
         from torch.utils.data.dataloader import _BaseDataLoaderIter
 
         knobs = self.knobs
+        applied = self.applied
         orig_init = DataLoader.__init__
         signature = inspect.signature(orig_init)
 
@@ -122,8 +130,10 @@ class TrialRuntime:
             a = bound.arguments
             if knobs.batch_size is not None and a.get("batch_sampler") is None:
                 a["batch_size"] = knobs.batch_size
+                applied.add("batch_size")
             if knobs.num_workers is not None:
                 a["num_workers"] = knobs.num_workers
+                applied.add("num_workers")
                 if knobs.num_workers == 0:
                     # These options are only valid with worker processes.
                     a.pop("prefetch_factor", None)
@@ -156,14 +166,42 @@ class TrialRuntime:
             return orig(tensor, *args, **kwargs)
 
         torch.Tensor.backward = backward
+        # Tensor.backward() calls torch.autograd.backward, as a script may itself: a step boundary
+        # once the gradients are there, for loops that update their weights by hand. A backward()
+        # run inside another (reentrant checkpointing) is part of the outer one.
+        orig_autograd = torch.autograd.backward
+        clock = self.clock
+        depth = [0]
+
+        def autograd_backward(*args: Any, **kwargs: Any) -> Any:
+            runtime.training_thread = runtime.training_thread or threading.current_thread()
+            depth[0] += 1
+            try:
+                out = orig_autograd(*args, **kwargs)
+            finally:
+                depth[0] -= 1
+            if depth[0] == 0:
+                clock.boundary("backward", None)
+            return out
+
+        torch.autograd.backward = autograd_backward
 
     def _patch_optimizer(self, torch: Any) -> None:
         from torch.optim.optimizer import register_optimizer_step_post_hook
 
         runtime = self
+        #: The first parameter of the first optimizer that stepped. Only steps of an optimizer
+        #: that holds it are the loop's steps: a GAN steps two optimizers per iteration, and a
+        #: script that makes its optimizer anew (each epoch) makes it over the same parameters.
+        first: list[Any] = []
 
-        def stepped(_opt: Any, _args: Any, _kwargs: Any) -> None:
+        def stepped(opt: Any, _args: Any, _kwargs: Any) -> None:
             runtime.training_thread = runtime.training_thread or threading.current_thread()
+            param = next((p for group in opt.param_groups for p in group["params"]), None)
+            if not first:
+                first.append(param)
+            elif param is not first[0]:
+                return
             runtime.clock.boundary("optimizer", None)
 
         register_optimizer_step_post_hook(stepped)
@@ -175,6 +213,7 @@ class TrialRuntime:
 
         self.backends.xla = xm
         clock = self.clock
+        runtime = self
         orig_sync = torch_xla.sync
 
         def sync(*args: Any, **kwargs: Any) -> Any:
@@ -183,6 +222,10 @@ class TrialRuntime:
             return out
 
         torch_xla.sync = sync
+        # torch_xla.compile(step_fn) cuts the graph with its own module's sync, not the package's.
+        module = sys.modules.get("torch_xla.torch_xla")
+        if module is not None:
+            module.sync = sync
         bpe = self.knobs.batches_per_execution
         if bpe is not None:
             orig_pl_init = pl.ParallelLoader.__init__
@@ -190,6 +233,7 @@ class TrialRuntime:
             def pl_init(loader: Any, *args: Any, **kwargs: Any) -> None:
                 bound = inspect.signature(orig_pl_init).bind(loader, *args, **kwargs)
                 bound.arguments["batches_per_execution"] = bpe
+                runtime.applied.add("batches_per_execution")
                 orig_pl_init(*bound.args, **bound.kwargs)
 
             pl.ParallelLoader.__init__ = pl_init
@@ -226,6 +270,7 @@ class TrialRuntime:
             if model is None:
                 return lambda m: compile_(m)
             runtime.user_compiled = True
+            runtime.applied.add("compile")
             if spec.backend == "eager":
                 return model
             return orig_compile(model, **runtime._compile_kwargs(spec))
@@ -256,6 +301,7 @@ class TrialRuntime:
         target = getattr(module, "_orig_mod", module)  # a model the script compiled itself
         self.model = target
         knobs = self.knobs
+        self.applied.update(("compile", "autocast_dtype", "autocast_device", "model_dtype"))
         if knobs.model_dtype:
             dtype = getattr(torch, knobs.model_dtype)
             target.to(dtype)
@@ -332,6 +378,13 @@ class TrialRuntime:
         r.compile.graphs_after_warmup = self.clock.graphs_after_warmup
         r.compile.compile_seconds = self.backends.compile_seconds()
         r.compile.cache_hits, r.compile.cache_misses = self.backends.cache_counts()
+        r.knobs_applied = {knob: knob in self.applied for knob, value in self.knobs.model_dump().items()
+                           if value not in (None, False) and INTERCEPTIONS.get(knob, ("", None))[1] is not None}
+        if r.exit_code is not None and r.measurement is not None:
+            # The script ran its steps and was measured, then exited with an error code of its own
+            # (an accuracy target a short run cannot meet): the measurement stands.
+            r.failure = None
+            r.finished = True
         values = [to_float(t) for t in self.losses]
         r.losses = [v for v in values if v is not None]
         if r.failure is None and any(not math.isfinite(v) for v in r.losses):

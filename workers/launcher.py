@@ -35,11 +35,14 @@ from autotune.records import (
 )
 from autotune.targets import failure_patterns, get_target
 from autotune.workers import multiprocess
+from autotune.workers.knob_effects import knob_effects
 
 #: What a failed trial's result keeps of its log: the last lines, at most so many characters.
 LOG_TAIL_LINES = 40
 LOG_TAIL_CHARS = 6000
 PSS_EVERY_S = 2.0
+#: The lines of its log that the note on a script that exited with an error code quotes.
+LATE_EXIT_LINES = 3
 
 
 @dataclass(frozen=True)
@@ -85,7 +88,7 @@ def run_trial(
     shutil.rmtree(ranks_dir, ignore_errors=True)
     ranks_dir.mkdir()
     env = trial_env(multiprocess.divide_threads(plan), base_env)
-    spec = TrialSpec(plan=plan, script=str(Path(script).resolve()), args=list(args or []),
+    spec = TrialSpec(plan=plan, script=str(Path(script).resolve()), args=plan.script_args(list(args or [])),
                      cwd=str(Path(cwd or os.getcwd()).resolve()), result_path=str(result_path),
                      protocol=protocol or MeasurementProtocol(), seed=seed, ranks_dir=str(ranks_dir))
     rank_env = get_target(plan.target).rank_envs(env, plan.nproc_per_node, multiprocess.free_port())
@@ -127,9 +130,10 @@ def run_trial(
     log_tail = log_tail_of(log_path, lines=LOG_TAIL_LINES)[-LOG_TAIL_CHARS:]
     ranks = multiprocess.read_rank_reports(ranks_dir)
     report = multiprocess.combine(_read_report(result_path), ranks)
-    result = TrialResult(status="failed", plan=plan, wall_seconds=wall, log_path=str(log_path),
-                         log_tail=log_tail, peak_host_memory_bytes=peak or None,
+    result = TrialResult(status="failed", plan=plan, script_args=spec.args, wall_seconds=wall,
+                         log_path=str(log_path), log_tail=log_tail, peak_host_memory_bytes=peak or None,
                          started_at=started_at, ended_at=time.time(), ranks=multiprocess.rank_results(ranks))
+    result.knobs = knob_effects(plan, report, ranks)
     if report is not None:
         result.measurement = report.measurement
         result.compile = report.compile
@@ -145,6 +149,8 @@ def run_trial(
         result.failure = report.failure
     elif report is not None and (report.measurement is not None or report.metrics):
         result.status = "ok"
+        if report.exit_code is not None:
+            result.notes.append(_late_exit_note(report.exit_code, log_tail))
     elif report is not None and spec.protocol.compile_only and report.steps_seen:
         result.status = "ok"  # a compile job: its graphs are compiled, there was nothing to measure
     elif report is not None and report.steps_seen:
@@ -156,14 +162,22 @@ def run_trial(
     elif report is not None:
         result.failure = Failure(
             category=FailureCategory.script_error,
-            reason="no step was seen: the script iterated no DataLoader, took no optimizer step, "
-                   "reported no metric and never called autotune.step()",
+            reason="no step was seen: the script iterated no DataLoader, took no optimizer step, called "
+                   "no backward(), never called a module with parameters, reported no metric and never "
+                   "called autotune.step()",
             exit_code=proc.returncode)
     else:
         result.failure = _died(proc.returncode, log_tail)
     if plan.launch is not None and result.failure is not None:
         _blame_rank(result, ranks, log_path)
     return result
+
+
+def _late_exit_note(code: int, log_tail: str) -> str:
+    """What a script that exited with an error code after it was measured said last."""
+    lines = [line.strip() for line in log_tail.splitlines() if line.strip()][-LATE_EXIT_LINES:]
+    said = "; its last lines: " + " | ".join(lines) if lines else ""
+    return f"the script exited with code {code} after it was measured (the measurement stands){said}"
 
 
 def _dead_rank(plan: TrialPlan, ranks: list[HarnessReport], log_path: Path) -> Failure | None:

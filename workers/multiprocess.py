@@ -82,6 +82,11 @@ def combine(main: HarnessReport | None, ranks: list[HarnessReport]) -> HarnessRe
     if main is None:  # torchrun: the ranks are the whole trial
         out.finished = all(r.finished for r in ranks)
     out.stopped_early = out.stopped_early or any(r.stopped_early for r in ranks)
+    if out.exit_code is None:
+        out.exit_code = next((r.exit_code for r in ranks if r.exit_code is not None), None)
+    for r in ranks:  # a knob was applied where any process found what it changes
+        for knob, applied in r.knobs_applied.items():
+            out.knobs_applied[knob] = out.knobs_applied.get(knob, False) or applied
     failed = next((r for r in ranks if r.failure is not None), None)
     if out.failure is None and failed is not None:
         out.failure = failed.failure.model_copy(update={"reason": f"rank {failed.rank}: {failed.failure.reason}"})

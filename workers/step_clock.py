@@ -38,6 +38,11 @@ class NumericsFailure(BaseException):
     """The loss became NaN or infinite."""
 
 
+#: What marks a step, weakest first: a call of the model, ``Tensor.backward()``, an optimizer step,
+#: a batch of a data loader, the script's own ``autotune.step()``.
+SOURCES = ("forward", "backward", "optimizer", "loader", "explicit")
+
+
 class StepClock:
     """Turns step boundaries into timing windows and decides when the estimate is good enough.
 
@@ -53,12 +58,14 @@ class StepClock:
         self.lazy = runtime.spec.plan.knobs.lazy_device
         #: Only the ranks of a multi-process trial stop together; a lone process stops on its own.
         self.stop = RankStop(runtime.spec.ranks_dir if runtime.is_rank else None)
+        #: The leading dimension of the model's latest input: the samples of a step that no
+        #: loader delimits.
+        self.model_samples: float | None = None
         self._reset(source=None)
 
     def _reset(self, source: str | None) -> None:
-        # "explicit", "loader", "optimizer" or "forward" (a call of the model): the first kind seen
-        # delimits steps, except that the script's own marks, and a loader or an optimizer after
-        # the model's calls, take over.
+        # One of SOURCES: the first kind seen delimits steps, until a stronger one takes over
+        # (_takes_over).
         self.source = source
         self.steps = 0
         self.warming = True
@@ -88,21 +95,19 @@ class StepClock:
     def boundary(self, source: str, samples: float | None) -> None:
         if self.done or threading.current_thread() is not self.rt.training_thread:
             return
+        if source == "forward" and samples is not None:
+            self.model_samples = float(samples)
         if self.source is None:
             self.source = source
-        elif source != self.source and (source == "explicit" or self.source == "forward"):
-            # The script marks its own steps, or a loader or an optimizer shows that the model's
-            # calls were not the steps (a training loop): start measuring again on those.
-            self._reset(source)
-        elif source == "loader" and self.source == "optimizer" and self.warming:
-            # A spawned worker's loop is known by its first backward(), so its first optimizer step
-            # can come before its first batch is seen; batches carry their sample counts.
-            self._reset(source)
         elif source != self.source:
-            return
+            if not self._takes_over(source):
+                return
+            self._reset(source)
         self.steps += 1
         if samples is None:
-            samples = self.sample_counts[-1] if self.sample_counts else 1.0
+            # An optimizer step or a backward() carries no batch: its samples are those of the
+            # model's latest input (the loop slices its own tensors, or made them once).
+            samples = self.model_samples or (self.sample_counts[-1] if self.sample_counts else 1.0)
         self.sample_counts.append(float(samples))
         aligned = self.synced or not self.lazy
         if self.stop.due(self.steps):
@@ -113,6 +118,22 @@ class StepClock:
             self._measure_boundary(aligned, samples)
         if aligned:
             self.synced = False
+
+    def _takes_over(self, source: str) -> bool:
+        """Whether steps of ``source`` replace those of the source that delimits them now."""
+        if source == "explicit" or self.source == "forward":
+            # The script marks its own steps, or a training loop shows that the model's calls
+            # were not the steps (an evaluation between epochs calls the model too).
+            return True
+        if SOURCES.index(source) < SOURCES.index(self.source or "forward"):
+            return False
+        if self.source == "backward" and source == "optimizer":
+            # Several backward() calls can make one step (a GAN's three, gradient accumulation):
+            # an optimizer that steps is the loop's step, however late it shows up.
+            return True
+        # A spawned worker's loop is known by its first backward(), so its first optimizer step
+        # can come before its first batch is seen; batches carry their sample counts.
+        return source == "loader" and self.warming
 
     def on_sync(self) -> None:
         self.synced = True

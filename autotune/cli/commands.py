@@ -22,7 +22,8 @@ from autotune.records import MeasurementProtocol
 
 
 @app.command(context_settings={"help_option_names": ["-h", "--help"]})
-@config_options(RunConfig, only=("target", "sets", "space", "platform", "nproc_per_node", "memory_limit", "cache"),
+@config_options(RunConfig, only=("target", "sets", "arg", "space", "platform", "nproc_per_node", "memory_limit",
+                                 "cache"),
                 help={
     "sets": "A parameter, KEY=VALUE; repeatable.",
     "space": "Search space (a YAML file or a built-in name) that defines the parameters; default: the target's.",
@@ -64,7 +65,7 @@ def trial(
 
     prepared = prepare_trial(script, target=config.target, sets=config.sets, space=config.space,
                              platform=config.platform, cache_root=str(open_cache(config.cache).path),
-                             nproc_per_node=config.nproc_per_node)
+                             nproc_per_node=config.nproc_per_node, flags=config.script_flags())
     limits = TrialLimits(timeout_s=timeout,
                          memory_bytes=parse_size(config.memory_limit) if config.memory_limit else None)
     protocol = MeasurementProtocol(run_to_end=full_run, max_measure_seconds=max_seconds, max_measure_steps=max_steps)

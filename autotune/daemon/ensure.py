@@ -70,7 +70,8 @@ def ensure_key(script: Path, args: list[str], target: Any, run: RunOptions, spac
            "metric": run.metric, "direction": run.direction, "protocol": PROTOCOL_VERSION,
            "numerics": run.loss_tolerance if run.numerics_guard else None}
     # Only where given, so that the keys of the studies tuned for one metric stay as they were.
-    doc.update({name: getattr(run, name) for name in ("objective", "constraint", "prefer") if getattr(run, name)})
+    doc.update({name: getattr(run, name) for name in ("objective", "constraint", "prefer", "arg")
+                if getattr(run, name)})
     return hashlib.sha256(json.dumps(doc, sort_keys=True, default=str).encode()).hexdigest()
 
 

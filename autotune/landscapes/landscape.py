@@ -204,7 +204,7 @@ def record(o: RecordOptions, on_config: Callable[[ConfigRecord, int], None] | No
     """Run every configuration of ``o.space`` not yet in ``o.out``, one after the other."""
     from autotune.provenance import provenance
     from autotune.targets import resolve_target
-    from autotune.trial import check_script
+    from autotune.trial import check_script, plan_for
     from autotune.workers.launcher import TrialLimits, run_trial
 
     script = check_script(o.script)
@@ -244,7 +244,7 @@ def record(o: RecordOptions, on_config: Callable[[ConfigRecord, int], None] | No
             continue
         if o.limit is not None and recorded >= o.limit:
             break
-        plan = target.cached_plan(params, str(cache_root.resolve()))
+        plan = plan_for(target, space, params, cache_root=str(cache_root.resolve()))
         result = run_trial(plan, script, o.args, trial_dir=trials_dir / f"{index:04d}",
                            limits=TrialLimits(timeout_s=o.trial_timeout), protocol=o.protocol)
         rec = ConfigRecord.from_result(index, params, result)

@@ -9,6 +9,11 @@ A file looks like::
         type: int
         choices: [8, 16, 32, 64]
         default: null          # null keeps the script's own value: the baseline
+      per_core_batch:
+        type: int
+        choices: [8, 16]
+        arg: --batch_size      # given to the script as its own flag (--batch_size 16), not intercepted;
+                               # intercept: true would do both. A bool is a switch: the flag alone when true.
       auto_cast_type:
         type: categorical
         choices: [bf16, fp16, tf32, fp8_e4m3]

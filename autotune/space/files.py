@@ -20,7 +20,7 @@ from pydantic import (
 )
 
 from autotune.errors import InvalidConfigError, SpaceError
-from autotune.space.parameters import Parameter
+from autotune.space.parameters import FLAG, Parameter
 from autotune.space.search_space import SearchSpace
 
 _TYPES = ("categorical", "int", "float", "bool")
@@ -50,6 +50,10 @@ class ParameterSpec(BaseModel):
     #: ``{other: [values]}`` (or one value): active only when each named parameter has one of them.
     when: dict[str, Any] = Field(default_factory=dict)
     description: str = ""
+    #: A flag of the script's own command line that takes the value (``arg: --batch_size``), in
+    #: place of the target's way of applying it; ``intercept: true`` keeps that way too.
+    arg: str | None = None
+    intercept: bool = False
 
     @field_validator("type", mode="before")
     @classmethod
@@ -58,8 +62,19 @@ class ParameterSpec(BaseModel):
             raise _At(("type",), f"type must be one of {', '.join(_TYPES)}")
         return value
 
+    @field_validator("arg")
+    @classmethod
+    def _a_flag(cls, arg: str | None) -> str | None:
+        if arg is not None and not FLAG.match(arg):
+            raise _At(("arg",), f"{arg!r} is not a flag of a script's command line; write it as the script's "
+                                "argument parser does, e.g. --batch_size or -b")
+        return arg
+
     @model_validator(mode="after")
     def _values(self) -> ParameterSpec:
+        if self.intercept and self.arg is None:
+            raise _At(("intercept",), "'intercept' keeps the target's way of applying a parameter given as "
+                                      "'arg'; it needs 'arg'")
         if self.type == "bool" and self.choices is None:
             self.choices = [False, True]
         if self.choices is not None:
@@ -83,7 +98,7 @@ class ParameterSpec(BaseModel):
                          choices=tuple(self.choices) if self.choices is not None else None,
                          low=self.low, high=self.high, step=self.step, log=self.log, default=self.default,
                          when={k: tuple(v if isinstance(v, list) else [v]) for k, v in self.when.items()},
-                         description=self.description)
+                         description=self.description, arg=self.arg, intercept=self.intercept)
 
 
 class SpaceFile(BaseModel):

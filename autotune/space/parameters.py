@@ -4,6 +4,7 @@ text (``--set batch_size=16``) becomes one of its values."""
 from __future__ import annotations
 
 import math
+import re
 from dataclasses import dataclass, field
 from typing import Any, Literal
 
@@ -26,6 +27,11 @@ class Parameter:
     #: Active only when each named parameter has one of the listed values.
     when: dict[str, tuple[Any, ...]] = field(default_factory=dict)
     description: str = ""
+    #: A flag of the script's own command line (``--batch_size``) that takes the value instead of
+    #: the target's way of applying it (:class:`~autotune.records.ScriptFlag`).
+    arg: str | None = None
+    #: With ``arg``: applied the target's way (an interception, an env var) as well.
+    intercept: bool = False
 
     def coerce(self, value: Any) -> Any:
         """Turn a value (possibly a ``--set`` string) into this parameter's type, or raise."""
@@ -65,6 +71,18 @@ class Parameter:
 
     def is_active(self, params: dict[str, Any]) -> bool:
         return all(params.get(other) in allowed for other, allowed in self.when.items())
+
+
+#: A flag as a script's argument parser spells it: ``--batch_size``, ``--batch-size``, ``-b``.
+FLAG = re.compile(r"^(-[A-Za-z0-9]|--[A-Za-z0-9][A-Za-z0-9_.-]*)$")
+
+
+def check_flag(name: str, flag: str) -> str:
+    """``flag`` if it can be a flag of a script's command line, else an :class:`InvalidConfigError`."""
+    if not FLAG.match(flag):
+        raise InvalidConfigError(f"parameter {name!r}: {flag!r} is not a flag of a script's command line; "
+                                 "write it as the script's argument parser does, e.g. --batch_size or -b")
+    return flag
 
 
 def _to_bool(value: Any) -> bool:

@@ -3,11 +3,12 @@ the known-good configurations; it checks configurations and makes them canonical
 
 from __future__ import annotations
 
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from typing import Any
 
 from autotune.errors import InvalidConfigError, SpaceError
-from autotune.space.parameters import Parameter
+from autotune.records import PROCESSES_PARAM
+from autotune.space.parameters import Parameter, check_flag
 
 
 @dataclass
@@ -81,6 +82,23 @@ class SearchSpace:
         space.fixed = space.validate(new_fixed, allow_inactive=True)
         space.known_good = list(self.known_good)
         return space
+
+    def with_flags(self, flags: dict[str, str]) -> SearchSpace:
+        """A copy of this space whose named parameters are given to the script as these flags of
+        its own (``--arg batch_size=--batch_size``), in place of the target's way."""
+        parameters = dict(self.parameters)
+        for name, flag in flags.items():
+            if name == PROCESSES_PARAM:
+                raise InvalidConfigError(f"--arg {name}={flag}: {name} is the process count of torchrun, "
+                                         "which starts the script; it cannot be a flag of the script")
+            if name not in parameters:
+                known = ", ".join(sorted(parameters)) or "none"
+                raise InvalidConfigError(f"--arg {name}={flag}: unknown parameter {name!r} for target "
+                                         f"{self.target}; known parameters: {known} (a parameter of the "
+                                         "script's alone is declared in a search-space file)")
+            parameters[name] = replace(parameters[name], arg=check_flag(name, flag))
+        return SearchSpace(self.target, parameters, self.platform, self.description, dict(self.fixed),
+                           list(self.known_good), self.source)
 
     @property
     def free_parameters(self) -> list[Parameter]:

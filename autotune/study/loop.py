@@ -61,7 +61,7 @@ from autotune.study.results import (
 )
 from autotune.study.storage import HEARTBEAT_S, open_storage, open_study
 from autotune.targets import Target, resolve_target
-from autotune.trial import check_script, load_trial_space, validate_for
+from autotune.trial import check_script, load_trial_space, plan_for, validate_for
 from autotune.units import parse_size
 from autotune.trial_attrs import StudyAttrs, TrialAttrs, trial_attrs, write
 
@@ -82,8 +82,8 @@ class Study:
         self.o = options
         self.script = check_script(options.script)
         self.target: Target = resolve_target(options.target, self.script)
-        base_space, sets = with_processes(load_trial_space(self.target, options.space, options.platform),
-                                          options.sets, options.nproc_per_node)
+        base_space, sets = with_processes(load_trial_space(self.target, options.space, options.platform)
+                                          .with_flags(options.script_flags()), options.sets, options.nproc_per_node)
         validate_for(self.target, base_space, {k: v for k, v in sets.items() if k not in base_space.parameters})
         self.space: SearchSpace = base_space.restrict(sets)
         self.processes = most_processes(self.space)
@@ -329,7 +329,7 @@ class Study:
         if remembered is not None and (remembered.ok or not self.o.retry_failed):
             self._told.tell(trial, remembered.model_dump_json(), None, from_cache=True)
             return "reused"
-        plan = self.target.cached_plan(params, str(self.cache.path))
+        plan = plan_for(self.target, self.space, params, cache_root=str(self.cache.path))
         if self.o.retry_failed:
             self.target.retry_failed_compile(plan)
         else:
@@ -365,7 +365,8 @@ class Study:
                  plan: TrialPlan | None = None) -> TrialRequest:
         """What a worker needs to run one trial of ``params``."""
         return TrialRequest(
-            plan=plan or self.target.cached_plan(params, str(self.cache.path)), script=str(self.script),
+            plan=plan or plan_for(self.target, self.space, params, cache_root=str(self.cache.path)),
+            script=str(self.script),
             args=list(self.o.args), cwd=os.getcwd(), trial_dir=str(trial_dir.resolve()),
             timeout_s=self.o.trial_timeout, memory_bytes=self.memory_limit, protocol=protocol,
             seed=self.o.seed or 0)

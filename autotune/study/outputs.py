@@ -86,6 +86,9 @@ class BestConfig(BaseModel):
     #: plain ``python``, one process.
     launch: str | None = None
     nproc_per_node: int = 1
+    #: The script's arguments with its tuned flags, where some parameter is a flag of the script's
+    #: own (``--arg``); ``None``: the script runs with the arguments it was tuned with.
+    script_args: list[str] | None = None
     metric: str = "throughput"
     #: The mean of the configuration's measurements (one, or more with ``--confirm``).
     value: float
@@ -121,13 +124,16 @@ class BestConfig(BaseModel):
 
     def env_lines(self) -> list[str]:
         """``export`` lines: the env vars, the parameters as JSON for ``autotune.params()``, and
-        one ``AUTOTUNE_<KNOB>`` per runtime knob for scripts that read their own settings; for a
-        job of several processes, how to start it (``AUTOTUNE_LAUNCH``), since the batch size is
-        each process's."""
+        one ``AUTOTUNE_<KNOB>`` per runtime knob for scripts that read their own settings; where
+        parameters are flags of the script, its arguments with them (``AUTOTUNE_SCRIPT_ARGS``,
+        shell words: ``eval "python train.py $AUTOTUNE_SCRIPT_ARGS"``); for a job of several processes, how
+        to start it (``AUTOTUNE_LAUNCH``), since the batch size is each process's."""
         lines = [f"export {k}={shlex.quote(str(v))}" for k, v in self.env.items()]
         lines.append(f"export AUTOTUNE_PARAMS={shlex.quote(json.dumps(self.params, sort_keys=True))}")
         for name, value in self.params.items():
             lines.append(f"export AUTOTUNE_{name.upper()}={shlex.quote(_shell_value(value))}")
+        if self.script_args is not None:
+            lines.append(f"export AUTOTUNE_SCRIPT_ARGS={shlex.quote(shlex.join(self.script_args))}")
         if self.launch:
             lines.append(f"export AUTOTUNE_LAUNCH={shlex.quote(self.launch)}")
             lines.append(f"export AUTOTUNE_NPROC_PER_NODE={self.nproc_per_node}")

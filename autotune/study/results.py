@@ -181,6 +181,7 @@ def best_config(study: Any, name: str, prov: dict[str, Any] | None = None) -> Be
         compiler_flags=plan.compiler_flags if plan else None,
         knobs={k: v for k, v in (plan.knobs.model_dump() if plan else {}).items() if v not in (None, False)},
         launch=plan.launch if plan else None, nproc_per_node=plan.nproc_per_node if plan else 1,
+        script_args=plan.script_args(list(stored.args or [])) if plan and plan.script_flags else None,
         metric=names[_preferred(study)], value=value, measurements=values,
         objectives=_named_values(names, t), constraints=list(stored.constraints or []),
         front=[FrontPoint(trial=p.number, params=_params(p), values=_named_values(names, p))

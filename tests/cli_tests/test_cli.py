@@ -92,6 +92,36 @@ def test_human_output(tmp_path: Path, write_script) -> None:
 
 
 @pytest.mark.slow
+def test_a_batch_size_given_as_the_scripts_flag_changes_what_it_does(tmp_path: Path) -> None:
+    proc = autotune("trial", SCRIPTS / "sliced_batches.py", "--json", "--set", "batch_size=64", "--arg",
+                    "batch_size=--batch_size", "--max-seconds", "1", "--cache", tmp_path / "cache",
+                    "--trial-dir", tmp_path / "trial", "--", "--batch_size", "8", cwd=tmp_path)
+    assert proc.returncode == 0, proc.stderr
+    result = TrialResult.model_validate(json.loads(proc.stdout))
+    assert result.script_args == ["--batch_size", "64"]  # the script's own 8 replaced
+    assert result.measurement is not None and result.measurement.samples_per_step == 64
+    assert "batch_size=64" in (tmp_path / "trial" / "trial.log").read_text()  # what the script printed
+    (knob,) = result.knobs
+    assert knob.took_effect is True and [r.kind for r in knob.routes] == ["script argument"]
+    assert result.plan.knobs.batch_size is None and result.warnings == []
+
+
+@pytest.mark.slow
+def test_a_batch_size_that_never_reached_the_script_is_a_warning(tmp_path: Path) -> None:
+    args = ("trial", SCRIPTS / "sliced_batches.py", "--set", "batch_size=64", "--max-seconds", "1",
+            "--cache", tmp_path / "cache", "--trial-dir", tmp_path / "trial")
+    proc = autotune(*args, cwd=tmp_path)
+    assert proc.returncode == 0, proc.stderr
+    warning = row(proc.stdout, "warning")
+    assert warning.startswith("batch_size=64") and "did not take effect" in warning
+    proc = autotune(*args, "--json", cwd=tmp_path)
+    result = TrialResult.model_validate(json.loads(proc.stdout))
+    assert result.measurement is not None and result.measurement.samples_per_step == 32  # the script's own
+    (warning,) = json.loads(proc.stdout)["warnings"]
+    assert warning.startswith("batch_size=64: the script made no DataLoader")
+
+
+@pytest.mark.slow
 def test_failed_trial_exits_1(tmp_path: Path) -> None:
     proc = autotune("trial", SCRIPTS / "raises.py", "--trial-dir", tmp_path / "trial", cwd=tmp_path)
     assert proc.returncode == 1, proc.stdout + proc.stderr
