@@ -100,12 +100,17 @@ def run_trial(
     started = time.monotonic()
     watchdog: Failure | None = None
     peak = 0
+    command = multiprocess.trial_command(plan, spec_path)
     with open(log_path, "wb") as log:
-        proc = subprocess.Popen(
-            multiprocess.trial_command(plan, spec_path),
-            cwd=spec.cwd, env=env, stdin=subprocess.DEVNULL, stdout=log, stderr=subprocess.STDOUT,
-            start_new_session=True,  # its own process group: a kill reaches the children too
-        )
+        try:
+            proc = subprocess.Popen(
+                command, cwd=spec.cwd, env=env, stdin=subprocess.DEVNULL, stdout=log, stderr=subprocess.STDOUT,
+                start_new_session=True,  # its own process group: a kill reaches the children too
+            )
+        except OSError as exc:  # the command a compile job runs under is not on this node
+            return TrialResult(status="failed", plan=plan, log_path=str(log_path), started_at=started_at,
+                               failure=Failure(category=FailureCategory.crash,
+                                               reason=f"cannot start {command[0]} on this node: {exc.strerror}"))
         tree = _Tree(proc.pid)
         limit = limits.memory_limit()
         held = _Pause(proc.pid, pause)

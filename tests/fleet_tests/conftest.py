@@ -30,9 +30,10 @@ from pathlib import Path
 
 import pytest
 
-#: What each node declares: its NeuronCores and its instance type (a custom resource).
+#: What each node declares: its NeuronCores and its instance type (a custom resource); the second
+#: also a compile worker's place (``--compile-ahead``).
 HEAD = {"neuron_cores": 2, "trn1.2xlarge": 1}
-SECOND = {"neuron_cores": 4, "trn1.32xlarge": 1}
+SECOND = {"neuron_cores": 4, "trn1.32xlarge": 1, "compile_slots": 1}
 
 _STATUS = """
 import json, sys, ray

@@ -85,3 +85,17 @@ def test_a_compile_job_only_compiles_and_stops_while_a_cpu_trial_measures(name, 
     assert job.trial.trial_dir == "/tmp/study/trials/0003-compile" and measure.trial_dir == request.trial_dir
     assert job.cache_root == "/cache" and job.artifact_key == "k" * 64
     assert job.pause_while_measuring is pauses
+
+
+def test_a_compile_job_on_a_node_without_neuron_parallel_compile_says_so(tmp_path, monkeypatch):
+    from autotune.workers.launcher import TrialLimits, run_trial
+
+    monkeypatch.setenv("PATH", str(tmp_path))  # no Neuron SDK here, nor anything else
+    target = get_target("neuron")
+    job, _ = target.compile_ahead(target.plan({"path": "xla"}, {}), "trn1")
+    script = tmp_path / "train.py"
+    script.write_text("print('never runs')\n")
+    result = run_trial(job, script, trial_dir=tmp_path / "trial", limits=TrialLimits(timeout_s=60),
+                       protocol=MeasurementProtocol(compile_only=True))
+    assert not result.ok
+    assert result.failure.reason == "cannot start neuron_parallel_compile on this node: No such file or directory"
