@@ -10,7 +10,11 @@ Runs the inductor ViT example (``examples/vit_train.py``, compiled configuration
 
 and prints, per configuration, the cold compile time, the compile job's wall and compiler time
 and the compile time its measure job still paid, with its ratio to the cold compile (target: at
-most 0.10), and the study's cache hit rate. Then the xla ViT example (``examples/vit_xla_train.py``) with ``--compile-workers
+most 0.10), and the study's cache hit rate. Then what a compile beside a measurement does to it:
+each configuration's throughput in its trial of its own (nothing beside it), in the study (the next
+configuration's compile job stopped while it measured), and, for the first configuration, in a
+trial with a compile of another configuration running beside it unstopped (one thread, as a
+compile job). Then the xla ViT example (``examples/vit_xla_train.py``) with ``--compile-workers
 1``: on PJRT_DEVICE=CPU the study says why it compiles in its trials instead (torch-xla 2.9 cannot
 read back XLA:CPU's persistent cache), and the compile time each trial paid is printed as it is.
 
@@ -21,6 +25,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import os
 import statistics
 import subprocess
 import sys
@@ -50,16 +55,35 @@ def study(base: Path, name: str, example: str, target: str, trials: int, *extra:
     return wall, json.loads(proc.stdout)
 
 
-def cold_compile(work: Path, params: dict) -> float:
-    """A configuration's compile time in a trial of its own, on an empty cache root."""
-    work.mkdir()
+def alone(work: Path, params: dict, env: dict | None = None) -> dict:
+    """A configuration in a trial of its own, on the cache root ``work/cache`` (empty the first time)."""
+    work.mkdir(exist_ok=True)
     sets = [a for k, v in params.items() for a in ("--set", f"{k}={v}")]
     cmd = [sys.executable, "-m", "autotune.cli", "trial", str(ROOT / "examples" / "vit_train.py"), "--target",
            "inductor", "--space", str(work.parent / "space.yaml"), *sets, "--cache", str(work / "cache"), "--json"]
-    proc = subprocess.run(cmd, cwd=work, capture_output=True, text=True)
+    proc = subprocess.run(cmd, cwd=work, capture_output=True, text=True, env=env)
     if proc.returncode != 0:
         sys.exit(f"autotune trial failed ({proc.returncode}):\n{proc.stderr[-3000:]}")
-    return json.loads(proc.stdout)["compile"]["compile_seconds"]
+    return json.loads(proc.stdout)
+
+
+def beside_a_compile(work: Path, params: dict) -> dict:
+    """``params`` measured (its graphs cached) while another configuration compiles beside it on one
+    thread, as a compile job does, not stopped."""
+    other = {"batch_size": 16, "mode": "max-autotune-no-cudagraphs"}
+    sets = [a for k, v in other.items() for a in ("--set", f"{k}={v}")]
+    (work / "other").mkdir(exist_ok=True)
+    env = {**os.environ, "OMP_NUM_THREADS": "1", "TORCHINDUCTOR_COMPILE_THREADS": "1"}
+    compiling = subprocess.Popen([sys.executable, "-m", "autotune.cli", "trial", str(ROOT / "examples" / "vit_train.py"),
+                                  "--target", "inductor", "--space", str(work.parent / "space.yaml"), *sets,
+                                  "--cache", str(work / "other" / "cache"), "--json"],
+                                 cwd=work / "other", env=env, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+    try:
+        time.sleep(8)  # past its start-up: compiling
+        return alone(work, params)
+    finally:
+        compiling.kill()
+        compiling.wait()
 
 
 def _key(t: dict) -> str:
@@ -80,23 +104,35 @@ def main() -> None:
           f"{farm_wall:.0f} s (one machine: compiles stop while a trial measures)")
     print(f"{'configuration':58s} {'cold compile':>13s} {'compile job':>12s} {'(compiler)':>11s} "
           f"{'measure compile':>16s} {'measure / cold':>15s}")
-    ratios = []
+    ratios, rows = [], []
     for t in farm["trials"]:
         if t["state"] != "COMPLETE":
             continue
-        cold_s = cold_compile(base / f"cold-{t['number']}", t["params"])
+        own = alone(base / f"alone-{t['number']}", t["params"])
+        cold_s = own["compile"]["compile_seconds"]
         stage = t.get("compile_stage") or {}
         ratio = t["measure_compile_seconds"] / cold_s if cold_s else float("nan")
         ratios.append(ratio)
+        rows.append((t, own))
         compiler = stage.get("compile_seconds")
         print(f"{_key(t):58s} {cold_s:11.1f} s {t['compile_stage_seconds']:10.1f} s "
               f"{compiler if compiler is not None else float('nan'):9.1f} s {t['measure_compile_seconds']:14.1f} s "
-              f"{ratio:15.3f}")
+              f"{ratio:15.3f}", flush=True)
     rate = farm.get("cache_hit_rate")
     worst = max(ratios) if ratios else float("nan")
     print(f"cache hit rate of the measure jobs: {rate:.0%}" if rate is not None else "cache hit rate: not counted")
     print(f"measure-stage compile / cold compile: median {statistics.median(ratios):.3f}, worst {worst:.3f} "
           f"(target <= 0.10: {'PASS' if worst <= 0.10 else 'FAIL'})")
+    print()
+    print(f"{'configuration':58s} {'alone':>15s} {'compiles stopped':>17s} {'beside a compile':>17s}")
+    for i, (t, own) in enumerate(rows):
+        solo = own["measurement"]["throughput"]
+        line = f"{_key(t):58s} {solo:9.1f} sam/s {t['throughput'] / solo:16.3f}x"
+        if i == 0:
+            disturbed = beside_a_compile(base / f"alone-{t['number']}", t["params"])["measurement"]["throughput"]
+            line += f" {disturbed / solo:16.3f}x"
+        print(line, flush=True)
+    print("(ratios to the throughput alone; the interval of each trial is in its --json)")
     if not args.no_xla:
         print()
         wall, xla = study(base, "xla", "vit_xla_train.py", "xla", 2, "--compile-workers", "1")
