@@ -202,7 +202,7 @@ class AutotuneSampler(BaseSampler):
         import optuna
 
         maximize = study.direction == optuna.study.StudyDirection.MAXIMIZE
-        history, in_flight = _history(study)
+        history, in_flight = measured_history(study)
         taken = {config_key(c) for c, *_ in history} | {config_key(c) for c in self._picked.values()} | in_flight
         candidates = [c for c in self._candidates(history) if config_key(c) not in taken]
         if not candidates:
@@ -333,7 +333,7 @@ def _transform(value: float, maximize: bool) -> float:
     return v if maximize else -v
 
 
-def _history(study: Any) -> tuple[list[tuple[dict[str, Any], float | None, dict[str, float]]], set[str]]:
+def measured_history(study: Any) -> tuple[list[tuple[dict[str, Any], float | None, dict[str, float]]], set[str]]:
     """Each distinct finished configuration as (config, value or None if it failed, its costs),
     and the keys of the configurations in flight."""
     import optuna
