@@ -99,6 +99,31 @@ def show_cmd(
                   f"  {r.key}", highlight=False, soft_wrap=True)
 
 
+@landscape_app.command("surrogate", context_settings={"help_option_names": ["-h", "--help"]})
+def surrogate_cmd(
+    path: Path = typer.Argument(..., help="A landscape file."),
+    folds: int = typer.Option(5, help="Folds of the held-out check."),
+    seed: int = typer.Option(0, help="Seed of the models and of the folds."),
+) -> None:
+    """Fit a surrogate of a recorded landscape (models that answer every configuration of its
+    space), print its error on recorded configurations it was not fitted on, and its best.
+
+    Needs scikit-learn: pip install "autotune[bench]".
+    """
+    from autotune.landscapes.landscape import load_landscape
+    from autotune.landscapes.surrogate import SurrogateLandscape, held_out_error
+
+    landscape = load_landscape(path)
+    out = Console()
+    out.print(held_out_error(landscape, folds=folds, seed=seed).line(), highlight=False, soft_wrap=True)
+    surrogate = SurrogateLandscape(landscape, seed=seed)
+    best, recorded = surrogate.best(), landscape.best()
+    out.print(f"its best, over {surrogate.best_basis}: {best.throughput:,.1f} samples/s at {best.key}",
+              highlight=False, soft_wrap=True)
+    out.print(f"the recording's best: {recorded.throughput:,.1f} samples/s at {recorded.key}", highlight=False,
+              soft_wrap=True)
+
+
 @landscape_app.command("replay", context_settings={"help_option_names": ["-h", "--help"]})
 def replay_cmd(
     path: Path = typer.Argument(..., help="A landscape file."),

@@ -28,6 +28,7 @@ from __future__ import annotations
 import json
 import math
 import os
+import statistics
 import time
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -37,7 +38,7 @@ from autotune.atomic_file import write_atomic
 from autotune.errors import AutotuneError
 from autotune.records import MeasurementProtocol, TrialResult
 from autotune.search.configurations import enumerate_space, grid_size, sample_space
-from autotune.space import SearchSpace, config_key, load_space, parse_space
+from autotune.space import SearchSpace, compile_key, config_key, load_space, parse_space
 
 FORMAT_VERSION = 1
 
@@ -147,6 +148,28 @@ class Landscape:
     @property
     def compile_cache_persists(self) -> bool:
         return bool(self.header.get("compile_cache_persists", False))
+
+    @property
+    def size(self) -> int:
+        """How many configurations a study on it can measure."""
+        return len(self.records)
+
+    @property
+    def warm_compile_ratio(self) -> float:
+        """A compile that loads its graphs from the cache over the same graphs' cold compile: the
+        median over the graphs recorded both ways (a ``num_workers`` twin recorded after its
+        compile twin); 0 where none was (a cached compile then costs nothing)."""
+        cold: dict[str, float] = {}
+        warm: dict[str, float] = {}
+        for r in self.records:
+            if r.compile_seconds > 0:
+                ck = compile_key(r.params)
+                if r.compile_cached:
+                    warm[ck] = min(warm.get(ck, math.inf), r.compile_seconds)
+                else:
+                    cold[ck] = max(cold.get(ck, 0.0), r.compile_seconds)
+        pairs = [warm[k] / cold[k] for k in warm if cold.get(k, 0) > 0]
+        return min(1.0, statistics.median(pairs)) if pairs else 0.0
 
     def best(self) -> ConfigRecord:
         ok = [r for r in self.records if r.ok]
