@@ -112,3 +112,16 @@ def test_a_landscape_whose_every_configuration_failed_has_no_surrogate() -> None
     failed = Landscape(land.header, [r for r in land.records if not r.ok], land.path)
     with pytest.raises(Exception, match="at least one recorded configuration that ran"):
         Surrogate.of(failed)
+
+
+def test_the_best_of_a_space_too_large_to_enumerate_is_searched_for(monkeypatch) -> None:
+    # As on the built-in spaces: a sample of the space and a local search from its best.
+    monkeypatch.setattr("autotune.landscapes.surrogate.MAX_ENUMERATED", 40)
+    monkeypatch.setattr("autotune.landscapes.surrogate.LOCAL_STARTS", 3)
+    land, _ = landscape(keep=0.5)
+    surrogate = SurrogateLandscape(land)
+    assert surrogate.size == 4 * 3 * 4 * 2 * 2  # the grid's bound: not enumerated
+    best = surrogate.best()
+    assert "40 sampled configurations of up to 192, and a local search from the best 3" == surrogate.best_basis
+    assert best.params == {"backend_opt_level": 3, "batch_size": 64, "fast_math": True, "precision": "bf16_model",
+                           "thunk_runtime": True}
