@@ -122,8 +122,6 @@ class Surrogate:
             raise AutotuneError("a surrogate needs at least one recorded configuration that ran")
         self.space = space
         self.encoder = ConfigEncoder(space)
-        self.records = list(records)
-        self.seed = seed
         forest = sk.ensemble.RandomForestRegressor
         X = self.encoder.encode([r.params for r in records])
         self.levels = self.encoder.level_indices([r.params for r in records])
