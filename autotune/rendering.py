@@ -230,6 +230,8 @@ def _number(value: float | None) -> str:
 def render_study(result, console: Console) -> None:
     render_trials(result.study, result.trials, result.baseline_value, result.best, console, metric=result.metric,
                   maximize=result.maximize)
+    if result.outlook is not None:
+        console.print(f"[bold]search:[/bold] {escape(result.outlook.line)}", highlight=False)
     console.print(f"measured {result.ran} trials now, reused {result.reused} earlier results; "
                   f"files in {result.out_dir}/ (best.json, best.env, trials.csv)")
     staged = [t for t in result.trials if t.compile_stage_seconds is not None]

@@ -14,8 +14,8 @@ from autotune.cli.app import app
 from autotune.config import JobConfig
 from autotune.errors import InvalidConfigError
 
-landscape_app = typer.Typer(help="Record every configuration of a small space (a landscape) and replay "
-                                 "studies on it.", no_args_is_help=True)
+landscape_app = typer.Typer(help="Record every configuration of a small space, or a sample of a large one (a "
+                                 "landscape), and replay studies on it.", no_args_is_help=True)
 app.add_typer(landscape_app, name="landscape")
 
 
@@ -33,32 +33,46 @@ def record_cmd(
     cache: Optional[Path] = typer.Option(None, help="Cache root of the recording's compiled artifacts "
                                                     "and trial logs (default: .autotune/landscapes/NAME)."),
     limit: Optional[int] = typer.Option(None, help="Record at most this many new configurations."),
+    sample: Optional[int] = typer.Option(None, help="Record N configurations of a space too large for every one: "
+                                                    "the baseline and known-good ones first, then a "
+                                                    "space-filling (Sobol) sample."),
+    seed: int = typer.Option(0, help="Seed of --sample; continue a recording with the seed it began with."),
 ) -> None:
-    """Run every configuration of SPACE once, one after the other, and store each as a line of OUT.
+    """Run every configuration of SPACE once (or a sample of it, --sample N), one after the other,
+    and store each as a line of OUT.
 
-    Configurations already in OUT are skipped, so a killed recording continues where it stopped.
+    Configurations already in OUT are skipped, so a killed recording continues where it stopped;
+    a sample recorded again with the same seed and a larger N continues with the next ones.
     """
-    from autotune.landscapes.landscape import RecordOptions, load_landscape, record, summary
+    from autotune.landscapes.landscape import (
+        RecordOptions,
+        load_landscape,
+        record,
+        recorded_configurations,
+        summary,
+    )
     from autotune.records import MeasurementProtocol
-    from autotune.search.configurations import enumerate_space
+    from autotune.search.configurations import grid_size
     from autotune.space import load_space
 
     if trial_timeout <= 0 or max_seconds <= 0 or min_windows < 1:
         raise InvalidConfigError("--trial-timeout and --max-seconds must be positive, --min-windows at least 1")
-    total = len(enumerate_space(load_space(space)))
+    options = RecordOptions(script=script, target=target, space=space, out=out, args=list(script_args or []),
+                            trial_timeout=trial_timeout, cache=cache, limit=limit, sample=sample, seed=seed,
+                            protocol=MeasurementProtocol(max_measure_seconds=max_seconds, min_windows=min_windows,
+                                                         quiet_steps=quiet_steps))
+    the_space = load_space(space)
+    total = len(recorded_configurations(the_space, options))
     before = len(load_landscape(out).records) if out.exists() and out.stat().st_size else 0
     console = Console(stderr=True)
-    console.print(f"{total} configurations, {before} recorded already")
+    of = f" (a sample, seed {seed}, of up to {grid_size(the_space):,})" if sample is not None else ""
+    console.print(f"{total} configurations{of}, {before} recorded already", highlight=False)
 
     def show(rec, n: int) -> None:
         what = f"{rec.throughput:,.1f} samples/s" if rec.ok else f"failed ({rec.category})"
         console.print(f"[{rec.index + 1}/{n}] {rec.key}  {what}  wall {rec.wall_seconds:.1f} s, "
                       f"compile {rec.compile_seconds:.1f} s", highlight=False, soft_wrap=True)
 
-    options = RecordOptions(script=script, target=target, space=space, out=out, args=list(script_args or []),
-                            trial_timeout=trial_timeout, cache=cache, limit=limit,
-                            protocol=MeasurementProtocol(max_measure_seconds=max_seconds, min_windows=min_windows,
-                                                                  quiet_steps=quiet_steps))
     landscape = record(options, on_config=show)
     typer.echo(json.dumps(summary(landscape), indent=2))
 
@@ -83,6 +97,31 @@ def show_cmd(
     for r in ranked[:10]:
         out.print(f"  {r.throughput:9.1f} samples/s  compile {r.compile_seconds:5.1f} s  wall {r.wall_seconds:5.1f} s"
                   f"  {r.key}", highlight=False, soft_wrap=True)
+
+
+@landscape_app.command("surrogate", context_settings={"help_option_names": ["-h", "--help"]})
+def surrogate_cmd(
+    path: Path = typer.Argument(..., help="A landscape file."),
+    folds: int = typer.Option(5, help="Folds of the held-out check."),
+    seed: int = typer.Option(0, help="Seed of the models and of the folds."),
+) -> None:
+    """Fit a surrogate of a recorded landscape (models that answer every configuration of its
+    space), print its error on recorded configurations it was not fitted on, and its best.
+
+    Needs scikit-learn: pip install "autotune[bench]".
+    """
+    from autotune.landscapes.landscape import load_landscape
+    from autotune.landscapes.surrogate import SurrogateLandscape, held_out_error
+
+    landscape = load_landscape(path)
+    out = Console()
+    out.print(held_out_error(landscape, folds=folds, seed=seed).line(), highlight=False, soft_wrap=True)
+    surrogate = SurrogateLandscape(landscape, seed=seed)
+    best, recorded = surrogate.best(), landscape.best()
+    out.print(f"its best, over {surrogate.best_basis}: {best.throughput:,.1f} samples/s at {best.key}",
+              highlight=False, soft_wrap=True)
+    out.print(f"the recording's best: {recorded.throughput:,.1f} samples/s at {recorded.key}", highlight=False,
+              soft_wrap=True)
 
 
 @landscape_app.command("replay", context_settings={"help_option_names": ["-h", "--help"]})

@@ -11,8 +11,16 @@ in the order the grid enumerates them (the file order of the space's parameters 
      "compile_seconds": 4.1, "warmup_seconds": 5.0, "measure_seconds": 5.2, "wall_seconds": 17.3,
      "graphs_compiled": 3, "cache_hits": 0, "cache_misses": 3, ...}
 
+A space too large to enumerate (the built-in ones) is recorded as a seeded sample of it
+(``RecordOptions.sample``, :func:`autotune.search.configurations.sample_space`): the baseline and
+the known-good configurations first, then a space-filling sequence; the header says so
+(``"sample": {"n": ..., "seed": ...}``) and each line's ``index`` is its position in the sample.
+
 Recording is resumable: configurations already in the file are skipped, so a killed recording
-continues where it stopped. Replaying a landscape is :mod:`autotune.landscapes.replay`'s job.
+continues where it stopped (and a sample recorded again with the same seed and a larger ``n``
+continues with the configurations that follow). Replaying a landscape is
+:mod:`autotune.landscapes.replay`'s job; answering configurations that were not recorded, from a
+model fitted on those that were, is :mod:`autotune.landscapes.surrogate`'s.
 """
 
 from __future__ import annotations
@@ -20,15 +28,17 @@ from __future__ import annotations
 import json
 import math
 import os
+import statistics
 import time
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Callable
 
+from autotune.atomic_file import write_atomic
 from autotune.errors import AutotuneError
 from autotune.records import MeasurementProtocol, TrialResult
-from autotune.search.configurations import enumerate_space
-from autotune.space import SearchSpace, config_key, load_space, parse_space
+from autotune.search.configurations import enumerate_space, grid_size, sample_space
+from autotune.space import SearchSpace, compile_key, config_key, load_space, parse_space
 
 FORMAT_VERSION = 1
 
@@ -139,6 +149,28 @@ class Landscape:
     def compile_cache_persists(self) -> bool:
         return bool(self.header.get("compile_cache_persists", False))
 
+    @property
+    def size(self) -> int:
+        """How many configurations a study on it can measure."""
+        return len(self.records)
+
+    @property
+    def warm_compile_ratio(self) -> float:
+        """A compile that loads its graphs from the cache over the same graphs' cold compile: the
+        median over the graphs recorded both ways (a ``num_workers`` twin recorded after its
+        compile twin); 0 where none was (a cached compile then costs nothing)."""
+        cold: dict[str, float] = {}
+        warm: dict[str, float] = {}
+        for r in self.records:
+            if r.compile_seconds > 0:
+                ck = compile_key(r.params)
+                if r.compile_cached:
+                    warm[ck] = min(warm.get(ck, math.inf), r.compile_seconds)
+                else:
+                    cold[ck] = max(cold.get(ck, 0.0), r.compile_seconds)
+        pairs = [warm[k] / cold[k] for k in warm if cold.get(k, 0) > 0]
+        return min(1.0, statistics.median(pairs)) if pairs else 0.0
+
     def best(self) -> ConfigRecord:
         ok = [r for r in self.records if r.ok]
         if not ok:
@@ -198,10 +230,30 @@ class RecordOptions:
     cache: str | Path | None = None
     trials_dir: str | Path | None = None
     limit: int | None = None  # record at most this many new configurations (a smoke test)
+    #: Record this many configurations of a seeded sample of the space instead of every one.
+    sample: int | None = None
+    seed: int = 0
+
+
+#: A space with more configurations than this is recorded as a sample (``--sample``), not a grid.
+MAX_GRID = 5000
+
+
+def recorded_configurations(space: SearchSpace, o: RecordOptions) -> list[dict[str, Any]]:
+    """What a recording runs, in order: every configuration of the space, or its sample."""
+    if o.sample is not None:
+        if o.sample < 1:
+            raise AutotuneError("--sample must be at least 1")
+        return sample_space(space, o.sample, o.seed)
+    if grid_size(space) > MAX_GRID:
+        raise AutotuneError(f"{o.space} has up to {grid_size(space):,} configurations, too many to record "
+                            "every one; record a sample of it with --sample 150")
+    return enumerate_space(space)
 
 
 def record(o: RecordOptions, on_config: Callable[[ConfigRecord, int], None] | None = None) -> Landscape:
-    """Run every configuration of ``o.space`` not yet in ``o.out``, one after the other."""
+    """Run every configuration of ``o.space`` (or of its sample, ``o.sample``) not yet in ``o.out``,
+    one after the other, in order."""
     from autotune.provenance import provenance
     from autotune.targets import resolve_target
     from autotune.trial import check_script, plan_for
@@ -212,7 +264,7 @@ def record(o: RecordOptions, on_config: Callable[[ConfigRecord, int], None] | No
     target = resolve_target(o.target, script)
     if space.target != target.name:
         raise AutotuneError(f"search space {o.space} is for target {space.target!r}, not {target.name!r}")
-    configs = enumerate_space(space)
+    configs = recorded_configurations(space, o)
     out = Path(o.out)
     out.parent.mkdir(parents=True, exist_ok=True)
     cache_root = Path(o.cache) if o.cache else Path(".autotune") / "landscapes" / out.stem
@@ -223,6 +275,9 @@ def record(o: RecordOptions, on_config: Callable[[ConfigRecord, int], None] | No
         _check_same_recording(existing.header, o, target.name)
         done = set(existing.by_key)
         _drop_torn_line(out)
+        if o.sample is not None and existing.header.get("configurations") != len(configs):  # extended
+            _rewrite_header(out, {**existing.header, "configurations": len(configs),
+                                  "sample": {"n": o.sample, "seed": o.seed}})
     else:
         header = {
             "kind": "header", "format": FORMAT_VERSION, "target": target.name,
@@ -233,6 +288,7 @@ def record(o: RecordOptions, on_config: Callable[[ConfigRecord, int], None] | No
             # What of the recording's environment decides its figures (threads on a shared machine).
             "env": {k: os.environ[k] for k in _recorded_env() if k in os.environ},
             "configurations": len(configs), "started_at": time.time(),
+            **({"sample": {"n": o.sample, "seed": o.seed}} if o.sample is not None else {}),
             "provenance": provenance(target, script, o.args),
         }
         with open(out, "w") as fh:
@@ -271,6 +327,20 @@ def _check_same_recording(header: dict[str, Any], o: RecordOptions, target: str)
     if header.get("target") != target or header.get("args") != list(o.args) or not same_space:
         raise AutotuneError(f"{o.out} holds a recording of another target, space or script arguments; "
                             "choose another --out to record this one")
+    sample = header.get("sample")
+    if (sample is None) != (o.sample is None) or (sample is not None and sample.get("seed") != o.seed):
+        was = f"a sample of seed {sample.get('seed')} (--sample N --seed {sample.get('seed')})" if sample \
+            else "every configuration (no --sample)"
+        raise AutotuneError(f"{o.out} holds {was}; continue it as it was begun, or choose another --out")
+
+
+def _rewrite_header(path: Path, header: dict[str, Any]) -> None:
+    lines = path.read_text().splitlines(keepends=True)
+    for i, line in enumerate(lines):
+        if line.strip() and json.loads(line).get("kind") == "header":
+            lines[i] = json.dumps(header, sort_keys=True) + "\n"
+            break
+    write_atomic(path, "".join(lines))
 
 
 def _drop_torn_line(path: Path) -> None:

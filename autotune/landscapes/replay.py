@@ -25,7 +25,6 @@ from __future__ import annotations
 import heapq
 import math
 import random
-import statistics
 import tempfile
 from dataclasses import dataclass
 from pathlib import Path
@@ -67,11 +66,10 @@ class CompileCacheModel:
             (warm if r.compile_cached else cold).setdefault(compile_key(r.params), []).append(r.compile_seconds)
         self.cold = {k: max(v) for k, v in cold.items()}
         self.warm = {k: min(v) for k, v in warm.items()}
-        pairs = [self.warm[k] / self.cold[k] for k in self.warm if k in self.cold and self.cold[k] > 0]
         # Where a graph was only ever recorded cold (or only warm), the other price comes from
         # the ratio measured on the graphs recorded both ways; with no such pair, a cached
         # compile costs nothing.
-        self.warm_ratio = min(1.0, statistics.median(pairs)) if pairs else 0.0
+        self.warm_ratio = landscape.warm_compile_ratio
 
     def cold_compile(self, r: ConfigRecord) -> float:
         ck = compile_key(r.params)
@@ -220,7 +218,7 @@ def replay_study(landscape: Landscape | str | Path, *, trials: int | None = None
 
     opts = StudyOptions(script=_script_path(land), args=list(land.header.get("args", [])),
                         target=land.target, space=_space_file(land, work, exhaustive),
-                        trials=trials or len(land.records),
+                        trials=trials or land.size,
                         storage=f"sqlite:///{work / 'replay.db'}", out=work / "out", cache=work / "cache",
                         pool_factory=factory, **options)
     result = (study_class or Study)(opts).run()

@@ -40,7 +40,7 @@ class Trace:
 
 def simulate(landscape: Landscape, sampler: Any, *, starting_points: list[dict[str, Any]] | None = None,
              max_trials: int | None = None, max_duplicates: int = 50, stop_at: float | None = None,
-             early_stop: float | None = None) -> Trace:
+             min_trials: int = 0, early_stop: float | None = None) -> Trace:
     """A study on ``landscape`` driven as :class:`autotune.study.loop.Study` drives one, in memory.
 
     Same suggestion code (parameters asked in dependency order, ``null`` defaults offered as
@@ -48,7 +48,7 @@ def simulate(landscape: Landscape, sampler: Any, *, starting_points: list[dict[s
     does not count), the same user attributes for the sampler to read; one trial at a time.
     ``starting_points`` are enqueued first, as the study enqueues its baseline and known-good
     configurations (:func:`autotune.search.configurations.starting_points`). ``stop_at``: stop once a value at least this
-    high was measured (a benchmark needs no more).
+    high was measured and at least ``min_trials`` trials were (a benchmark needs no more).
 
     ``early_stop`` (a fraction; the study uses PRUNE_MARGIN) stops a measurement as soon as its
     confidence interval lies entirely below the best value so far less that fraction, as the
@@ -72,9 +72,9 @@ def simulate(landscape: Landscape, sampler: Any, *, starting_points: list[dict[s
     cache = CompileCacheModel(landscape)
     trace = Trace()
     measured: dict[str, float | None] = {}
-    limit = max_trials or len(landscape.records)
+    limit = max_trials or landscape.size
     dups = 0
-    while len(trace.steps) < limit and dups < max_duplicates and len(measured) < len(landscape.records):
+    while len(trace.steps) < limit and dups < max_duplicates and len(measured) < landscape.size:
         trial = study.ask()
         try:
             params = suggest(trial, space)
@@ -110,6 +110,6 @@ def simulate(landscape: Landscape, sampler: Any, *, starting_points: list[dict[s
             study.tell(trial, rec.throughput)
         else:
             study.tell(trial, state=optuna.trial.TrialState.FAIL)
-        if stop_at is not None and rec.ok and rec.throughput >= stop_at:
+        if stop_at is not None and len(trace.steps) >= min_trials and trace.reach(stop_at) is not None:
             break
     return trace

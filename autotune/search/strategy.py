@@ -202,7 +202,7 @@ class AutotuneSampler(BaseSampler):
         import optuna
 
         maximize = study.direction == optuna.study.StudyDirection.MAXIMIZE
-        history, in_flight = _history(study)
+        history, in_flight = measured_history(study)
         taken = {config_key(c) for c, *_ in history} | {config_key(c) for c in self._picked.values()} | in_flight
         candidates = [c for c in self._candidates(history) if config_key(c) not in taken]
         if not candidates:
@@ -216,10 +216,7 @@ class AutotuneSampler(BaseSampler):
         ok = np.array([v is not None for v in values])
         score = np.ones(len(candidates))
         if ok.sum() >= 2:
-            y = np.array([_transform(v, maximize) for v in values if v is not None])
-            gp = CategoricalGP(self.distances, self.positions if self.trend else None, self.theta_prior).fit(X[ok], y)
-            mu, sd = gp.predict(Xc)
-            score = expected_improvement(mu, sd, float(y.max())) + 1e-12
+            score = self._expected_improvement(X, ok, values, Xc, maximize) + 1e-12
         else:
             # Nothing to model yet: measure where the model, with its prior, knows least. That is
             # far from everything tried, and at the ends of ordered parameters (batch sizes).
@@ -227,13 +224,51 @@ class AutotuneSampler(BaseSampler):
                 gp = CategoricalGP(self.distances, self.positions if self.trend else None, self.theta_prior)
                 score = gp.prior_sd(X, Xc) + 1e-6
         if self.failure_model and len(X) and not ok.all():
-            runs = np.minimum(success_probability(X, ok.astype(float), Xc, self.sizes),
-                              1 - 0.95 * culprit_probability(X, ok.astype(float), Xc, self.sizes))
-            score = score * runs
+            score = score * self._runs(X, ok, Xc)
         if self.cost_power and len(X):
             score = score / self._predicted_cost(history, X, candidates, Xc) ** self.cost_power
         best = np.flatnonzero(score >= score.max() * (1 - 1e-9))
         return candidates[int(self.rng.choice(best))]
+
+    def expected_gain(self, study: Any) -> float | None:
+        """What the model expects one more trial to add: over the configurations not measured
+        yet, the largest expected improvement of the objective's log (0.05: about 5%) times the
+        chance the configuration runs. 0 when none is left; None before two trials ran, or on a
+        space with ranges (searched by TPE). The end of a study reports it
+        (:mod:`autotune.study.outlook`)."""
+        import optuna
+
+        if not self.categorical:
+            return None
+        maximize = study.direction == optuna.study.StudyDirection.MAXIMIZE
+        history, in_flight = measured_history(study)
+        values = [v for _, v, _ in history]
+        ok = np.array([v is not None for v in values])
+        if ok.sum() < 2:
+            return None
+        taken = {config_key(c) for c, *_ in history} | in_flight
+        candidates = [c for c in self._candidates(history) if config_key(c) not in taken]
+        if not candidates:
+            return 0.0
+        X, Xc = self._encode([c for c, *_ in history]), self._encode(candidates)
+        gain = self._expected_improvement(X, ok, values, Xc, maximize)
+        if self.failure_model and not ok.all():
+            gain = gain * self._runs(X, ok, Xc)
+        return float(gain.max())
+
+    def _expected_improvement(self, X: np.ndarray, ok: np.ndarray, values: list[float | None], Xc: np.ndarray,
+                              maximize: bool) -> np.ndarray:
+        """Expected improvement of the objective's log at each candidate, from the Gaussian process
+        fitted on the trials that ran (at least two)."""
+        y = np.array([_transform(v, maximize) for v in values if v is not None])
+        gp = CategoricalGP(self.distances, self.positions if self.trend else None, self.theta_prior).fit(X[ok], y)
+        mu, sd = gp.predict(Xc)
+        return expected_improvement(mu, sd, float(y.max()))
+
+    def _runs(self, X: np.ndarray, ok: np.ndarray, Xc: np.ndarray) -> np.ndarray:
+        """The chance each candidate runs, from the failures seen."""
+        return np.minimum(success_probability(X, ok.astype(float), Xc, self.sizes),
+                          1 - 0.95 * culprit_probability(X, ok.astype(float), Xc, self.sizes))
 
     def _predicted_cost(self, history: list[tuple[dict[str, Any], float | None, dict[str, float]]],
                         X: np.ndarray, candidates: list[dict[str, Any]], Xc: np.ndarray) -> np.ndarray:
@@ -333,7 +368,7 @@ def _transform(value: float, maximize: bool) -> float:
     return v if maximize else -v
 
 
-def _history(study: Any) -> tuple[list[tuple[dict[str, Any], float | None, dict[str, float]]], set[str]]:
+def measured_history(study: Any) -> tuple[list[tuple[dict[str, Any], float | None, dict[str, float]]], set[str]]:
     """Each distinct finished configuration as (config, value or None if it failed, its costs),
     and the keys of the configurations in flight."""
     import optuna

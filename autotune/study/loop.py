@@ -419,9 +419,13 @@ class Study:
         return study_summaries(self.study)
 
     def result(self) -> StudyResult:
+        from autotune.search.strategy import AutotuneSampler
+
+        sampler = self.study.sampler
+        gain = sampler.expected_gain(self.study) if isinstance(sampler, AutotuneSampler) else None
         return study_result(self.study, name=self.name, storage=self.storage_url, target=self.target.name,
                             out=self.out, provenance=self.provenance, notes=self.notes, ran=self._told.ran,
-                            reused=self._told.reused)
+                            reused=self._told.reused, space=self.space, expected_gain=gain)
 
     def write_outputs(self) -> None:
         trials = self.summaries()

@@ -13,6 +13,7 @@ from pydantic import BaseModel, ConfigDict, Field
 from autotune.config import RunConfig
 from autotune.records import MeasurementProtocol
 from autotune.objectives import speedup
+from autotune.study.outlook import SearchOutlook
 from autotune.study.outputs import BestConfig, TrialSummary
 
 DEFAULT_DIR = Path(".autotune")
@@ -49,6 +50,8 @@ class StudyResult(BaseModel):
     #: With a compile stage: the share of the measure jobs' graph lookups the compile cache answered.
     cache_hit_rate: float | None = None
     notes: list[str] = Field(default_factory=list)
+    #: What the study found and whether a longer one would likely find more, from its own trials.
+    outlook: SearchOutlook | None = None
     exit_code: int = EXIT_OK
 
 

@@ -10,7 +10,9 @@ from typing import Any
 from autotune.config import JobConfig
 from autotune.pricing import Cost, Price
 from autotune.records import TrialResult
+from autotune.space import SearchSpace
 from autotune.study.numerics import loss_deviation
+from autotune.study.outlook import search_outlook
 from autotune.study.options import EXIT_ALL_FAILED, EXIT_OK, StudyResult
 from autotune.objectives import speedup
 from autotune.study.outputs import BestConfig, FrontPoint, TrialSummary
@@ -265,9 +267,12 @@ WIDE_INTERVAL = 0.10
 
 
 def study_result(study: Any, *, name: str, storage: str, target: str, out: Path, provenance: dict[str, Any],
-                 notes: list[str], ran: int, reused: int) -> StudyResult:
-    """What a run of the study gives back: its trials, the best, the failures by category, and
-    notes on what the figures do not say by themselves."""
+                 notes: list[str], ran: int, reused: int, space: SearchSpace | None = None,
+                 expected_gain: float | None = None) -> StudyResult:
+    """What a run of the study gives back: its trials, the best, the failures by category, notes
+    on what the figures do not say by themselves, and (given the study's ``space``) whether a
+    longer study would likely find more (``expected_gain``: what autotune's sampler expects from
+    the next trial, where it ran)."""
     trials = study_summaries(study)
     best = best_config(study, name, provenance)
     by_cat: dict[str, int] = {}
@@ -289,10 +294,14 @@ def study_result(study: Any, *, name: str, storage: str, target: str, out: Path,
     if hit_rate is not None and hit_rate < 1:
         notes.append(f"the compile cache answered {hit_rate:.0%} of the measure jobs' graphs: the others were "
                      "compiled again by the measurement (see each trial's measure_compile_seconds)")
+    metric = best.metric if best else objective_names(study)[0]
+    # One objective's trials say whether its search converged; a Pareto front is another question.
+    outlook = search_outlook(trials, space, best, metric=metric, maximize=maximizes(study),
+                             expected_gain=expected_gain) if space is not None and len(study.directions) == 1 else None
     return StudyResult(study=name, storage=storage, target=target, out_dir=str(out),
-                       metric=best.metric if best else objective_names(study)[0], maximize=maximizes(study),
+                       metric=metric, maximize=maximizes(study),
                        best=best, baseline_value=baseline_value(study), trials=trials, failures_by_category=by_cat,
-                       ran=ran, reused=reused, notes=notes, cache_hit_rate=hit_rate,
+                       ran=ran, reused=reused, notes=notes, cache_hit_rate=hit_rate, outlook=outlook,
                        exit_code=EXIT_OK if best is not None else EXIT_ALL_FAILED)
 
 

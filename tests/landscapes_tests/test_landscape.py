@@ -1,4 +1,5 @@
-"""Recording a landscape: every configuration once, resumable, failures kept with their category."""
+"""Recording a landscape: every configuration once (or a seeded sample of a large space), resumable,
+failures kept with their category."""
 
 from __future__ import annotations
 
@@ -8,9 +9,15 @@ from pathlib import Path
 import pytest
 
 from autotune.errors import AutotuneError, SpaceError
-from autotune.landscapes.landscape import RecordOptions, load_landscape, record, summary
+from autotune.landscapes.landscape import (
+    RecordOptions,
+    load_landscape,
+    record,
+    recorded_configurations,
+    summary,
+)
 from autotune.records import MeasurementProtocol
-from autotune.search.configurations import enumerate_space
+from autotune.search.configurations import enumerate_space, sample_space
 from autotune.space import load_space, parse_space
 
 REPO = Path(__file__).resolve().parents[2]
@@ -78,3 +85,91 @@ def test_a_recording_continues_where_it_stopped_and_keeps_failures(tmp_path, mon
     other.write_text(SPACE)
     with pytest.raises(AutotuneError, match="another target, space"):
         record(RecordOptions(script=TINY, target="inductor", space=other, out=out))
+
+
+WIDE = """\
+target: inductor
+parameters:
+  batch_size: {type: int, choices: [16, 32, 64]}
+  num_workers: {type: int, choices: [0, 1]}
+  mode: {type: categorical, choices: [eager, default]}
+  cpp_simdlen: {type: int, choices: [128, 256], when: {mode: [default]}}
+  precision: {type: categorical, choices: [fp32, bf16_autocast], default: fp32}
+known_good:
+  - {mode: default}
+"""
+
+
+def test_a_sample_starts_with_the_baseline_and_known_good_and_keeps_the_conditions() -> None:
+    space = parse_space(WIDE)
+    configs = sample_space(space, 20, seed=3)
+    assert configs[:2] == [{"precision": "fp32"}, {"mode": "default", "precision": "fp32"}]
+    assert len({json.dumps(c, sort_keys=True) for c in configs}) == 20
+    for c in configs:
+        assert space.validate(c) == c  # valid: cpp_simdlen only with a compiled mode
+        assert "cpp_simdlen" not in c or c["mode"] == "default"
+    assert sample_space(space, 20, seed=3) == configs, "the same seed, the same sample"
+    assert sample_space(space, 30, seed=3)[:20] == configs, "a larger sample extends a smaller one"
+    assert sample_space(space, 20, seed=4) != configs
+    # every value of every parameter shows up: the sample fills the space
+    assert {c.get("batch_size") for c in configs} == {None, 16, 32, 64}
+    assert {c.get("cpp_simdlen") for c in configs} == {None, 128, 256}
+    # a space with fewer configurations than asked gives them all
+    assert len(sample_space(space, 10_000, seed=0)) == len(enumerate_space(space)) == 4 * 3 * 2 * (1 + 1 + 3)
+    assert len(sample_space(space.restrict({"num_workers": 0}), 1_000, seed=0)) == 40
+    # a grid larger than the sample whose conditions leave fewer: the sample stops short
+    narrow = parse_space(WIDE).restrict({"mode": "eager", "num_workers": 0, "precision": "fp32"})
+    assert len(sample_space(narrow, 5, seed=0)) == 4 < 5 < 4 * 3
+
+
+def test_the_built_in_spaces_are_too_large_for_a_grid(tmp_path) -> None:
+    space = REPO / "search_spaces" / "xla.yaml"
+    with pytest.raises(AutotuneError, match="record a sample of it with --sample"):
+        recorded_configurations(load_space(space), RecordOptions(script=TINY, target="xla", space=space,
+                                                                 out=tmp_path / "x.jsonl"))
+    configs = recorded_configurations(load_space(space), RecordOptions(
+        script=TINY, target="xla", space=space, out=tmp_path / "x.jsonl", sample=150))
+    assert len(configs) == 150 and configs[0] == load_space(space).defaults()
+
+
+def _fake_trial(calls: list[dict]):
+    """A stand-in for the trial launcher: no process, a throughput that depends on the batch size."""
+    from autotune.records import CompileStats, Measurement, TrialResult
+
+    def run_trial(plan, script, args, **_):
+        calls.append(dict(plan.params))
+        batch = plan.params.get("batch_size") or 8
+        m = Measurement(throughput=10.0 * batch, ci95_low=9.0 * batch, ci95_high=11.0 * batch,
+                        step_time_median=0.1, step_time_p90=0.1, samples_per_step=batch, steps_measured=10,
+                        windows=4, converged=True, warmup_steps=4, warmup_seconds=0.5)
+        return TrialResult(status="ok", plan=plan, wall_seconds=2.0, measurement=m,
+                           compile=CompileStats(graphs_compiled=1, compile_seconds=1.0))
+    return run_trial
+
+
+def test_a_sampled_recording_runs_its_sample_in_order_and_continues_it(tmp_path, monkeypatch) -> None:
+    monkeypatch.chdir(tmp_path)
+    calls: list[dict] = []
+    monkeypatch.setattr("autotune.workers.launcher.run_trial", _fake_trial(calls))
+    space_file = tmp_path / "wide.yaml"
+    space_file.write_text(WIDE)
+    out = tmp_path / "wide.jsonl"
+    options = RecordOptions(script=TINY, target="inductor", space=space_file, out=out, sample=8, seed=5, limit=3)
+    first = record(options)
+    sample = sample_space(parse_space(WIDE), 12, seed=5)
+    assert calls == sample[:3]
+    assert [r.index for r in first.records] == [0, 1, 2]
+    assert first.header["sample"] == {"n": 8, "seed": 5} and first.header["configurations"] == 8
+    options.limit = None
+    second = record(options)  # continues: the first three are not run again
+    assert calls == sample[:8] and [r.params for r in second.records] == sample[:8]
+    options.sample = 12  # a larger sample of the same seed: the four after those
+    third = record(options)
+    assert calls == sample and [r.index for r in third.records] == list(range(12))
+    assert third.header["sample"] == {"n": 12, "seed": 5} and third.header["configurations"] == 12
+    options.seed = 6
+    with pytest.raises(AutotuneError, match="a sample of seed 5"):
+        record(options)
+    options.sample = None
+    with pytest.raises(AutotuneError, match="a sample of seed 5"):
+        record(options)

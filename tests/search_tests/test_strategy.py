@@ -103,3 +103,22 @@ def test_it_samples_a_space_too_large_to_enumerate(name) -> None:
     space = builtin_space(name)
     measured = drive(AutotuneSampler(space, seed=0), space, 6, objective=lambda c: float(c.get("batch_size") or 1))
     assert len({config_key(c) for c in measured}) == 6
+
+
+def test_the_expected_gain_of_one_more_trial_shrinks_to_nothing_when_the_space_is_exhausted() -> None:
+    optuna.logging.set_verbosity(optuna.logging.WARNING)
+    sampler = AutotuneSampler(SPACE, seed=0)
+    study = optuna.create_study(direction="maximize", sampler=sampler)
+    gains = []
+    for _ in range(len(enumerate_space(SPACE))):
+        gains.append(sampler.expected_gain(study))
+        trial = study.ask()
+        config = suggest(trial, SPACE)
+        write(trial, config_key=config_key(config))
+        write(trial, counted=True)
+        value = speed(config)
+        study.tell(trial, value) if value is not None else study.tell(trial, state=optuna.trial.TrialState.FAIL)
+    assert gains[0] is None and gains[1] is None, "nothing to model before two trials ran"
+    first = next(i for i, g in enumerate(gains) if g is not None)
+    assert all(g is not None and g >= 0 for g in gains[first:]) and max(gains[first:]) > 0.05
+    assert sampler.expected_gain(study) == 0.0, "every configuration measured: nothing left to gain"

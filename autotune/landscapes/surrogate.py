@@ -1,0 +1,369 @@
+"""A surrogate of a recorded landscape: models fitted on the configurations that were measured,
+which answer any configuration of the space.
+
+A recorded landscape answers only the configurations it holds, a few hundred at most of a space
+of millions (the built-in xla space). Surrogate benchmarks of hyperparameter optimisation
+(HPOBench, YAHPO Gym) answer the rest from a regressor fitted on the recorded ones, so that
+strategies can be compared over many seeds on the whole space; this is that, for a landscape:
+
+* gradient boosting of depth-2 trees on the log of the throughput (main effects and pairs of
+  parameters that interact, as compiler flags, precision and batch size do), each recorded
+  configuration weighted by the inverse of its measurement's variance (from its 95% interval: a
+  noisy measurement counts less);
+* a random forest that classifies a configuration as ``ok`` or as one of the failure categories
+  the recording saw (``crash``, ``compile_error``, ...);
+* random forests of the spread of a measurement (the width of its interval, on a log scale) and
+  of a trial's compile seconds and other seconds (start-up, warm-up, measurement);
+* what no model predicts (windows, steps, samples per step) from the nearest recorded
+  configuration that ran.
+
+A configuration is encoded one column per level of each parameter ("unset", the script's own
+value, or inactive under its ``when``, being a level of its own), plus the value itself for a
+numeric parameter (a batch size: a tree can split on it). Why boosting for the throughput: on
+the recorded landscapes (56 and 60 configurations; 5-fold, two seeds) its median held-out error
+was 20% (xla) and 9% (inductor), against 22% and 10% for a random forest with scikit-learn's
+defaults and 36% and 11% for extra trees; on a synthetic landscape of multiplicative effects
+(``tests/landscapes_tests/test_surrogate.py``) fitted on half of it, 3 to 4% against 7 to 12%.
+The classifier and the other regressors are random forests with scikit-learn's defaults: which
+configurations fail is a matter of a flag or a pair, not of a smooth trend.
+
+:class:`SurrogateLandscape` is a :class:`~autotune.landscapes.landscape.Landscape` whose lookup is
+the surrogate, so that :func:`autotune.landscapes.simulate.simulate` and the replay pool run a
+study on it unchanged. Its answers are deterministic (a configuration always gets the same result),
+and its best is the best it predicts over the space (:meth:`SurrogateLandscape.best`).
+
+:func:`held_out_error` says how far to trust it: k-fold, each recorded configuration predicted by
+a surrogate fitted without it. Needs scikit-learn (``pip install "autotune[bench]"``).
+"""
+
+from __future__ import annotations
+
+import math
+import statistics
+from dataclasses import dataclass, replace
+from typing import Any
+
+import numpy as np
+
+from autotune.errors import AutotuneError
+from autotune.landscapes.landscape import ConfigRecord, Landscape
+from autotune.landscapes.replay import interval_sigma
+from autotune.space import Parameter, SearchSpace, config_key
+
+OK = "ok"
+#: A measurement's spread (log scale) below which it is not trusted more: a recorded interval of
+#: ±0 (a measurement with one window) must not outweigh every other record.
+SIGMA_FLOOR = 0.01
+#: Trees of each random forest (scikit-learn's default).
+TREES = 100
+#: Gradient boosting of depth-2 trees: main effects and the interactions of pairs of parameters.
+BOOSTING = {"max_depth": 2, "n_estimators": 300, "learning_rate": 0.05}
+#: The best over the space: every configuration when there are at most this many, else a sample of
+#: this many and a local search from the best of them.
+MAX_ENUMERATED = 20000
+LOCAL_STARTS = 20
+
+
+def _sklearn() -> Any:
+    try:
+        import sklearn.ensemble
+        import sklearn.model_selection
+    except ImportError:
+        raise AutotuneError('a surrogate needs scikit-learn: pip install "autotune[bench]"') from None
+    return sklearn
+
+
+class ConfigEncoder:
+    """Configurations of a space as rows of numbers: one 0/1 column per level of each free
+    parameter (``None``, unset or inactive, is a level), and the value of a numeric one."""
+
+    def __init__(self, space: SearchSpace) -> None:
+        self.params: list[Parameter] = [p for p in space.in_dependency_order() if p.name not in space.fixed]
+        for p in self.params:
+            if p.choices is None:
+                raise AutotuneError(f"{space.source}: parameter {p.name!r} is a range; a surrogate needs "
+                                    "every parameter to have 'choices'")
+        self.levels = {p.name: [None, *p.choices] for p in self.params}
+        self.numeric = {p.name for p in self.params
+                        if all(isinstance(v, (int, float)) and not isinstance(v, bool) for v in p.choices)}
+
+    def level_indices(self, configs: list[dict[str, Any]]) -> np.ndarray:
+        X = np.zeros((len(configs), len(self.params)), dtype=int)
+        for i, c in enumerate(configs):
+            for j, p in enumerate(self.params):
+                X[i, j] = _level_index(self.levels[p.name], c.get(p.name))
+        return X
+
+    def encode(self, configs: list[dict[str, Any]]) -> np.ndarray:
+        idx = self.level_indices(configs)
+        cols = []
+        for j, p in enumerate(self.params):
+            cols.append(np.eye(len(self.levels[p.name]))[idx[:, j]])
+            if p.name in self.numeric:
+                values = np.array([c.get(p.name) if c.get(p.name) is not None else -1.0 for c in configs],
+                                  dtype=float)
+                cols.append(values[:, None])
+        return np.concatenate(cols, axis=1) if cols else np.zeros((len(configs), 0))
+
+
+def _level_index(levels: list[Any], value: Any) -> int:
+    for i, level in enumerate(levels):
+        if level is value or (level == value and type(level) is type(value)):
+            return i
+    return 0
+
+
+class Surrogate:
+    """The models of one landscape's recorded configurations (see the module's docstring)."""
+
+    def __init__(self, space: SearchSpace, records: list[ConfigRecord], *, seed: int = 0) -> None:
+        sk = _sklearn()
+        if not any(r.ok for r in records):
+            raise AutotuneError("a surrogate needs at least one recorded configuration that ran")
+        self.space = space
+        self.encoder = ConfigEncoder(space)
+        forest = sk.ensemble.RandomForestRegressor
+        X = self.encoder.encode([r.params for r in records])
+        self.levels = self.encoder.level_indices([r.params for r in records])
+        labels = [OK if r.ok else (r.category or "script_error") for r in records]
+        self.labels = sorted(set(labels))
+        self.status = None
+        if len(self.labels) > 1:
+            self.status = sk.ensemble.RandomForestClassifier(n_estimators=TREES, random_state=seed, n_jobs=1)
+            self.status.fit(X, labels)
+        ok = np.array([r.ok for r in records])
+        self.ok_records = [r for r in records if r.ok]
+        sigma = np.array([max(interval_sigma(r), SIGMA_FLOOR) for r in self.ok_records])
+        y = np.log([r.throughput for r in self.ok_records])
+        self.throughput = sk.ensemble.GradientBoostingRegressor(**BOOSTING, random_state=seed)
+        self.throughput.fit(X[ok], y, sample_weight=1 / sigma ** 2 / np.mean(1 / sigma ** 2))
+        self.noise = forest(n_estimators=TREES, random_state=seed, n_jobs=1).fit(X[ok], np.log(sigma))
+        times = np.array([[math.log(r.compile_seconds + 0.1), math.log(max(r.wall_seconds - r.compile_seconds, 0) + 0.1)]
+                          for r in records])
+        self.times = forest(n_estimators=TREES, random_state=seed, n_jobs=1).fit(X, times)
+        self.ok_levels = self.levels[ok]
+        self.reasons = {lab: next(r.reason for r in records if not r.ok and (r.category or "script_error") == lab)
+                        for lab in self.labels if lab != OK}
+
+    @classmethod
+    def of(cls, landscape: Landscape, *, seed: int = 0) -> Surrogate:
+        return cls(landscape.space, landscape.records, seed=seed)
+
+    def predict_log_throughput(self, configs: list[dict[str, Any]]) -> np.ndarray:
+        return self.throughput.predict(self.encoder.encode(configs))
+
+    def predict_status(self, configs: list[dict[str, Any]]) -> list[str]:
+        return self._status(self.encoder.encode(configs))
+
+    def _status(self, X: np.ndarray) -> list[str]:
+        if self.status is None:
+            return [self.labels[0]] * len(X)
+        proba = _mean(self.status, X, proba=True)
+        return [str(label) for label in self.status.classes_[proba.argmax(axis=1)]]
+
+    def predict(self, configs: list[dict[str, Any]]) -> list[ConfigRecord]:
+        """A synthetic recorded result for each configuration (``index`` -1: never recorded)."""
+        if not configs:
+            return []
+        X = self.encoder.encode(configs)
+        status = self._status(X)
+        log_tp = self.throughput.predict(X)
+        sigma = np.exp(_mean(self.noise, X))
+        times = np.exp(_mean(self.times, X)) - 0.1
+        near = self._nearest_ok(self.encoder.level_indices(configs))
+        out = []
+        for c, st, lt, sd, (compile_s, rest_s), n in zip(configs, status, log_tp, sigma, times, near):
+            compile_s, rest_s = max(float(compile_s), 0.0), max(float(rest_s), 0.0)
+            rec = ConfigRecord(index=-1, params=dict(c), status="ok" if st == OK else "failed",
+                               compile_seconds=round(compile_s, 3), wall_seconds=round(compile_s + rest_s, 3),
+                               graphs_compiled=n.graphs_compiled, graphs_after_warmup=n.graphs_after_warmup,
+                               cache_hits=0 if n.cache_hits is not None else None,
+                               cache_misses=n.graphs_compiled if n.cache_misses is not None else None)
+            if st == OK:
+                tp = float(math.exp(lt))
+                rec = replace(rec, throughput=tp, ci95_low=tp * math.exp(-1.96 * sd), ci95_high=tp * math.exp(1.96 * sd),
+                              samples_per_step=n.samples_per_step, steps_measured=n.steps_measured,
+                              windows=n.windows, converged=n.converged, warmup_steps=n.warmup_steps,
+                              warmup_seconds=n.warmup_seconds, measure_seconds=n.measure_seconds,
+                              step_time_median=(n.samples_per_step or 0.0) / tp)
+            else:
+                rec = replace(rec, category=st, reason=f"(surrogate) as recorded: {self.reasons.get(st) or st}")
+            out.append(rec)
+        return out
+
+    def _nearest_ok(self, levels: np.ndarray) -> list[ConfigRecord]:
+        """For each row, the recorded configuration that ran with the fewest parameters different."""
+        d = (levels[:, None, :] != self.ok_levels[None, :, :]).sum(axis=2)
+        return [self.ok_records[int(i)] for i in d.argmin(axis=1)]
+
+
+def _mean(forest: Any, X: np.ndarray, proba: bool = False) -> np.ndarray:
+    """What ``forest.predict`` (``predict_proba``) gives, without its per-call overhead: a study
+    asks one configuration at a time, and scikit-learn's dispatch to the trees costs five times
+    the trees themselves on one row."""
+    X = np.asarray(X, dtype=np.float32)
+    trees = forest.estimators_
+    return sum((t.predict_proba if proba else t.predict)(X, check_input=False) for t in trees) / len(trees)
+
+
+# -- how far to trust it --------------------------------------------------------------------------
+
+@dataclass(frozen=True)
+class SurrogateError:
+    """A surrogate's error on recorded configurations it was not fitted on (k-fold)."""
+
+    records: int
+    folds: int
+    #: Held-out configurations that ran: the median of |predicted - recorded| / recorded
+    #: throughput, and Spearman's rank correlation between the two.
+    median_relative_error: float
+    rank_correlation: float
+    #: The same error for a constant guess (the median of the training folds): what the model adds.
+    constant_error: float
+    #: The median half-width of the recorded 95% intervals over throughput: no model can be much
+    #: more accurate than the measurements it is fitted on.
+    median_noise: float
+    #: The share of held-out configurations whose status (ok, or its failure category) was
+    #: predicted, and of the failed ones predicted to fail.
+    status_accuracy: float
+    failures: int
+    failures_predicted: float | None
+
+    def line(self) -> str:
+        fails = f", {self.failures_predicted:.0%} of its {self.failures} failures predicted" \
+            if self.failures_predicted is not None else ", no failures recorded"
+        return (f"surrogate held-out error ({self.folds}-fold over {self.records} recorded configurations): "
+                f"throughput median {self.median_relative_error:.1%} (a constant guess: {self.constant_error:.1%}; "
+                f"the recorded intervals' median half-width: {self.median_noise:.1%}), rank correlation "
+                f"{self.rank_correlation:.2f}; status (ok or the failure category) right for "
+                f"{self.status_accuracy:.0%}{fails}")
+
+
+def held_out_error(landscape: Landscape, *, folds: int = 5, seed: int = 0) -> SurrogateError:
+    """Each recorded configuration predicted by a surrogate fitted on the other folds."""
+    from scipy import stats
+
+    sk = _sklearn()
+    records = landscape.records
+    if len(records) < folds:
+        raise AutotuneError(f"{landscape.path}: {len(records)} configurations are too few for {folds}-fold")
+    predicted: dict[int, tuple[float, str]] = {}
+    constant: dict[int, float] = {}
+    space = landscape.space
+    for train, test in sk.model_selection.KFold(folds, shuffle=True, random_state=seed).split(records):
+        fitted = [records[i] for i in train]
+        held = [records[i] for i in test]
+        model = Surrogate(space, fitted, seed=seed)
+        log_tp = model.predict_log_throughput([r.params for r in held])
+        status = model.predict_status([r.params for r in held])
+        guess = statistics.median(r.throughput for r in fitted if r.ok)
+        for i, lt, st in zip(test, log_tp, status):
+            predicted[int(i)] = (math.exp(lt), st)
+            constant[int(i)] = guess
+    ok = [i for i, r in enumerate(records) if r.ok]
+    rel = [abs(predicted[i][0] - records[i].throughput) / records[i].throughput for i in ok]
+    const = [abs(constant[i] - records[i].throughput) / records[i].throughput for i in ok]
+    truth = [OK if r.ok else (r.category or "script_error") for r in records]
+    failed = [i for i, r in enumerate(records) if not r.ok]
+    noise = [(r.ci95_high - r.ci95_low) / 2 / r.throughput for r in records if r.ok and r.ci95_high is not None]
+    rho = stats.spearmanr([predicted[i][0] for i in ok], [records[i].throughput for i in ok]).statistic \
+        if len(ok) > 2 else math.nan
+    return SurrogateError(
+        records=len(records), folds=folds, median_relative_error=statistics.median(rel),
+        rank_correlation=float(rho), constant_error=statistics.median(const),
+        median_noise=statistics.median(noise) if noise else math.nan,
+        status_accuracy=sum(predicted[i][1] == truth[i] for i in range(len(records))) / len(records),
+        failures=len(failed),
+        failures_predicted=sum(predicted[i][1] != OK for i in failed) / len(failed) if failed else None)
+
+
+# -- a landscape that answers every configuration -------------------------------------------------
+
+class SurrogateLandscape(Landscape):
+    """The space of a recorded landscape, every configuration answered by its :class:`Surrogate`.
+
+    Compile prices follow the recording's: a configuration's predicted compile is cold, and one
+    whose graphs a replay compiled before costs it times the recording's warm/cold ratio
+    (:attr:`Landscape.warm_compile_ratio`) where the target's compile cache persists.
+    """
+
+    def __init__(self, recorded: Landscape, surrogate: Surrogate | None = None, *, seed: int = 0) -> None:
+        super().__init__({**recorded.header, "surrogate_of": recorded.path}, [], recorded.path)
+        self.recorded = recorded
+        self.surrogate = surrogate or Surrogate.of(recorded, seed=seed)
+        self.seed = seed
+        self._answers: dict[str, ConfigRecord] = {}
+        self._best: ConfigRecord | None = None
+        self.best_basis = ""
+        self._enumerated: list[dict[str, Any]] | None = None
+        from autotune.search.configurations import grid_size
+
+        self._grid = grid_size(recorded.space)
+
+    @property
+    def name(self) -> str:
+        return f"{super().name} (surrogate)"
+
+    @property
+    def size(self) -> int:
+        return len(self._all()) if self._grid <= MAX_ENUMERATED else self._grid
+
+    @property
+    def warm_compile_ratio(self) -> float:
+        return self.recorded.warm_compile_ratio
+
+    def _all(self) -> list[dict[str, Any]]:
+        if self._enumerated is None:
+            from autotune.search.configurations import enumerate_space
+
+            self._enumerated = enumerate_space(self.space)
+        return self._enumerated
+
+    def get(self, params: dict[str, Any]) -> ConfigRecord:
+        key = config_key(params)
+        if key not in self._answers:
+            self._answers[key] = self.surrogate.predict([params])[0]
+        return self._answers[key]
+
+    def answer(self, configs: list[dict[str, Any]]) -> list[ConfigRecord]:
+        """:meth:`get` for many at once (one call of each model)."""
+        todo = [c for c in configs if config_key(c) not in self._answers]
+        for c, rec in zip(todo, self.surrogate.predict(todo)):
+            self._answers[config_key(c)] = rec
+        return [self._answers[config_key(c)] for c in configs]
+
+    def best(self) -> ConfigRecord:
+        """The best configuration the surrogate predicts to run: over every configuration of the
+        space when it has at most ``MAX_ENUMERATED``, else over a sample of that many
+        (:func:`~autotune.search.configurations.sample_space`) followed by a local search (one
+        parameter changed at a time, while that helps) from the best ``LOCAL_STARTS`` of them.
+        :attr:`best_basis` says which."""
+        if self._best is not None:
+            return self._best
+        from autotune.search.configurations import sample_space
+
+        if self._grid <= MAX_ENUMERATED:
+            pool = self.answer(self._all())
+            self.best_basis = f"every one of its {len(pool):,} configurations"
+        else:
+            pool = self.answer(sample_space(self.space, MAX_ENUMERATED, self.seed))
+            ranked = sorted((r for r in pool if r.ok), key=lambda r: -r.throughput)[:LOCAL_STARTS]
+            pool = pool + [self._climb(r) for r in ranked]
+            self.best_basis = (f"{MAX_ENUMERATED:,} sampled configurations of up to {self._grid:,}, and a local "
+                               f"search from the best {LOCAL_STARTS}")
+        ok = [r for r in pool if r.ok]
+        if not ok:
+            raise AutotuneError(f"the surrogate of {self.path} predicts no configuration to run")
+        self._best = max(ok, key=lambda r: r.throughput)
+        return self._best
+
+    def _climb(self, start: ConfigRecord) -> ConfigRecord:
+        from autotune.search.by_hand import one_knob_changes
+
+        current = start
+        while True:
+            ok = [r for r in self.answer(one_knob_changes(self.space, current.params)) if r.ok]
+            better = max(ok, key=lambda r: r.throughput, default=None)
+            if better is None or better.throughput <= current.throughput:
+                return current
+            current = better

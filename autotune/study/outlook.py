@@ -1,0 +1,155 @@
+"""Would more trials help? What a study found, and whether its search looks converged, from the
+study's own trials: the line ``autotune run`` ends with, and ``StudyResult.outlook``.
+
+The evidence, each named in the line:
+
+* how many trials have passed since the best last improved by more than the measurement noise
+  (the larger relative half-width of the two 95% intervals, at least ``NOISE_FLOOR``): a best
+  that keeps improving has not converged, and one improvement inside the noise is no evidence;
+* the knobs (free parameters of the space) that no trial set away from the baseline's value: the
+  search has not looked there at all;
+* where autotune's sampler ran, the improvement its model expects from the next trial (its
+  largest expected improvement over the configurations not measured yet, times the chance each
+  runs: :meth:`autotune.search.strategy.AutotuneSampler.expected_gain`).
+
+The rule (``more_likely``, ``converged`` or ``unclear``): fewer than ``MIN_TRIALS`` trials are too
+few to call a search converged; a best that improved beyond the noise in the last
+``max(3, n/4)`` trials, a knob never tried, or a model that expects ``GAIN_LIKELY`` or more make
+more trials likely to find more; no improvement beyond the noise in the last ``max(5, n/3)``
+trials, every knob tried and a model that expects less than ``GAIN_SMALL`` (or none) make the
+search look converged; anything between is ``unclear``. It says "likely" and "looks": it reads
+the trials a study ran, and a search can always miss a narrow peak.
+"""
+
+from __future__ import annotations
+
+import math
+
+from pydantic import BaseModel, Field
+
+from autotune.objectives import objective
+from autotune.space import SearchSpace
+from autotune.study.outputs import BestConfig, TrialSummary
+
+MIN_TRIALS = 8
+#: An improvement smaller than this (relative) is never "beyond the noise", whatever the intervals.
+NOISE_FLOOR = 0.01
+GAIN_LIKELY = 0.02
+GAIN_SMALL = 0.005
+#: Failures that say nothing of the configuration: they are not trials of the search.
+_NOT_TRIED = {"invalid_config", "device_unavailable"}
+#: Objectives read from the throughput, whose interval is theirs too.
+_FROM_THROUGHPUT = {"throughput", "cost"}
+
+
+class SearchOutlook(BaseModel):
+    """What a study found, and whether a longer one would likely find more (see the module)."""
+
+    trials: int
+    best_trial: int | None = None
+    #: Trials since the best last improved beyond the measurement noise (None: nothing ran).
+    trials_since_improvement: int | None = None
+    #: Free parameters that no trial set away from the baseline's value.
+    untried_knobs: list[str] = Field(default_factory=list)
+    #: The relative improvement autotune's model expects from the next trial, where it ran.
+    expected_gain: float | None = None
+    #: ``more_likely``, ``converged`` or ``unclear``.
+    verdict: str
+    #: The ``--trials`` a longer study would ask for (it continues this one).
+    suggested_trials: int | None = None
+    line: str
+
+
+def search_outlook(trials: list[TrialSummary], space: SearchSpace, best: BestConfig | None, *,
+                   metric: str = "throughput", maximize: bool = True,
+                   expected_gain: float | None = None) -> SearchOutlook:
+    """The outlook of a study whose trials are ``trials`` (its summaries), on ``space``."""
+    tried = sorted((t for t in trials if t.duplicate_of is None and t.confirms is None and
+                    (t.state == "COMPLETE" or (t.state == "FAIL" and t.category and t.category not in _NOT_TRIED))),
+                   key=lambda t: t.number)
+    n = len(tried)
+    since = _since_improvement(tried, metric, maximize)
+    untried = _untried_knobs(tried, space)
+    more = max(2 * n, n + 10)
+    suggested = int(math.ceil(more / 10) * 10)
+    recent, quiet = max(3, n // 4), max(5, n // 3)
+    improving = since is not None and since < recent
+    expects = expected_gain is not None and expected_gain >= GAIN_LIKELY
+    if n < MIN_TRIALS:
+        verdict = "more_likely"
+    elif improving or untried or expects:
+        verdict = "more_likely"
+    elif since is not None and since >= quiet and (expected_gain is None or expected_gain < GAIN_SMALL):
+        verdict = "converged"
+    else:
+        verdict = "unclear"
+
+    found = _found(n, best, metric)
+    evidence = []
+    if since is not None:
+        evidence.append("the best improved beyond the noise at the last trial" if since == 0 else
+                        f"the best improved beyond the noise {since} trial{'s' if since > 1 else ''} ago"
+                        if since < quiet or n < MIN_TRIALS else
+                        f"no improvement beyond the noise in the last {since} trials")
+    if untried:
+        names = ", ".join(untried[:4]) + (f" and {len(untried) - 4} more" if len(untried) > 4 else "")
+        evidence.append(f"{len(untried)} knob{'s were' if len(untried) > 1 else ' was'} never tried away from "
+                        f"the baseline ({names})")
+    elif n:
+        evidence.append("every knob was tried away from the baseline")
+    if expected_gain is not None:
+        expects_what = f"{expected_gain:+.1%}" if expected_gain >= 0.001 else "less than +0.1%"
+        evidence.append(f"autotune's model expects {expects_what} from the next trial")
+    if verdict == "more_likely" and n < MIN_TRIALS:
+        conclusion = f"too few trials to tell whether the search converged: --trials {suggested} is likely to find more"
+    elif verdict == "more_likely":
+        conclusion = f"--trials {suggested} is likely to find more"
+    elif verdict == "converged":
+        conclusion = "the search looks converged"
+    else:
+        conclusion = f"a longer study (--trials {suggested}) may still find more"
+    line = found + ("; " + ", ".join(evidence) if evidence else "") + ": " + conclusion
+    return SearchOutlook(trials=n, best_trial=best.trial if best else None, trials_since_improvement=since,
+                         untried_knobs=untried, expected_gain=expected_gain, verdict=verdict,
+                         suggested_trials=None if verdict == "converged" else suggested, line=line)
+
+
+def _found(n: int, best: BestConfig | None, metric: str) -> str:
+    what = f"{n} trial{'s' if n != 1 else ''}"
+    if best is None:
+        return f"{what}: no configuration ran"
+    speed = f" ({best.speedup:.2f}x the baseline)" if best.speedup else ""
+    return f"{what}: best {objective(metric).format(best.value)}{speed} at trial {best.trial}"
+
+
+def _since_improvement(tried: list[TrialSummary], metric: str, maximize: bool) -> int | None:
+    """Trials since the last one that beat every earlier value by more than the noise (the first
+    value counts as an improvement); None when no trial gave a value."""
+    best: tuple[float, float] | None = None  # the value so far, and its noise
+    last = None
+    for i, t in enumerate(tried):
+        if t.state != "COMPLETE" or t.value is None or t.numerics_violated or t.violated:
+            continue
+        noise = _noise(t, metric)
+        if best is None:
+            best, last = (t.value, noise), i
+            continue
+        margin = max(noise, best[1], NOISE_FLOOR)
+        if (t.value > best[0] * (1 + margin)) if maximize else (t.value < best[0] * (1 - margin)):
+            last = i
+        if (t.value > best[0]) if maximize else (t.value < best[0]):
+            best = (t.value, noise)
+    return None if last is None else len(tried) - 1 - last
+
+
+def _noise(t: TrialSummary, metric: str) -> float:
+    if metric in _FROM_THROUGHPUT and t.throughput and t.ci95_low is not None and t.ci95_high is not None:
+        return (t.ci95_high - t.ci95_low) / 2 / t.throughput
+    return NOISE_FLOOR
+
+
+def _untried_knobs(tried: list[TrialSummary], space: SearchSpace) -> list[str]:
+    baseline = space.defaults()
+    names = [p.name for p in space.free_parameters]
+    changed = {name for t in tried for name in names if t.params.get(name) != baseline.get(name)}
+    return [name for name in names if name not in changed]

@@ -1,0 +1,213 @@
+"""Search strategies compared on surrogates of the recorded landscapes: trials and simulated wall
+time to within 5% and 2% of the best, and the best found after 8, 12 and 20 trials.
+
+A recorded landscape answers only the configurations it holds; a user's study searches the
+target's whole default space. Each landscape under ``landscapes/`` is fitted with a surrogate
+(:mod:`autotune.landscapes.surrogate`: models of the recorded configurations that answer any
+configuration of the landscape's space), and each strategy runs 30 seeds on it through the same
+loop and simulated clock as ``bench/search_bench.py`` (:func:`autotune.landscapes.simulate.simulate`):
+
+* ``random``: Optuna's ``RandomSampler``;
+* ``tpe``: Optuna's ``TPESampler()`` as it comes;
+* ``gp``: Optuna's ``GPSampler()`` as it comes (the slowest by far: it fits its model on every
+  trial; about 9 s of CPU per study here, where the other four take under 0.5 s, so that its 30
+  seeds on the two small landscapes take about 10 minutes on 2 cores: leave it out with
+  ``--strategies``);
+* ``autotune``: what ``autotune run`` does by default (the baseline and the space's known-good
+  configurations first, then :class:`autotune.search.strategy.AutotuneSampler`, measurements
+  stopped once clearly behind the best);
+* ``by-hand``: :class:`autotune.search.by_hand.ByHandSampler` from the baseline, one knob at a
+  time in the space's order, each change kept when it helps (deterministic: one run).
+
+"The best" is the surrogate's over the space: the best it predicts over every configuration of a
+space of at most 20,000, else over a sample of 20,000 and a local search from the best of them
+(printed with each table). Each table is printed with the surrogate's own error on held-out
+recorded configurations (5-fold), which says how far its figures can be trusted: strategies that
+differ by less than that are not told apart by it.
+
+By default the bench runs on the recordings of the targets' whole default spaces under
+``landscapes/whole/`` (``autotune landscape record --sample``, see ``landscapes/README.md``) and,
+until they exist, on the small landscapes under ``landscapes/`` (56 and 60 configurations), whose
+surrogates answer those small spaces only.
+
+The targets, for autotune's default on every surrogate: within 5% of the best in at most 12
+trials (median); at most half of default TPE's trials to within 5%; a better best than the
+by-hand method's after 8 trials (median)::
+
+    python bench/surrogate_bench.py                       # 30 seeds, every strategy
+    python bench/surrogate_bench.py --seeds 5 --strategies random,tpe,autotune,by-hand
+    python bench/surrogate_bench.py landscapes/xla-vit.jsonl
+
+Exit code 0 when every target passes, 1 otherwise.
+"""
+
+from __future__ import annotations
+
+import os
+
+# The samplers' linear algebra is small: BLAS threads only fight each other on a busy machine.
+for _var in ("OPENBLAS_NUM_THREADS", "OMP_NUM_THREADS", "MKL_NUM_THREADS"):
+    os.environ.setdefault(_var, "1")
+
+import argparse  # noqa: E402
+import functools  # noqa: E402
+import math  # noqa: E402
+import sys  # noqa: E402
+import time  # noqa: E402
+from concurrent.futures import ProcessPoolExecutor  # noqa: E402
+from dataclasses import dataclass  # noqa: E402
+from pathlib import Path  # noqa: E402
+from typing import Any  # noqa: E402
+
+REPO = Path(__file__).resolve().parents[1]
+sys.path.insert(0, str(REPO))
+
+from search_bench import (  # noqa: E402  (beside this file: the strategies both benches compare)
+    PRUNED,
+    SEEDS,
+    Strategy,
+    _autotune,
+    _fmt,
+    _gp_default,
+    _median,
+    _random,
+    _tpe_default,
+)
+
+from autotune.landscapes.landscape import load_landscape  # noqa: E402
+from autotune.landscapes.simulate import simulate  # noqa: E402
+from autotune.landscapes.surrogate import SurrogateLandscape, held_out_error  # noqa: E402
+from autotune.search.configurations import starting_points  # noqa: E402
+
+WITHIN = (0.05, 0.02)
+AFTER = (8, 12, 20)
+#: A study that has not come within 2% by then is stopped and counted as never reaching it.
+MAX_TRIALS = 60
+
+
+def _by_hand(space: Any, seed: int) -> Any:
+    from autotune.search.by_hand import ByHandSampler
+
+    return ByHandSampler(space)
+
+
+STRATEGIES = [
+    Strategy("random", _random),
+    Strategy("tpe", _tpe_default),
+    Strategy("gp", _gp_default),
+    Strategy("autotune", _autotune(), start="study", early_stop=PRUNED),
+    Strategy("by-hand", _by_hand, start="baseline", seeded=False),
+]
+
+
+@functools.lru_cache(maxsize=None)
+def surrogate(path: str) -> SurrogateLandscape:
+    """One surrogate per landscape and process (fitted in a second; its best found once)."""
+    land = SurrogateLandscape(load_landscape(path))
+    land.best()
+    return land
+
+
+@dataclass
+class Outcome:
+    #: Per level of WITHIN: (trials, simulated seconds) to a configuration that close to the best.
+    reach: dict[float, tuple[float, float]]
+    #: Per budget of AFTER: the best value found in that many trials, over the surrogate's best.
+    after: dict[int, float]
+
+
+def _one(args: tuple[str, Strategy, int, int]) -> Outcome:
+    path, strategy, seed, max_trials = args
+    land = surrogate(path)
+    best = land.best().throughput
+    points = {"study": starting_points(land.space), "baseline": starting_points(land.space)[:1]}.get(strategy.start, [])
+    trace = simulate(land, strategy.sampler(land.space, seed), starting_points=points, max_trials=max_trials,
+                     stop_at=(1 - min(WITHIN)) * best, min_trials=max(AFTER), early_stop=strategy.early_stop)
+    reach = {}
+    for w in WITHIN:
+        hit = trace.reach((1 - w) * best)
+        reach[w] = (float(hit[0]), hit[1]) if hit else (math.inf, math.inf)
+    # A study that ended before a budget (the by-hand method finished) keeps what it had.
+    after = {k: max((s.value for s in trace.steps[:k] if s.value is not None), default=0.0) / best for k in AFTER}
+    return Outcome(reach, after)
+
+
+def run(paths: list[str], strategies: list[Strategy], seeds: int, jobs: int,
+        max_trials: int) -> dict[tuple[str, str], list[Outcome]]:
+    work = [(p, s, seed, max_trials) for p in paths for s in strategies for seed in (range(seeds) if s.seeded else [0])]
+    with ProcessPoolExecutor(max_workers=jobs) as pool:
+        outcomes = list(pool.map(_one, work, chunksize=1))
+    table: dict[tuple[str, str], list[Outcome]] = {}
+    for (p, s, _, _), o in zip(work, outcomes):
+        table.setdefault((p, s.name), []).append(o)
+    return table
+
+
+def main() -> int:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("landscapes", nargs="*",
+                        help="landscape files (default: landscapes/whole/*.jsonl, else landscapes/*.jsonl)")
+    parser.add_argument("--seeds", type=int, default=SEEDS, help=f"seeds per strategy (default {SEEDS})")
+    parser.add_argument("--strategies", default=",".join(s.name for s in STRATEGIES),
+                        help="comma-separated, of: " + ", ".join(s.name for s in STRATEGIES))
+    parser.add_argument("--max-trials", type=int, default=MAX_TRIALS,
+                        help=f"stop a study that has not come within 2%% by then (default {MAX_TRIALS})")
+    parser.add_argument("--jobs", type=int, default=os.cpu_count() or 1)
+    args = parser.parse_args()
+    paths = args.landscapes or sorted(str(p) for p in (REPO / "landscapes" / "whole").glob("*.jsonl")) \
+        or sorted(str(p) for p in (REPO / "landscapes").glob("*.jsonl"))
+    by_name = {s.name: s for s in STRATEGIES}
+    unknown = [n for n in args.strategies.split(",") if n not in by_name]
+    if unknown or not paths:
+        print(f"unknown strategies {', '.join(unknown)}" if unknown else "no landscapes", file=sys.stderr)
+        return 2
+    strategies = [by_name[n] for n in args.strategies.split(",")]
+    started = time.monotonic()
+    table = run(paths, strategies, args.seeds, args.jobs, args.max_trials)
+    ok = True
+    print(f"Strategies on surrogates of the recorded landscapes (median of {args.seeds} seeds; by-hand: one run; "
+          f"a study stops at {args.max_trials} trials)\n")
+    for path in paths:
+        land = surrogate(path)
+        best = land.best()
+        print(f"{land.name}: best {best.throughput:,.1f} samples/s at {best.key}, over {land.best_basis}")
+        print("  " + held_out_error(land.recorded).line())
+        print(f"  {'strategy':10s} {'trials 5%':>9s} {'wall 5%':>8s} {'trials 2%':>9s} {'wall 2%':>8s} "
+              + " ".join(f"{'best@' + str(k):>7s}" for k in AFTER) + f" {'reached 2%':>10s}")
+        med: dict[str, dict[str, float]] = {}
+        for s in strategies:
+            rows = table[(path, s.name)]
+            m = med[s.name] = {}
+            for w in WITHIN:
+                m[f"trials{w}"] = _median([o.reach[w][0] for o in rows])
+                m[f"wall{w}"] = _median([o.reach[w][1] for o in rows])
+            for k in AFTER:
+                m[f"after{k}"] = _median([o.after[k] for o in rows])
+            reached = sum(not math.isinf(o.reach[min(WITHIN)][0]) for o in rows)
+            print(f"  {s.name:10s} {_fmt(m['trials0.05']):>9s} {_fmt(m['wall0.05'], 0):>8s} "
+                  f"{_fmt(m['trials0.02']):>9s} {_fmt(m['wall0.02'], 0):>8s} "
+                  + " ".join(f"{m[f'after{k}']:>7.3f}" for k in AFTER) + f" {reached:>6d}/{len(rows):<3d}")
+        a = med.get("autotune")
+        if a is None:
+            print()
+            continue
+        checks = [(f"autotune within 5% in at most 12 trials: {_fmt(a['trials0.05'])} <= 12", a["trials0.05"] <= 12)]
+        if "tpe" in med:
+            t = med["tpe"]["trials0.05"]
+            checks.append((f"autotune's trials to 5% at most half of tpe's: {_fmt(a['trials0.05'])} <= {t / 2:.1f}",
+                           a["trials0.05"] <= t / 2))
+        if "by-hand" in med:
+            h = med["by-hand"]["after8"]
+            tie = " (a tie: not better)" if a["after8"] == h else ""
+            checks.append((f"autotune's best after 8 trials above by-hand's: {a['after8']:.3f} > {h:.3f}{tie}",
+                           a["after8"] > h))
+        for what, passed in checks:
+            ok = ok and passed
+            print(f"  target {what}  {'PASS' if passed else 'FAIL'}")
+        print()
+    print(f"{'PASS' if ok else 'FAIL'} ({time.monotonic() - started:.0f} s)")
+    return 0 if ok else 1
+
+
+if __name__ == "__main__":
+    sys.exit(main())
