@@ -38,6 +38,22 @@ from corpus.make_data import WRITERS
 
 ROOT = Path(__file__).resolve().parent
 
+#: ``python -c`` that runs a script unchanged, as ``python SCRIPT ARGS`` would (its folder first
+#: on ``sys.path``, ``sys.argv`` its own), timing only the script: ``{startup}`` is imported before
+#: the clock starts. Its last line says how long the script ran.
+STOPWATCH = """\
+import os, runpy, sys, time
+{startup}
+sys.argv = sys.argv[1:]
+sys.path[0] = os.path.dirname(os.path.abspath(sys.argv[0]))
+started = time.perf_counter()
+try:
+    runpy.run_path(sys.argv[0], run_name="__main__")
+finally:
+    print(f"corpus stopwatch: {{time.perf_counter() - started:.6f}} s", flush=True)
+"""
+STOPWATCH_LINE = re.compile(r"^corpus stopwatch: ([0-9.]+) s$", re.MULTILINE)
+
 
 @dataclass(frozen=True)
 class DataSet:
@@ -58,29 +74,36 @@ class OwnFigure:
     - ``printed``: the script prints it; ``pattern``'s first group, the median of the matches
       after the first ``skip`` (its warm-up).
     - ``progress``: it prints progress lines, stamped with the time each one arrives (the run is
-      unbuffered). With a ``done`` group the line says how many samples are done (``epoch`` and
-      ``total`` groups: within that epoch of ``total``; ``worker``: in that process of several);
-      without, each line is ``scale`` samples more. The figure is the samples between
+      unbuffered). With a ``done`` group the line says how many samples (times ``scale``) are
+      done, within its ``epoch`` where the pattern has that group, and in its ``worker``'s process
+      where several print; without, each line is ``scale`` samples more. The figure is the samples between
       consecutive lines of one epoch and worker over the time between them, summed over the run
       after the first ``skip`` lines, so that what happens between epochs (test passes,
       checkpoints) is not in it; workers that run side by side add up.
     - ``wall``: it prints only at the end how much it did (``pattern``'s group x ``scale``
-      samples): that over the run's wall time less ``startup_seconds``, the time a plain
-      ``python -c startup`` takes.
+      samples): that over the time the script itself ran, from a stopwatch around it
+      (:data:`STOPWATCH`: ``startup``'s imports first, then the script by ``runpy`` as
+      ``__main__``, unchanged), so that starting Python and importing torch are not in it.
     """
 
     kind: str
     pattern: str
     skip: int = 0
     scale: float = 1.0
+    #: Imported before the stopwatch starts (``wall``).
     startup: str = "import torch"
 
     def __post_init__(self) -> None:
         if self.kind not in ("printed", "progress", "wall"):
             raise ValueError(f"figure kind {self.kind!r}: expected printed, progress or wall")
 
-    def read(self, lines: list[tuple[float, str]], wall_seconds: float,
-             startup_seconds: float | None = None) -> float | None:
+    def command(self, script: str, args: tuple[str, ...] | list[str]) -> list[str]:
+        """How a plain run starts the script: ``python SCRIPT ARGS``, or under the stopwatch."""
+        if self.kind == "wall":
+            return [sys.executable, "-c", STOPWATCH.format(startup=self.startup), script, *args]
+        return [sys.executable, script, *args]
+
+    def read(self, lines: list[tuple[float, str]]) -> float | None:
         """The figure from ``(arrival time, line)`` pairs, or None when the output has too little."""
         regex = re.compile(self.pattern)
         matches = [(t, m) for t, line in lines if (m := regex.search(line))]
@@ -88,9 +111,10 @@ class OwnFigure:
             values = [float(m.group(1)) for _, m in matches[self.skip:]]
             return median(values) if values else None
         if self.kind == "wall":
-            if not matches or startup_seconds is None or wall_seconds <= startup_seconds:
+            timed = [float(m.group(1)) for _, line in lines if (m := STOPWATCH_LINE.search(line))]
+            if not matches or not timed or timed[-1] <= 0:
                 return None
-            return float(matches[-1][1].group(1)) * self.scale / (wall_seconds - startup_seconds)
+            return float(matches[-1][1].group(1)) * self.scale / timed[-1]
         return self._progress(matches[self.skip:])
 
     def _progress(self, matches: list[tuple[float, re.Match[str]]]) -> float | None:
