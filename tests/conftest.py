@@ -23,6 +23,10 @@ from typing import Any
 
 import pytest
 
+#: Published scripts kept as they are (two are named test_*.py and parse sys.argv when imported):
+#: data for tests/corpus_tests/, never collected themselves.
+collect_ignore = ["corpus"]
+
 
 @pytest.fixture(scope="session", autouse=True)
 def trial_environment(tmp_path_factory: pytest.TempPathFactory) -> Iterator[None]:
