@@ -86,7 +86,12 @@ def search_outlook(trials: list[TrialSummary], space: SearchSpace, best: BestCon
 
     found = _found(n, best, metric)
     evidence = []
-    if since is not None:
+    first = next((i for i, t in enumerate(tried) if t.state == "COMPLETE" and t.value is not None), None)
+    if since is not None and first is not None and since == n - 1 - first and since > 0:
+        # The first measured trial is still the best: nothing has improved on it yet.
+        evidence.append(f"no trial beat the first one beyond the noise in the {since} trial{'s' if since > 1 else ''} "
+                        "after it")
+    elif since is not None:
         evidence.append("the best improved beyond the noise at the last trial" if since == 0 else
                         f"the best improved beyond the noise {since} trial{'s' if since > 1 else ''} ago"
                         if since < quiet or n < MIN_TRIALS else

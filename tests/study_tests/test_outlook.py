@@ -118,3 +118,11 @@ def test_the_result_of_a_study_carries_it_and_the_printout_shows_it(tmp_path) ->
     out = io.StringIO()
     render_study(result, Console(file=out, width=300))
     assert "search: 3 trials: best 300.0 samples/s (3.00x the baseline) at trial 2;" in out.getvalue()
+
+
+def test_a_first_trial_that_nothing_beat_is_not_called_an_improvement() -> None:
+    ts = trials([293.3, 216.6])
+    o = search_outlook(ts, SPACE, best_of(ts))
+    assert o.verdict == "more_likely" and o.trials_since_improvement == 1
+    assert "no trial beat the first one beyond the noise in the 1 trial after it" in o.line
+    assert "improved beyond the noise 1 trial ago" not in o.line
