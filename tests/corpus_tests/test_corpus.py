@@ -24,9 +24,6 @@ HARNESS_GAPS = {
         "no training loader: the script takes one batch from each of its two DataLoaders "
         "(next(iter(loader))) and then steps one Adam per layer; the loader, once seen, delimits the "
         "steps, so the trial fails with 'the script ended after 2 steps, all of them warm-up'"),
-    "time_sequence_prediction": (
-        "no DataLoader: the steps are LBFGS steps (optimizer.step(closure)) on the whole data set, "
-        "and the harness counts one sample a step: samples_per_step 1.0, not 7"),
     "mnist_rnn": (
         "the test pass after each epoch (a second DataLoader, 256 images, forward only under "
         "no_grad) is counted as steps of the measurement: samples_per_step about 70 to 76, not 64"),
