@@ -55,13 +55,18 @@ def study(base: Path, name: str, example: str, target: str, trials: int, *extra:
     return wall, json.loads(proc.stdout)
 
 
-def alone(work: Path, params: dict, env: dict | None = None) -> dict:
+def trial_command(work: Path, params: dict, space: Path) -> list[str]:
+    """``autotune trial`` of the inductor ViT example under ``params``, on the cache root ``work/cache``."""
+    sets = [a for k, v in params.items() for a in ("--set", f"{k}={v}")]
+    return [sys.executable, "-m", "autotune.cli", "trial", str(ROOT / "examples" / "vit_train.py"), "--target",
+            "inductor", "--space", str(space), *sets, "--cache", str(work / "cache"), "--json"]
+
+
+def alone(work: Path, params: dict) -> dict:
     """A configuration in a trial of its own, on the cache root ``work/cache`` (empty the first time)."""
     work.mkdir(exist_ok=True)
-    sets = [a for k, v in params.items() for a in ("--set", f"{k}={v}")]
-    cmd = [sys.executable, "-m", "autotune.cli", "trial", str(ROOT / "examples" / "vit_train.py"), "--target",
-           "inductor", "--space", str(work.parent / "space.yaml"), *sets, "--cache", str(work / "cache"), "--json"]
-    proc = subprocess.run(cmd, cwd=work, capture_output=True, text=True, env=env)
+    proc = subprocess.run(trial_command(work, params, work.parent / "space.yaml"), cwd=work, capture_output=True,
+                          text=True)
     if proc.returncode != 0:
         sys.exit(f"autotune trial failed ({proc.returncode}):\n{proc.stderr[-3000:]}")
     return json.loads(proc.stdout)
@@ -71,12 +76,9 @@ def beside_a_compile(work: Path, params: dict) -> dict:
     """``params`` measured (its graphs cached) while another configuration compiles beside it on one
     thread, as a compile job does, not stopped."""
     other = {"batch_size": 16, "mode": "max-autotune-no-cudagraphs"}
-    sets = [a for k, v in other.items() for a in ("--set", f"{k}={v}")]
     (work / "other").mkdir(exist_ok=True)
     env = {**os.environ, "OMP_NUM_THREADS": "1", "TORCHINDUCTOR_COMPILE_THREADS": "1"}
-    compiling = subprocess.Popen([sys.executable, "-m", "autotune.cli", "trial", str(ROOT / "examples" / "vit_train.py"),
-                                  "--target", "inductor", "--space", str(work.parent / "space.yaml"), *sets,
-                                  "--cache", str(work / "other" / "cache"), "--json"],
+    compiling = subprocess.Popen(trial_command(work / "other", other, work.parent / "space.yaml"),
                                  cwd=work / "other", env=env, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
     try:
         time.sleep(8)  # past its start-up: compiling

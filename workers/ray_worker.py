@@ -41,18 +41,23 @@ class TrialWorker:
         """Run one trial: a :class:`TrialRequest` in, a :class:`TrialResult` out, both as JSON so
         that any Ray version carries them."""
         from autotune.records import TrialRequest
-        from autotune.workers.launcher import TrialLimits, run_trial
 
         request = TrialRequest.model_validate_json(request_json)
         # A trial that measures on the host's CPUs keeps this node's compile jobs stopped.
         with measuring(get_target(request.plan.target).device_resource is None):
-            result = run_trial(
-                request.plan, request.script, request.args, trial_dir=request.trial_dir, cwd=request.cwd,
-                limits=TrialLimits(timeout_s=request.timeout_s, memory_bytes=request.memory_bytes),
-                protocol=request.protocol, seed=request.seed,
-            )
+            return self._run(request).model_dump_json()
+
+    def _run(self, request: Any, pause: Any = None) -> Any:
+        """Run ``request`` (a :class:`TrialRequest`) through the launcher; its result, placed here."""
+        from autotune.workers.launcher import TrialLimits, run_trial
+
+        result = run_trial(
+            request.plan, request.script, request.args, trial_dir=request.trial_dir, cwd=request.cwd,
+            limits=TrialLimits(timeout_s=request.timeout_s, memory_bytes=request.memory_bytes),
+            protocol=request.protocol, seed=request.seed, pause=pause,
+        )
         result.placement = dict(self.placement)
-        return result.model_dump_json()
+        return result
 
 
 class CompileWorker(TrialWorker):
@@ -67,7 +72,6 @@ class CompileWorker(TrialWorker):
     def run(self, request_json: str) -> str:
         from autotune.published import LockTimeout, Published
         from autotune.records import CompileOutcome, CompileRequest, CompileStage, Failure, FailureCategory, TrialResult
-        from autotune.workers.launcher import TrialLimits, run_trial
 
         job = CompileRequest.model_validate_json(request_json)
         request, published = job.trial, Published(job.cache_root)
@@ -76,13 +80,7 @@ class CompileWorker(TrialWorker):
                 if published.manifest(job.artifact_key) is not None:
                     stage = CompileStage(published_before=True, waited_seconds=waited, placement=dict(self.placement))
                     return CompileOutcome(stage=stage).model_dump_json()
-                result = run_trial(
-                    request.plan, request.script, request.args, trial_dir=request.trial_dir, cwd=request.cwd,
-                    limits=TrialLimits(timeout_s=request.timeout_s, memory_bytes=request.memory_bytes),
-                    protocol=request.protocol, seed=request.seed,
-                    pause=measuring_here if job.pause_while_measuring else None,
-                )
-                result.placement = dict(self.placement)
+                result = self._run(request, pause=measuring_here if job.pause_while_measuring else None)
                 if result.ok:
                     published.publish(job.artifact_key, {"seconds": round(result.wall_seconds, 3),
                                                          "params": request.plan.params, "placement": self.placement})

@@ -121,7 +121,3 @@ class CompileAhead:
         result = TrialResult.model_validate_json(result_json)
         result.compile_stage = stage
         return result.model_dump_json()
-
-    @property
-    def busy(self) -> int:
-        return len(self.compiling) + len(self.ready)
