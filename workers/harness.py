@@ -146,7 +146,7 @@ class TrialRuntime:
 
         def next_(it: Any) -> Any:
             batch = orig_next(it)
-            clock.boundary("loader", batch_len(batch))
+            clock.batch(batch_len(batch), torch.is_grad_enabled())
             return batch
 
         _BaseDataLoaderIter.__next__ = next_  # type: ignore[method-assign]
@@ -190,23 +190,30 @@ class TrialRuntime:
         from torch.optim.optimizer import register_optimizer_step_post_hook
 
         runtime = self
-        #: The first parameter of the first optimizer that stepped. Only steps of an optimizer
-        #: that holds it are the loop's steps: a GAN steps two optimizers per iteration, and a
-        #: script that makes its optimizer anew (each epoch) makes it over the same parameters.
-        first: list[Any] = []
+        #: The first parameter of the optimizer whose steps are the loop's: at first the first one
+        #: that stepped. A GAN steps two optimizers per iteration, and a script that makes its
+        #: optimizer anew (each epoch) makes it over the same parameters. Another optimizer that
+        #: steps twice in a row takes over: the loop has moved on to it (the layers of a
+        #: forward-forward net train one after the other, each with an optimizer of its own).
+        counted: list[Any] = []
+        last: list[Any] = [None]
 
         def stepped(opt: Any, _args: Any, _kwargs: Any) -> None:
             runtime.training_thread = runtime.training_thread or threading.current_thread()
             param = next((p for group in opt.param_groups for p in group["params"]), None)
-            if not first:
-                first.append(param)
-            elif param is not first[0]:
-                return
+            previous, last[0] = last[0], param
+            if not counted:
+                counted.append(param)
+            elif param is not counted[0]:
+                if previous is not param:
+                    return
+                counted[0] = param
             runtime.clock.boundary("optimizer", None)
 
         register_optimizer_step_post_hook(stepped)
 
     def _patch_xla(self) -> None:
+        import torch
         import torch_xla
         import torch_xla.core.xla_model as xm
         import torch_xla.distributed.parallel_loader as pl
@@ -241,7 +248,7 @@ class TrialRuntime:
 
         def dev_next(it: Any) -> Any:
             batch = orig_dev_next(it)
-            clock.boundary("loader", batch_len(batch))
+            clock.batch(batch_len(batch), torch.is_grad_enabled())
             return batch
 
         pl.PerDeviceLoader.__next__ = dev_next

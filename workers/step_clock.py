@@ -61,6 +61,17 @@ class StepClock:
         #: The leading dimension of the model's latest input: the samples of a step that no
         #: loader delimits.
         self.model_samples: float | None = None
+        #: The samples of the latest batch a loader gave the loop: those of an optimizer step when
+        #: the model is called in a way no hook sees (``module.forward(x)``).
+        self.batch_samples: float | None = None
+        #: The loop has trained (a ``backward()`` or an optimizer step was seen): from then on a
+        #: batch taken with gradients off is an evaluation's, not a step (:meth:`batch`).
+        self.trained = False
+        #: Optimizer steps since the last batch of a loader (:meth:`_takes_over`).
+        self.optimizer_steps_since_batch = 0
+        #: The optimizer took over from a loader that only gave the loop its data once; the loader
+        #: never delimits the steps again.
+        self.loader_demoted = False
         self._reset(source=None)
 
     def _reset(self, source: str | None) -> None:
@@ -92,9 +103,24 @@ class StepClock:
         self._last_aligned_step = 0
 
     # -- events ----------------------------------------------------------------------------
+    def batch(self, samples: float | None, grad_enabled: bool) -> None:
+        """A batch of a data loader. Once the loop has trained, a batch taken with gradients off
+        (under ``torch.no_grad()``) belongs to an evaluation between epochs and is no step: a test
+        pass of larger batches would otherwise be counted as training."""
+        if grad_enabled or not self.trained:
+            if samples is not None:
+                self.batch_samples = float(samples)
+            self.boundary("loader", samples)
+
     def boundary(self, source: str, samples: float | None) -> None:
         if self.done or threading.current_thread() is not self.rt.training_thread:
             return
+        if source == "loader":
+            self.optimizer_steps_since_batch = 0
+        elif source == "optimizer":
+            self.optimizer_steps_since_batch += 1
+        if source in ("backward", "optimizer"):
+            self.trained = True
         if source == "forward" and samples is not None:
             self.model_samples = float(samples)
         if self.source is None:
@@ -107,7 +133,8 @@ class StepClock:
         if samples is None:
             # An optimizer step or a backward() carries no batch: its samples are those of the
             # model's latest input (the loop slices its own tensors, or made them once).
-            samples = self.model_samples or (self.sample_counts[-1] if self.sample_counts else 1.0)
+            samples = (self.model_samples or self.batch_samples
+                       or (self.sample_counts[-1] if self.sample_counts else 1.0))
         self.sample_counts.append(float(samples))
         aligned = self.synced or not self.lazy
         if self.stop.due(self.steps):
@@ -121,6 +148,13 @@ class StepClock:
 
     def _takes_over(self, source: str) -> bool:
         """Whether steps of ``source`` replace those of the source that delimits them now."""
+        if source == "loader" and self.loader_demoted:
+            return False
+        if source == "optimizer" and self.source == "loader" and self.optimizer_steps_since_batch >= 2:
+            # The optimizer steps again and again with no batch between: the loader only gave the
+            # loop its data (one batch taken with next(iter(loader)), trained on for many steps).
+            self.loader_demoted = True
+            return True
         if source == "explicit" or self.source == "forward":
             # The script marks its own steps, or a training loop shows that the model's calls
             # were not the steps (an evaluation between epochs calls the model too).

@@ -19,15 +19,7 @@ import pytest
 from corpus import Entry, entries, read_trial
 
 #: What the harness does not find yet in these scripts' loops, as their trials show it today.
-HARNESS_GAPS = {
-    "mnist_forward_forward": (
-        "no training loader: the script takes one batch from each of its two DataLoaders "
-        "(next(iter(loader))) and then steps one Adam per layer; the loader, once seen, delimits the "
-        "steps, so the trial fails with 'the script ended after 2 steps, all of them warm-up'"),
-    "mnist_rnn": (
-        "the test pass after each epoch (a second DataLoader, 256 images, forward only under "
-        "no_grad) is counted as steps of the measurement: samples_per_step about 70 to 76, not 64"),
-}
+HARNESS_GAPS: dict[str, str] = {}
 
 #: Measuring time after warm-up: enough for the minimum of five windows, short for a suite.
 MAX_SECONDS = 2.0

@@ -84,3 +84,45 @@ def test_a_loader_seen_after_measuring_on_optimizer_steps_is_not_a_step() -> Non
     assert not clock.warming
     clock.boundary("loader", 100)  # an evaluation loader between epochs
     assert clock.source == "optimizer" and clock.steps == 6
+
+
+def test_an_evaluation_loader_under_no_grad_after_training_is_not_a_step() -> None:
+    # Two epochs of 64-sample batches, each followed by a test pass of 1,000-sample batches taken
+    # under torch.no_grad() (mnist_rnn, vae): the test batches are no steps.
+    clock = _clock()
+    for _ in range(2):
+        for _ in range(6):
+            clock.batch(64, grad_enabled=True)
+            _run(clock, [("forward", 64), ("backward", None), ("optimizer", None)], 1)
+        for _ in range(3):
+            clock.batch(1000, grad_enabled=False)
+            clock.boundary("forward", 1000)
+    assert clock.source == "loader" and clock.steps == 12
+    assert set(clock.sample_counts) == {64.0}
+
+
+def test_a_forward_only_loop_under_no_grad_steps_at_its_loader() -> None:
+    clock = _clock()
+    for _ in range(5):
+        clock.batch(32, grad_enabled=False)
+        clock.boundary("forward", 32)
+    assert (clock.source, clock.steps) == ("loader", 5)
+
+
+def test_one_batch_taken_from_a_loader_then_many_optimizer_steps_steps_at_the_optimizer() -> None:
+    # x, y = next(iter(loader)); then full-batch steps on it (mnist_forward_forward). A batch that
+    # comes later (its test loader) does not take the steps back.
+    clock = _clock()
+    clock.batch(512, grad_enabled=True)
+    _run(clock, [("forward", 512), ("forward", 512), ("backward", None), ("optimizer", None)], 10)
+    clock.batch(256, grad_enabled=True)
+    _run(clock, [("forward", 512), ("backward", None), ("optimizer", None)], 3)
+    assert clock.source == "optimizer" and clock.steps == 12
+    assert set(clock.sample_counts) == {512.0}
+
+
+def test_gradient_accumulation_over_batches_keeps_the_loader_as_the_step() -> None:
+    clock = _clock()
+    _run(clock, [("loader", 8), ("forward", 8), ("backward", None), ("loader", 8), ("forward", 8),
+                 ("backward", None), ("optimizer", None)], 6)
+    assert clock.source == "loader" and clock.steps == 12
