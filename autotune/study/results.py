@@ -19,28 +19,31 @@ from autotune.study.outputs import BestConfig, FrontPoint, TrialSummary
 from autotune.trial_attrs import StudyAttrs, TrialAttrs
 
 
-def _baseline_losses(study: Any) -> list[float]:
-    key = StudyAttrs.of(study).baseline_key
+def _baseline_losses(study: Any, attrs: StudyAttrs | None = None) -> list[float]:
+    key = (attrs or StudyAttrs.of(study)).baseline_key
     for t in study.get_trials(deepcopy=False):
         if TrialAttrs.of(t).config_key == key and TrialAttrs.of(t).result is not None and t.state.name == "COMPLETE":
             return TrialResult.model_validate_json(TrialAttrs.of(t).result).losses
     return []
 
 
-def numerics_violated(study: Any, trial: Any, base: list[float] | None = None) -> bool:
+def numerics_violated(study: Any, trial: Any, base: list[float] | None = None,
+                      attrs: StudyAttrs | None = None) -> bool:
     """Whether ``trial``'s first losses left the baseline's by more than the study's tolerance.
 
     Decided from the stored losses, so that a trial told before its baseline finished is judged
-    all the same.
+    all the same. ``attrs``: the study's attributes, where the caller has read them (on an RDB
+    storage each read is a query; a caller that judges every trial reads them once).
     """
-    if StudyAttrs.of(study).numerics_guard is False or TrialAttrs.of(trial).result is None:
+    attrs = attrs or StudyAttrs.of(study)
+    if attrs.numerics_guard is False or TrialAttrs.of(trial).result is None:
         return False
-    if TrialAttrs.of(trial).config_key == StudyAttrs.of(study).baseline_key:
+    if TrialAttrs.of(trial).config_key == attrs.baseline_key:
         return False
-    base = _baseline_losses(study) if base is None else base
+    base = _baseline_losses(study, attrs) if base is None else base
     losses = TrialResult.model_validate_json(TrialAttrs.of(trial).result).losses
     deviation = loss_deviation(losses, base) if base else None
-    tolerance = StudyAttrs.of(study).loss_tolerance
+    tolerance = attrs.loss_tolerance
     if tolerance is None:
         tolerance = JobConfig.model_fields["loss_tolerance"].default
     return deviation is not None and deviation > tolerance
@@ -88,7 +91,8 @@ def _measured(study: Any) -> list[tuple[Any, list[float], bool]]:
     nothing), and whether a re-measurement of it failed."""
     import optuna
 
-    base = _baseline_losses(study)
+    attrs = StudyAttrs.of(study)
+    base = _baseline_losses(study, attrs)
     index = _preferred(study)
     first: dict[str, Any] = {}
     values: dict[str, list[float]] = {}
@@ -99,7 +103,7 @@ def _measured(study: Any) -> list[tuple[Any, list[float], bool]]:
         key = TrialAttrs.of(t).config_key or f"#{t.number}"
         again = TrialAttrs.of(t).confirms is not None
         if t.state == optuna.trial.TrialState.COMPLETE and t.values and not TrialAttrs.of(t).violated \
-                and not numerics_violated(study, t, base):
+                and not numerics_violated(study, t, base, attrs):
             values.setdefault(key, []).append(_value(t, index))
             if not again:
                 first.setdefault(key, t)
@@ -206,8 +210,8 @@ def _params(trial: Any) -> dict[str, Any]:
 
 def study_summaries(study: Any) -> list[TrialSummary]:
     out = []
-    base = _baseline_losses(study)
     stored = StudyAttrs.of(study)
+    base = _baseline_losses(study, stored)
     names, index = objective_names(study), _preferred(study)
     for t in study.get_trials(deepcopy=False):
         attrs = TrialAttrs.of(t)
@@ -236,7 +240,7 @@ def study_summaries(study: Any) -> list[TrialSummary]:
             if result and result.compile_stage and result.ok else None,
             placement=result.placement if result else {},
             started_at=result.started_at if result else None, ended_at=result.ended_at if result else None,
-            numerics_violated=t.state.name == "COMPLETE" and numerics_violated(study, t, base),
+            numerics_violated=t.state.name == "COMPLETE" and numerics_violated(study, t, base, stored),
             losses=result.losses[:5] if result else [],
         ))
     return out
