@@ -30,6 +30,16 @@ from pathlib import Path
 
 import pytest
 
+def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
+    """One process runs every fleet test when the suite runs in several (pytest-xdist): the
+    cluster's two nodes are started once, and a second cluster beside it would contend for the
+    ports Ray's agents listen on by default (its job agent then never comes up)."""
+    here = Path(__file__).parent
+    for item in items:
+        if here in Path(item.fspath).parents:
+            item.add_marker(pytest.mark.xdist_group("fleet"))
+
+
 #: What each node declares: its NeuronCores and its instance type (a custom resource); the second
 #: also a compile worker's place (``--compile-ahead``).
 HEAD = {"neuron_cores": 2, "trn1.2xlarge": 1}

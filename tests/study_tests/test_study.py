@@ -12,6 +12,7 @@ from pathlib import Path
 import optuna
 import pytest
 
+from autotune.records import MeasurementProtocol
 from autotune.study.outputs import BestConfig
 from autotune.study.loop import tune
 from autotune.study.options import StudyResult
@@ -35,6 +36,11 @@ parameters:
 """
 
 
+#: The ViT examples' studies check what a study does with its trials, not how exactly they measure:
+#: a few seconds of measuring each, where the default measures up to 30 s to a 2% interval.
+QUICK = MeasurementProtocol(max_measure_seconds=3.0)
+
+
 def _check_outputs(result: StudyResult) -> BestConfig:
     out = Path(result.out_dir)
     best = BestConfig.model_validate_json((out / "best.json").read_text())
@@ -49,10 +55,10 @@ def _check_outputs(result: StudyResult) -> BestConfig:
 
 def test_xla_study_of_the_vit_example(ray_cluster, tmp_path, monkeypatch) -> None:
     monkeypatch.chdir(tmp_path)
-    result = tune(EXAMPLES / "vit_xla_train.py", trials=3, target="xla", seed=0,
-                  sets={"num_workers": 0, "openxla": False})
+    result = tune(EXAMPLES / "vit_xla_train.py", trials=2, target="xla", seed=0,
+                  sets={"num_workers": 0, "openxla": False}, protocol=QUICK)
     assert result.exit_code == 0, result.trials
-    assert result.ran == 3
+    assert result.ran == 2
     assert result.trials[0].params == {"batches_per_execution": 1, "num_workers": 0, "openxla": False,
                                        "precision": "fp32"}, "trial 0 is the baseline"
     assert result.trials[1].params["precision"] == "bf16_model", "the known-good points come next"
@@ -65,7 +71,7 @@ def test_xla_study_of_the_vit_example(ray_cluster, tmp_path, monkeypatch) -> Non
 def test_inductor_study_of_the_vit_example(ray_cluster, tmp_path, monkeypatch) -> None:
     monkeypatch.chdir(tmp_path)
     # Baseline (the script's own eager loop) and the space's first known-good point (compiled).
-    result = tune(EXAMPLES / "vit_train.py", trials=2, target="inductor", seed=0)
+    result = tune(EXAMPLES / "vit_train.py", trials=2, target="inductor", seed=0, protocol=QUICK)
     assert result.exit_code == 0, result.trials
     compiled = [t for t in result.trials if t.params.get("mode") == "default"]
     assert compiled and compiled[0].state == "COMPLETE"
