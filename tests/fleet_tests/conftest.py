@@ -32,8 +32,7 @@ import pytest
 
 def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
     """One process runs every fleet test when the suite runs in several (pytest-xdist): the
-    cluster's two nodes are started once, and a second cluster beside it would contend for the
-    ports Ray's agents listen on by default (its job agent then never comes up)."""
+    cluster's two nodes are started once, not once in each process."""
     here = Path(__file__).parent
     for item in items:
         if here in Path(item.fspath).parents:
@@ -117,7 +116,11 @@ def ray_fleet() -> Iterator[RayFleet]:
 def _start_node(args: list[str], resources: dict[str, int], temp_dir: Path) -> subprocess.Popen:
     """A node in its own process group; ``autotune`` on its PATH, as where it is installed."""
     temp_dir.mkdir(exist_ok=True)
-    cmd = [sys.executable, "-m", "ray.scripts.scripts", "start", "--block", *args, "--num-cpus=1", "--num-gpus=0",
+    # Every port of a node's agents its own: Ray's defaults (52365 for the job agent, say) are taken
+    # by any other Ray on the machine (another test process's), and the head then takes no jobs.
+    ports = [f"--{name}={_free_port()}" for name in ("dashboard-agent-listen-port", "dashboard-agent-grpc-port",
+                                                     "metrics-export-port", "runtime-env-agent-port")]
+    cmd = [sys.executable, "-m", "ray.scripts.scripts", "start", "--block", *args, *ports, "--num-cpus=1", "--num-gpus=0",
            f"--resources={json.dumps(resources)}", f"--temp-dir={temp_dir}", "--object-store-memory=100000000",
            "--disable-usage-stats"]
     env = {**os.environ, "PATH": f"{Path(sys.executable).parent}{os.pathsep}{os.environ.get('PATH', '')}"}

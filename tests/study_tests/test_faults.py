@@ -52,7 +52,7 @@ def test_every_fault_ends_as_a_categorised_trial_and_the_study_finishes(ray_clus
     monkeypatch.setenv("FAULT_MARKER_DIR", str(tmp_path))  # Ray workers were started before: pass it on
     space = fault_space(tmp_path, list(FAULTS))
     result = tune(SCRIPTS / "faulty.py", trials=len(FAULTS), target="inductor", space=str(space),
-                  trial_timeout=12, memory_limit="1GiB", seed=0, study="faults")
+                  trial_timeout=25, memory_limit="1GiB", seed=0, study="faults")
     assert result.exit_code == 0
     by_fault = {t.params.get("fault", "none"): t for t in result.trials}
     assert set(by_fault) == set(FAULTS), result.trials
