@@ -108,8 +108,6 @@ class StepClock:
         (under ``torch.no_grad()``) belongs to an evaluation between epochs and is no step: a test
         pass of larger batches would otherwise be counted as training."""
         if grad_enabled or not self.trained:
-            if samples is not None:
-                self.batch_samples = float(samples)
             self.boundary("loader", samples)
 
     def boundary(self, source: str, samples: float | None) -> None:
@@ -117,6 +115,8 @@ class StepClock:
             return
         if source == "loader":
             self.optimizer_steps_since_batch = 0
+            if samples is not None:
+                self.batch_samples = float(samples)
         elif source == "optimizer":
             self.optimizer_steps_since_batch += 1
         if source in ("backward", "optimizer"):
