@@ -59,7 +59,7 @@ from autotune.study.results import (
     study_summaries,
     trial_counts,
 )
-from autotune.study.storage import HEARTBEAT_S, open_storage, open_study
+from autotune.study.storage import GRACE_S, HEARTBEAT_S, Heartbeats, open_storage, open_study
 from autotune.targets import Target, resolve_target
 from autotune.trial import check_script, load_trial_space, plan_for, validate_for
 from autotune.units import parse_size
@@ -217,9 +217,24 @@ class Study:
 
     def _loop(self, pool: Any) -> None:
         deadline = time.monotonic() + self.o.timeout if self.o.timeout else math.inf
+        with Heartbeats(self.storage) as beats:
+            self._measure(pool, beats, deadline)
+        if self.o.confirm > 0 and time.monotonic() < deadline:
+            self._confirm(pool, deadline)
+        self._update_progress(0)
+        self.write_outputs()
+
+    def _measure(self, pool: Any, beats: Heartbeats, deadline: float) -> None:
+        """Ask, run and tell trials until the study holds ``--trials`` of them (or time runs out)."""
         in_flight: dict[int, Any] = {}  # trial number -> optuna trial
         consecutive_dups = 0
-        last_beat = 0.0
+        last_check = 0.0
+
+        def tell(number: int, result_json: str | None, error: str | None) -> None:
+            trial = in_flight.pop(number)
+            beats.release(trial._trial_id)
+            self._tell_held(trial, result_json, error)
+
         while True:
             counted, running_elsewhere = self._counts(exclude=set(in_flight))
             want_more = counted + len(in_flight) + running_elsewhere < self.o.trials
@@ -227,42 +242,48 @@ class Study:
                 trial = self.study.ask()
                 # At once: a driver killed before the trial is submitted must still leave a trial
                 # that goes stale (one with no heartbeat at all never does, and a resume would wait).
-                self.storage.record_heartbeat(trial._trial_id)
+                beats.hold(trial._trial_id)
                 outcome = self._dispatch(trial, pool)
                 if outcome == "submitted":
                     in_flight[trial.number] = trial
                     consecutive_dups = 0
                 else:
+                    beats.release(trial._trial_id)
                     consecutive_dups += 1
                 counted, running_elsewhere = self._counts(exclude=set(in_flight))
                 want_more = counted + len(in_flight) + running_elsewhere < self.o.trials
             if consecutive_dups >= 50 and not in_flight:
                 self.notes.append("every configuration the sampler proposes was measured already: "
                                   "the space is exhausted")
-                break
+                return
             if not in_flight:
                 if running_elsewhere and time.monotonic() < deadline:
                     self._fail_stale()  # another driver's trials, or a killed one's once stale
                     time.sleep(1.0)
                     continue
-                break
+                return
             self._update_progress(len(in_flight))
             if self.farm is not None:
                 for number, result_json, error in self.farm.poll():
-                    self._told.tell(in_flight.pop(number), result_json, error)
+                    tell(number, result_json, error)
                 self.farm.start_measurements(pool)
             for number, result_json, error in pool.wait(timeout=1.0):
-                trial = in_flight.pop(number)
-                self._told.tell(trial, self.farm.measured(number, result_json) if self.farm else result_json, error)
-            if time.monotonic() - last_beat > HEARTBEAT_S:
-                for trial in in_flight.values():
-                    self.storage.record_heartbeat(trial._trial_id)
+                tell(number, self.farm.measured(number, result_json) if self.farm else result_json, error)
+            if time.monotonic() - last_check > HEARTBEAT_S:
                 self._fail_stale()
-                last_beat = time.monotonic()
-        if self.o.confirm > 0 and time.monotonic() < deadline:
-            self._confirm(pool, deadline)
-        self._update_progress(0)
-        self.write_outputs()
+                last_check = time.monotonic()
+
+    def _tell_held(self, trial: Any, result_json: str | None, error: str | None) -> None:
+        """Tell a trial this driver ran, unless another driver took it for lost meanwhile (its
+        heartbeats stopped reaching the database for longer than the grace period): that driver
+        failed it and queued its configuration again, so this measurement is not counted twice."""
+        import optuna
+
+        try:
+            self._told.tell(trial, result_json, error)
+        except optuna.exceptions.UpdateFinishedTrialError:
+            self.notes.append(f"trial {trial.number} was taken for lost while it ran (no heartbeat reached "
+                              f"the database for {GRACE_S} s); its configuration was queued again")
 
     def _room(self, pool: Any) -> bool:
         """Whether a configuration can start now: a free trial slot, or with a compile stage a

@@ -11,6 +11,7 @@ time the schema is there and opening it only reads it.
 from __future__ import annotations
 
 import os
+import threading
 import time
 import warnings
 from contextlib import contextmanager
@@ -87,6 +88,49 @@ def rdb_storage(url: str, **kwargs: Any) -> Any:
 #: before the trial is failed and its configuration queued again.
 HEARTBEAT_S = 5
 GRACE_S = 20
+
+
+class Heartbeats:
+    """Records a heartbeat for each trial this driver holds, every :data:`HEARTBEAT_S`, from a thread
+    of its own. The driver's loop can stall longer than :data:`GRACE_S` (a Ray start, a compile stage,
+    a machine busy with other work); its live trials must not look like a killed driver's to another
+    driver, which would fail them and queue their configurations again."""
+
+    def __init__(self, storage: Any, interval: float = HEARTBEAT_S) -> None:
+        self._storage = storage
+        self._interval = interval
+        self._held: set[int] = set()
+        self._lock = threading.Lock()
+        self._stop = threading.Event()
+        self._thread = threading.Thread(target=self._beat, name="autotune-heartbeats", daemon=True)
+
+    def __enter__(self) -> "Heartbeats":
+        self._thread.start()
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self._stop.set()
+        self._thread.join(timeout=2 * self._interval)
+
+    def hold(self, trial_id: int) -> None:
+        """Beat for ``trial_id`` from now on (the first beat at once)."""
+        with self._lock:
+            self._held.add(trial_id)
+        self._storage.record_heartbeat(trial_id)
+
+    def release(self, trial_id: int) -> None:
+        with self._lock:
+            self._held.discard(trial_id)
+
+    def _beat(self) -> None:
+        while not self._stop.wait(self._interval):
+            with self._lock:
+                held = sorted(self._held)
+            for trial_id in held:
+                try:
+                    self._storage.record_heartbeat(trial_id)
+                except Exception:  # a locked database now and then: the next beat is 5 s away
+                    pass
 
 
 def open_storage(url: str) -> Any:

@@ -5,6 +5,7 @@ from __future__ import annotations
 import subprocess
 import sys
 import time
+import warnings
 from pathlib import Path
 
 import pytest
@@ -76,3 +77,32 @@ def test_sqlite_path():
     assert sqlite_path("sqlite:///rel.db") == Path("rel.db")
     assert sqlite_path("sqlite:///:memory:") is None
     assert sqlite_path("postgresql://u@h/db") is None
+
+
+def test_a_held_trial_stays_alive_while_its_driver_is_stalled_and_goes_stale_once_released(tmp_path):
+    # The driver's loop can stall for longer than the grace period (a Ray start, a compile stage, a
+    # busy machine); another driver must not fail the trial it holds meanwhile.
+    import optuna
+
+    from autotune.study.storage import Heartbeats
+
+    optuna.logging.set_verbosity(optuna.logging.WARNING)
+    warnings.filterwarnings("ignore", category=optuna.exceptions.ExperimentalWarning)
+    url = f"sqlite:///{tmp_path}/hb.db"
+    storage = optuna.storages.RDBStorage(url, heartbeat_interval=1, grace_period=2)
+    study = optuna.create_study(study_name="s", storage=storage)
+    other = optuna.load_study(study_name="s", storage=optuna.storages.RDBStorage(url, heartbeat_interval=1,
+                                                                                   grace_period=2))
+    held, dropped = study.ask(), study.ask()
+    with Heartbeats(storage, interval=0.5) as beats:
+        beats.hold(held._trial_id)
+        beats.hold(dropped._trial_id)
+        beats.release(dropped._trial_id)
+        time.sleep(4)  # no beat from the loop itself: it is stalled
+        optuna.storages.fail_stale_trials(other)
+        states = {t.number: t.state for t in other.get_trials(deepcopy=False)}
+        assert states[held.number] == optuna.trial.TrialState.RUNNING
+        assert states[dropped.number] == optuna.trial.TrialState.FAIL
+    time.sleep(4)  # the driver has ended: its trial goes stale like a killed driver's
+    optuna.storages.fail_stale_trials(other)
+    assert other.trials[held.number].state == optuna.trial.TrialState.FAIL
