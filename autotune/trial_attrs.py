@@ -41,6 +41,9 @@ class TrialAttrs:
     numerics_constraint: float | None = None
     #: The study's constraints (``--constraint``) this trial's result breaks: never the best.
     violated: list[str] | None = None
+    #: The parameters it set that never reached the script (no DataLoader for a batch size): it
+    #: measured the script's own value of each, under another name, so it is never the best.
+    idle: list[str] | None = None
 
     @classmethod
     def of(cls, trial: Any) -> TrialAttrs:

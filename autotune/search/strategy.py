@@ -160,6 +160,8 @@ class AutotuneSampler(BaseSampler):
         self.trend = trend
         self._enumerated: list[dict[str, Any]] | None = None
         self._picked: dict[int, dict[str, Any]] = {}
+        #: Parameters held at one value from now on (``None``: the script's own), see :meth:`pin`.
+        self.pinned: dict[str, Any] = {}
         # Optuna's TPE takes over a space with ranges (built only then: it warns when built).
         self._fallback = None if self.categorical else optuna.samplers.TPESampler(
             seed=seed, multivariate=True, group=True, constant_liar=True)
@@ -195,6 +197,12 @@ class AutotuneSampler(BaseSampler):
         self.rng = np.random.default_rng()
         if self._fallback is not None:
             self._fallback.reseed_rng()
+
+    def pin(self, values: dict[str, Any]) -> None:
+        """Propose only configurations with these parameters at these values (``None``: unset, the
+        script's own): the study found that they never reach the script, so their other values are
+        the same run under another name."""
+        self.pinned.update(values)
 
     # -- choosing a configuration -----------------------------------------------------------------
     def propose(self, study: Any) -> dict[str, Any]:
@@ -289,9 +297,10 @@ class AutotuneSampler(BaseSampler):
 
             size = math.prod(self.sizes) if self.sizes else 1
             self._enumerated = enumerate_space(self.space) if size <= MAX_ENUMERATED else []
-        if self._enumerated:
-            return self._enumerated
-        return self._sampled(history)
+        found = self._enumerated or self._sampled(history)
+        if not self.pinned:
+            return found
+        return [c for c in found if all(c.get(k) == v for k, v in self.pinned.items())]
 
     def _sampled(self, history: list[Any]) -> list[dict[str, Any]]:
         """A large space: random configurations, and the neighbours of the best ones measured."""
@@ -302,6 +311,7 @@ class AutotuneSampler(BaseSampler):
         out: dict[str, dict[str, Any]] = {}
 
         def add(raw: dict[str, Any]) -> None:
+            raw = {**raw, **self.pinned}
             active = {k: v for k, v in {**raw, **self.space.fixed}.items()
                       if v is not None and self.space.parameters[k].is_active({**raw, **self.space.fixed})}
             try:

@@ -32,7 +32,7 @@ from autotune.measurement.windows import PRUNE_MARGIN
 from autotune.objectives import Constraint, objective
 from autotune.pricing import check_instance_type, resolve_price, trial_rate
 from autotune.records import MeasurementProtocol, TrialPlan, TrialRequest, TrialResult
-from autotune.search.configurations import starting_points
+from autotune.search.configurations import enumerate_space, grid_size, starting_points
 from autotune.search.samplers import make_sampler, suggest
 from autotune.space import SearchSpace, compile_key, config_key
 from autotune.space.processes import most_processes, with_processes
@@ -131,6 +131,10 @@ class Study:
         self.recorder: TrialRecorder | None = None
         #: The compile stage (``--compile-workers``), while the study runs with one.
         self.farm: CompileAhead | None = None
+        #: Every configuration of the space has been measured (the study ended before ``--trials``).
+        self.exhausted = False
+        #: The configurations of the space, while it stays small and all-categorical.
+        self._grid: tuple[SearchSpace, set[str]] | None = None
 
     # -- set-up --------------------------------------------------------------------------------
     def _open_study(self) -> Any:
@@ -163,6 +167,8 @@ class Study:
 
     # -- the loop --------------------------------------------------------------------------------
     def run(self) -> StudyResult:
+        import optuna
+
         from autotune.cache import environment_of, model_of
         from autotune.execution.scheduler import connect
         from autotune.provenance import provenance
@@ -183,7 +189,8 @@ class Study:
             raise
         self.recorder = TrialRecorder(self.study, self.o, self.cache, self.progress, self.baseline_params,
                                       self.notes, on_told=self.write_outputs, objectives=self.objectives,
-                                      constraints=self.constraints, usd_per_sample_second=self.usd_per_sample_second)
+                                      constraints=self.constraints, usd_per_sample_second=self.usd_per_sample_second,
+                                      on_result=self._hold_idle_knobs)
         self.provenance = provenance(self.target, self.script, self.o.args, instance_type=self.instance_type)
         write(self.study, provenance=self.provenance, price=self.price.model_dump() if self.price else None,
               devices_per_trial=self.devices_per_trial)
@@ -191,6 +198,10 @@ class Study:
         note = self.target.availability_note()
         if note:
             self.notes.append(note)
+        for told in self.study.get_trials(deepcopy=False, states=(optuna.trial.TrialState.COMPLETE,
+                                                                  optuna.trial.TrialState.FAIL)):
+            if TrialAttrs.of(told).result:  # a resumed study: what its trials showed still holds
+                self._hold_idle_knobs(told.number, TrialResult.model_validate_json(TrialAttrs.of(told).result))
         self._fail_stale()
         self._enqueue_starting_points()
         if self.o.pool_factory is not None:
@@ -238,7 +249,8 @@ class Study:
         while True:
             counted, running_elsewhere = self._counts(exclude=set(in_flight))
             want_more = counted + len(in_flight) + running_elsewhere < self.o.trials
-            while want_more and self._room(pool) and time.monotonic() < deadline and consecutive_dups < 50:
+            exhausted = consecutive_dups >= 50 or (want_more and self._every_configuration_taken())
+            while want_more and self._room(pool) and time.monotonic() < deadline and not exhausted:
                 trial = self.study.ask()
                 # At once: a driver killed before the trial is submitted must still leave a trial
                 # that goes stale (one with no heartbeat at all never does, and a resume would wait).
@@ -252,7 +264,9 @@ class Study:
                     consecutive_dups += 1
                 counted, running_elsewhere = self._counts(exclude=set(in_flight))
                 want_more = counted + len(in_flight) + running_elsewhere < self.o.trials
-            if consecutive_dups >= 50 and not in_flight:
+                exhausted = consecutive_dups >= 50 or (want_more and self._every_configuration_taken())
+            if exhausted and not in_flight:
+                self.exhausted = True
                 self.notes.append("every configuration the sampler proposes was measured already: "
                                   "the space is exhausted")
                 return
@@ -284,6 +298,41 @@ class Study:
         except optuna.exceptions.UpdateFinishedTrialError:
             self.notes.append(f"trial {trial.number} was taken for lost while it ran (no heartbeat reached "
                               f"the database for {GRACE_S} s); its configuration was queued again")
+
+    def _every_configuration_taken(self) -> bool:
+        """Whether each configuration of a small all-categorical space has a trial already, measured
+        or running (the sampler would only propose duplicates; a larger space is left to the
+        sampler, which stops the study after 50 in a row)."""
+        import optuna
+
+        from autotune.search.strategy import MAX_ENUMERATED
+
+        free = self.space.free_parameters
+        if any(p.choices is None for p in free) or grid_size(self.space) > MAX_ENUMERATED:
+            return False
+        if self._grid is None or self._grid[0] is not self.space:
+            self._grid = (self.space, {config_key(c) for c in enumerate_space(self.space)})
+        taken = {TrialAttrs.of(t).config_key for t in self.study.get_trials(deepcopy=False)
+                 if TrialAttrs.of(t).counted or t.state == optuna.trial.TrialState.RUNNING}
+        return self._grid[1] <= taken
+
+    def _hold_idle_knobs(self, number: int, result: TrialResult) -> None:
+        """Hold each parameter that trial ``number`` shows never reached the script (a batch size
+        with no DataLoader to set it on) at the baseline's value for the rest of the study: its other
+        values would measure the same run under other names, and a best among them is noise."""
+        idle = {k.param: k.detail for k in result.knobs if k.took_effect is False
+                and k.param in self.space.parameters and k.param not in self.space.fixed}
+        if not idle:
+            return
+        held = {name: self.baseline_params.get(name) for name in idle}
+        self.space = self.space.restrict(held)
+        pin = getattr(self.study.sampler, "pin", None)
+        if pin is not None:
+            pin(held)
+        for name, detail in idle.items():
+            kept = "the script's own value" if held[name] is None else f"{name}={held[name]}"
+            self.notes.append(f"{name} never reached the script (trial {number}: {detail}); the rest of the "
+                              f"study keeps {kept}")
 
     def _room(self, pool: Any) -> bool:
         """Whether a configuration can start now: a free trial slot, or with a compile stage a
@@ -446,7 +495,8 @@ class Study:
         gain = sampler.expected_gain(self.study) if isinstance(sampler, AutotuneSampler) else None
         return study_result(self.study, name=self.name, storage=self.storage_url, target=self.target.name,
                             out=self.out, provenance=self.provenance, notes=self.notes, ran=self._told.ran,
-                            reused=self._told.reused, space=self.space, expected_gain=gain)
+                            reused=self._told.reused, space=self.space, expected_gain=gain,
+                            exhausted=self.exhausted)
 
     def write_outputs(self) -> None:
         trials = self.summaries()

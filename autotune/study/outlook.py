@@ -53,7 +53,7 @@ class SearchOutlook(BaseModel):
     untried_knobs: list[str] = Field(default_factory=list)
     #: The relative improvement autotune's model expects from the next trial, where it ran.
     expected_gain: float | None = None
-    #: ``more_likely``, ``converged`` or ``unclear``.
+    #: ``more_likely``, ``converged`` or ``unclear``; ``exhausted`` where nothing is left to measure.
     verdict: str
     #: The ``--trials`` a longer study would ask for (it continues this one).
     suggested_trials: int | None = None
@@ -62,8 +62,9 @@ class SearchOutlook(BaseModel):
 
 def search_outlook(trials: list[TrialSummary], space: SearchSpace, best: BestConfig | None, *,
                    metric: str = "throughput", maximize: bool = True,
-                   expected_gain: float | None = None) -> SearchOutlook:
-    """The outlook of a study whose trials are ``trials`` (its summaries), on ``space``."""
+                   expected_gain: float | None = None, exhausted: bool = False) -> SearchOutlook:
+    """The outlook of a study whose trials are ``trials`` (its summaries), on ``space``;
+    ``exhausted``: every configuration of the space has been measured."""
     tried = sorted((t for t in trials if t.duplicate_of is None and t.confirms is None and
                     (t.state == "COMPLETE" or (t.state == "FAIL" and t.category and t.category not in _NOT_TRIED))),
                    key=lambda t: t.number)
@@ -75,7 +76,9 @@ def search_outlook(trials: list[TrialSummary], space: SearchSpace, best: BestCon
     recent, quiet = max(3, n // 4), max(5, n // 3)
     improving = since is not None and since < recent
     expects = expected_gain is not None and expected_gain >= GAIN_LIKELY
-    if n < MIN_TRIALS:
+    if exhausted:
+        verdict = "exhausted"
+    elif n < MIN_TRIALS:
         verdict = "more_likely"
     elif improving or untried or expects:
         verdict = "more_likely"
@@ -105,7 +108,9 @@ def search_outlook(trials: list[TrialSummary], space: SearchSpace, best: BestCon
     if expected_gain is not None:
         expects_what = f"{expected_gain:+.1%}" if expected_gain >= 0.001 else "less than +0.1%"
         evidence.append(f"autotune's model expects {expects_what} from the next trial")
-    if verdict == "more_likely" and n < MIN_TRIALS:
+    if verdict == "exhausted":
+        conclusion = "every configuration of the space was measured: more trials find nothing new"
+    elif verdict == "more_likely" and n < MIN_TRIALS:
         conclusion = f"too few trials to tell whether the search converged: --trials {suggested} is likely to find more"
     elif verdict == "more_likely":
         conclusion = f"--trials {suggested} is likely to find more"
@@ -116,7 +121,8 @@ def search_outlook(trials: list[TrialSummary], space: SearchSpace, best: BestCon
     line = found + ("; " + ", ".join(evidence) if evidence else "") + ": " + conclusion
     return SearchOutlook(trials=n, best_trial=best.trial if best else None, trials_since_improvement=since,
                          untried_knobs=untried, expected_gain=expected_gain, verdict=verdict,
-                         suggested_trials=None if verdict == "converged" else suggested, line=line)
+                         suggested_trials=None if verdict in ("converged", "exhausted") else suggested,
+                         line=line)
 
 
 def _found(n: int, best: BestConfig | None, metric: str) -> str:
@@ -133,7 +139,7 @@ def _since_improvement(tried: list[TrialSummary], metric: str, maximize: bool) -
     best: tuple[float, float] | None = None  # the value so far, and its noise
     last = None
     for i, t in enumerate(tried):
-        if t.state != "COMPLETE" or t.value is None or t.numerics_violated or t.violated:
+        if t.state != "COMPLETE" or t.value is None or t.numerics_violated or t.violated or t.idle:
             continue
         noise = _noise(t, metric)
         if best is None:
@@ -155,6 +161,7 @@ def _noise(t: TrialSummary, metric: str) -> float:
 
 def _untried_knobs(tried: list[TrialSummary], space: SearchSpace) -> list[str]:
     baseline = space.defaults()
-    names = [p.name for p in space.free_parameters]
+    # A parameter with one value has nowhere else to be tried.
+    names = [p.name for p in space.free_parameters if p.choices is None or len({*p.choices, p.default}) > 1]
     changed = {name for t in tried for name in names if t.params.get(name) != baseline.get(name)}
     return [name for name in names if name not in changed]

@@ -29,6 +29,9 @@ class TrialSummary(BaseModel):
     values: dict[str, float] = Field(default_factory=dict)
     #: The ``--constraint`` bounds its result breaks: measured, but never the best.
     violated: list[str] = Field(default_factory=list)
+    #: The parameters it set that never reached the script: it measured the script's own value of
+    #: each (its figure is another configuration's), so it is never the best.
+    idle: list[str] = Field(default_factory=list)
     throughput: float | None = None
     ci95_low: float | None = None
     ci95_high: float | None = None

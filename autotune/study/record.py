@@ -26,7 +26,8 @@ class TrialRecorder:
     def __init__(self, study: Any, options: StudyOptions, cache: CacheRoot, progress: StudyProgress,
                  baseline_params: dict[str, Any], notes: list[str], on_told: Callable[[], None], *,
                  objectives: list[Objective], constraints: list[Constraint],
-                 usd_per_sample_second: float | None) -> None:
+                 usd_per_sample_second: float | None,
+                 on_result: Callable[[int, TrialResult], None] | None = None) -> None:
         self.study = study
         self.o = options
         self.cache = cache
@@ -35,6 +36,8 @@ class TrialRecorder:
         #: The study's notes, shared with the driver: a re-measurement that fails adds one.
         self.notes = notes
         self.on_told = on_told
+        #: Called with each trial's number and result once Optuna has been told it.
+        self.on_result = on_result
         self.objectives = objectives
         self.constraints = constraints
         self.usd_per_sample_second = usd_per_sample_second
@@ -63,6 +66,9 @@ class TrialRecorder:
         if not from_cache and TrialAttrs.of(trial).result_key is not None:
             self.cache.put_result(TrialAttrs.of(trial).result_key, result)
         write(trial, env=_trial_env(result))
+        idle = [k.param for k in result.knobs if k.took_effect is False]
+        if idle:
+            write(trial, idle=idle)
         values = self.values(result)
         if result.ok and values is not None:
             self._guard_numerics(trial, result)
@@ -73,6 +79,8 @@ class TrialRecorder:
                 status = "diverged"
             if violated:
                 status = f"infeasible ({', '.join(violated)})"
+            if idle:
+                status += f"; {', '.join(idle)} never reached the script"
             self.finished(trial.number, result.plan.params, values[0],
                           f"{status}, remembered" if from_cache else status)
         else:
@@ -83,6 +91,8 @@ class TrialRecorder:
             self.progress.failed += 1
             self.finished(trial.number, result.plan.params, None,
                           f"failed ({category})" + (", remembered" if from_cache else ""))
+        if self.on_result is not None:
+            self.on_result(trial.number, result)
         self.on_told()
 
     def tell_known_failure(self, trial: Any, plan: TrialPlan, reason: str) -> None:

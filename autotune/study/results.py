@@ -88,7 +88,8 @@ def _sign(study: Any) -> float:
 def _measured(study: Any) -> list[tuple[Any, list[float], bool]]:
     """Each configuration measured successfully: its first trial, the values of all its
     measurements (re-measurements included; one whose losses left the baseline's counts for
-    nothing), and whether a re-measurement of it failed."""
+    nothing, and one with a parameter that never reached the script measured another
+    configuration), and whether a re-measurement of it failed."""
     import optuna
 
     attrs = StudyAttrs.of(study)
@@ -103,7 +104,7 @@ def _measured(study: Any) -> list[tuple[Any, list[float], bool]]:
         key = TrialAttrs.of(t).config_key or f"#{t.number}"
         again = TrialAttrs.of(t).confirms is not None
         if t.state == optuna.trial.TrialState.COMPLETE and t.values and not TrialAttrs.of(t).violated \
-                and not numerics_violated(study, t, base, attrs):
+                and not TrialAttrs.of(t).idle and not numerics_violated(study, t, base, attrs):
             values.setdefault(key, []).append(_value(t, index))
             if not again:
                 first.setdefault(key, t)
@@ -222,7 +223,7 @@ def study_summaries(study: Any) -> list[TrialSummary]:
             params=dict(result.plan.params) if result else {k: v for k, v in t.params.items() if v is not None},
             value=_value(t, index) if t.state.name == "COMPLETE" else None,
             values=_named_values(names, t) if t.state.name == "COMPLETE" and t.values else {},
-            violated=attrs.violated or [],
+            violated=attrs.violated or [], idle=attrs.idle or [],
             throughput=m.throughput if m else None,
             ci95_low=m.ci95_low if m else None, ci95_high=m.ci95_high if m else None,
             usd_per_million_samples=_usd_per_million(stored, m.throughput if m else None),
@@ -272,7 +273,7 @@ WIDE_INTERVAL = 0.10
 
 def study_result(study: Any, *, name: str, storage: str, target: str, out: Path, provenance: dict[str, Any],
                  notes: list[str], ran: int, reused: int, space: SearchSpace | None = None,
-                 expected_gain: float | None = None) -> StudyResult:
+                 expected_gain: float | None = None, exhausted: bool = False) -> StudyResult:
     """What a run of the study gives back: its trials, the best, the failures by category, notes
     on what the figures do not say by themselves, and (given the study's ``space``) whether a
     longer study would likely find more (``expected_gain``: what autotune's sampler expects from
@@ -301,7 +302,7 @@ def study_result(study: Any, *, name: str, storage: str, target: str, out: Path,
     metric = best.metric if best else objective_names(study)[0]
     # One objective's trials say whether its search converged; a Pareto front is another question.
     outlook = search_outlook(trials, space, best, metric=metric, maximize=maximizes(study),
-                             expected_gain=expected_gain) if space is not None and len(study.directions) == 1 else None
+                             expected_gain=expected_gain, exhausted=exhausted) if space is not None and len(study.directions) == 1 else None
     return StudyResult(study=name, storage=storage, target=target, out_dir=str(out),
                        metric=metric, maximize=maximizes(study),
                        best=best, baseline_value=baseline_value(study), trials=trials, failures_by_category=by_cat,

@@ -15,6 +15,7 @@ from autotune.search.models import (
     success_probability,
 )
 from autotune.search.samplers import suggest
+from autotune.search import strategy
 from autotune.search.strategy import AutotuneSampler, _distance_table, _positions
 from autotune.space import builtin_space, config_key, parse_space
 from autotune.trial_attrs import write
@@ -37,10 +38,11 @@ def speed(config: dict) -> float | None:
         * (1.0 if config["backend_opt_level"] == 2 else 0.8)
 
 
-def drive(sampler: AutotuneSampler, space, trials: int, objective=speed) -> list[dict]:
-    """Ask and tell as the study does; returns the configurations in the order measured."""
+def drive(sampler: AutotuneSampler, space, trials: int, objective=speed, study=None) -> list[dict]:
+    """Ask and tell as the study does (in ``study``, or a new one); returns the configurations in
+    the order measured."""
     optuna.logging.set_verbosity(optuna.logging.WARNING)
-    study = optuna.create_study(direction="maximize", sampler=sampler)
+    study = study or optuna.create_study(direction="maximize", sampler=sampler)
     measured = []
     for _ in range(trials):
         trial = study.ask()
@@ -122,3 +124,20 @@ def test_the_expected_gain_of_one_more_trial_shrinks_to_nothing_when_the_space_i
     first = next(i for i, g in enumerate(gains) if g is not None)
     assert all(g is not None and g >= 0 for g in gains[first:]) and max(gains[first:]) > 0.05
     assert sampler.expected_gain(study) == 0.0, "every configuration measured: nothing left to gain"
+
+
+@pytest.mark.parametrize("enumerated", [True, False], ids=["enumerated", "sampled"])
+def test_a_pinned_parameter_keeps_its_value_in_every_later_proposal(monkeypatch, enumerated) -> None:
+    # The study pins a parameter that a trial showed never reached the script: its other values
+    # are the same run under other names, so the sampler proposes none of them any more.
+    if not enumerated:
+        monkeypatch.setattr(strategy, "MAX_ENUMERATED", 1)
+    sampler = AutotuneSampler(SPACE, seed=0)
+    study = optuna.create_study(direction="maximize", sampler=sampler)
+    before = drive(sampler, SPACE, 4, study=study)
+    assert {c["precision"] for c in before} != {"fp32"}, "unpinned, the sampler varies it"
+    sampler.pin({"precision": "fp32"})
+    after = drive(sampler, SPACE.restrict({"precision": "fp32"}), 6, study=study)
+    assert {c["precision"] for c in after} == {"fp32"}
+    keys = [config_key(c) for c in before + after]
+    assert len(keys) == len(set(keys)), "still a new configuration each time"

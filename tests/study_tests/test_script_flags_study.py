@@ -36,7 +36,8 @@ parameters:
 
 
 class InProcessPool:
-    """Runs each trial at once through the launcher, as a Ray worker would, without Ray."""
+    """Runs each trial at once through the launcher, as one Ray worker would, without Ray: busy
+    until its result is collected."""
 
     def __init__(self, _study: Any) -> None:
         self.finished: list[tuple[Any, str | None, str | None]] = []
@@ -44,7 +45,7 @@ class InProcessPool:
 
     @property
     def free(self) -> int:
-        return 1
+        return 0 if self.finished else 1
 
     def submit(self, request: TrialRequest, tag: Any) -> None:
         result = run_trial(request.plan, request.script, request.args, trial_dir=request.trial_dir, cwd=request.cwd,
@@ -64,16 +65,12 @@ class InProcessPool:
 def test_each_trial_runs_the_script_with_its_batch_size_and_the_best_is_a_command_line(tmp_path, monkeypatch) -> None:
     monkeypatch.chdir(tmp_path)
     (tmp_path / "space.yaml").write_text(SPACE)
-    pools: list[InProcessPool] = []
-
-    def pool(study: Any) -> InProcessPool:
-        pools.append(InProcessPool(study))
-        return pools[-1]
+    pool = InProcessPool(None)
 
     result = tune(SCRIPTS / "sliced_batches.py", "--batch_size", "8", "--epochs", "1000", trials=2,
-                  target="inductor", space="space.yaml", sampler="random", seed=0, pool_factory=pool,
+                  target="inductor", space="space.yaml", sampler="random", seed=0, pool_factory=lambda study: pool,
                   protocol=MeasurementProtocol(max_measure_seconds=1.0, max_measure_steps=400))
-    ran = pools[0].results
+    ran = pool.results
     assert sorted(r.plan.params["batch_size"] for r in ran) == [16, 64], [r.failure for r in ran]
     for r in ran:
         batch = r.plan.params["batch_size"]
@@ -90,3 +87,37 @@ def test_each_trial_runs_the_script_with_its_batch_size_and_the_best_is_a_comman
     out = Path(result.out_dir)
     assert json.loads((out / "best.json").read_text())["script_args"] == expected
     assert f"export AUTOTUNE_SCRIPT_ARGS={shlex.quote(shlex.join(expected))}" in (out / "best.env").read_text()
+
+
+IDLE_SPACE = """
+target: inductor
+parameters:
+  batch_size: {type: int, choices: [16, 64]}
+  num_workers: {type: int, choices: [0, 2]}
+  mode: {type: categorical, choices: [eager], default: eager}
+"""
+
+
+def test_knobs_a_trial_shows_never_reached_the_script_are_not_searched_any_more(tmp_path, monkeypatch) -> None:
+    # sliced_batches.py has no DataLoader: the harness's batch size and worker count have nothing
+    # to act on. Searched anyway, their values would be the script's own run under other names,
+    # and the study's "best" among them noise.
+    monkeypatch.chdir(tmp_path)
+    (tmp_path / "space.yaml").write_text(IDLE_SPACE)
+    pool = InProcessPool(None)
+
+    result = tune(SCRIPTS / "sliced_batches.py", "--epochs", "1000", trials=5, target="inductor",
+                  space="space.yaml", seed=0, pool_factory=lambda study: pool,
+                  protocol=MeasurementProtocol(max_measure_seconds=1.0, max_measure_steps=400))
+    ran = pool.results
+    idle = [{k.param for k in r.knobs if k.took_effect is False} for r in ran]
+    assert set().union(*idle) == {"batch_size", "num_workers"}, [r.warnings for r in ran]
+    for i, r in enumerate(ran):
+        shown_before = set().union(*idle[:i])
+        assert not shown_before & set(r.plan.params), f"trial {i} set {r.plan.params} after {shown_before} showed idle"
+    assert len(ran) <= 3, "the baseline, then trials until each knob showed it never acts; then nothing is left"
+    for name in ("batch_size", "num_workers"):
+        assert sum(n.startswith(f"{name} never reached the script") for n in result.notes) == 1, result.notes
+    assert any("space is exhausted" in n for n in result.notes), result.notes
+    assert result.outlook.verdict == "exhausted", result.outlook
+    assert result.best.trial == 0, "a trial whose knobs never acted measured the baseline: never the best"
