@@ -322,7 +322,7 @@ class Study:
         values would measure the same run under other names, and a best among them is noise."""
         idle = {k.param: k.detail for k in result.knobs if k.took_effect is False
                 and k.param in self.space.parameters and k.param not in self.space.fixed}
-        if not idle:
+        if not idle or not result.ok:  # a failed script may have failed before it made what a knob acts on
             return
         held = {name: self.baseline_params.get(name) for name in idle}
         self.space = self.space.restrict(held)

@@ -121,3 +121,31 @@ def test_knobs_a_trial_shows_never_reached_the_script_are_not_searched_any_more(
     assert any("space is exhausted" in n for n in result.notes), result.notes
     assert result.outlook.verdict == "exhausted", result.outlook
     assert result.best.trial == 0, "a trial whose knobs never acted measured the baseline: never the best"
+
+
+def test_only_a_trial_that_ran_shows_a_knob_never_reaches_the_script(tmp_path) -> None:
+    # A script that failed may have failed before it made its DataLoader: that says nothing of
+    # whether the batch size reaches it.
+    import optuna
+
+    from autotune.records import Failure, FailureCategory, KnobEffect, TrialPlan
+    from autotune.search.strategy import AutotuneSampler
+    from autotune.study.loop import Study
+    from autotune.study.options import StudyOptions
+
+    (tmp_path / "space.yaml").write_text(IDLE_SPACE)
+    study = Study(StudyOptions.checked(script=SCRIPTS / "sliced_batches.py", target="inductor",
+                                       space=str(tmp_path / "space.yaml"), out=str(tmp_path / "out"),
+                                       storage=f"sqlite:///{tmp_path / 'db.sqlite'}"))
+    study.study = optuna.create_study(sampler=AutotuneSampler(study.space))
+    plan = TrialPlan(target="inductor", params={"batch_size": 16, "mode": "eager"})
+    idle = [KnobEffect(param="batch_size", value=16, took_effect=False, detail="the script made no DataLoader")]
+    failed = TrialResult(status="failed", plan=plan, knobs=idle,
+                         failure=Failure(category=FailureCategory.crash, reason="died at start"))
+    study._hold_idle_knobs(1, failed)
+    assert "batch_size" in study.space.parameters and not study.notes
+    study._hold_idle_knobs(2, TrialResult(status="ok", plan=plan, knobs=idle))
+    assert "batch_size" not in study.space.parameters
+    assert study.study.sampler.pinned == {"batch_size": None}
+    assert study.notes == ["batch_size never reached the script (trial 2: the script made no DataLoader); the rest "
+                           "of the study keeps the script's own value"]
