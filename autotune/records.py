@@ -448,6 +448,12 @@ class TrialResult(BaseModel):
         return [f"{k.param}={k.value}: {k.detail}" for k in self.knobs if k.took_effect is False]
 
     @property
+    def idle_knobs(self) -> list[KnobEffect]:
+        """The parameters this trial shows never reach the script, where the script ran: one that
+        failed may have failed before it made what a knob acts on (its DataLoader), which says nothing."""
+        return [k for k in self.knobs if k.took_effect is False] if self.ok else []
+
+    @property
     def ok(self) -> bool:
         return self.status == "ok"
 

@@ -200,7 +200,7 @@ class Study:
             self.notes.append(note)
         for told in self.study.get_trials(deepcopy=False, states=(optuna.trial.TrialState.COMPLETE,
                                                                   optuna.trial.TrialState.FAIL)):
-            if TrialAttrs.of(told).result:  # a resumed study: what its trials showed still holds
+            if TrialAttrs.of(told).idle:  # a resumed study: what its trials showed still holds
                 self._hold_idle_knobs(told.number, TrialResult.model_validate_json(TrialAttrs.of(told).result))
         self._fail_stale()
         self._enqueue_starting_points()
@@ -249,8 +249,11 @@ class Study:
         while True:
             counted, running_elsewhere = self._counts(exclude=set(in_flight))
             want_more = counted + len(in_flight) + running_elsewhere < self.o.trials
-            exhausted = consecutive_dups >= 50 or (want_more and self._every_configuration_taken())
+            exhausted = consecutive_dups >= 50
             while want_more and self._room(pool) and time.monotonic() < deadline and not exhausted:
+                if self._every_configuration_taken():  # only where a trial could start: it reads every trial
+                    exhausted = True
+                    break
                 trial = self.study.ask()
                 # At once: a driver killed before the trial is submitted must still leave a trial
                 # that goes stale (one with no heartbeat at all never does, and a resume would wait).
@@ -264,7 +267,7 @@ class Study:
                     consecutive_dups += 1
                 counted, running_elsewhere = self._counts(exclude=set(in_flight))
                 want_more = counted + len(in_flight) + running_elsewhere < self.o.trials
-                exhausted = consecutive_dups >= 50 or (want_more and self._every_configuration_taken())
+                exhausted = consecutive_dups >= 50
             if exhausted and not in_flight:
                 self.exhausted = True
                 self.notes.append("every configuration the sampler proposes was measured already: "
@@ -320,9 +323,9 @@ class Study:
         """Hold each parameter that trial ``number`` shows never reached the script (a batch size
         with no DataLoader to set it on) at the baseline's value for the rest of the study: its other
         values would measure the same run under other names, and a best among them is noise."""
-        idle = {k.param: k.detail for k in result.knobs if k.took_effect is False
-                and k.param in self.space.parameters and k.param not in self.space.fixed}
-        if not idle or not result.ok:  # a failed script may have failed before it made what a knob acts on
+        idle = {k.param: k.detail for k in result.idle_knobs
+                if k.param in self.space.parameters and k.param not in self.space.fixed}
+        if not idle:
             return
         held = {name: self.baseline_params.get(name) for name in idle}
         self.space = self.space.restrict(held)

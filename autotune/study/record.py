@@ -66,8 +66,7 @@ class TrialRecorder:
         if not from_cache and TrialAttrs.of(trial).result_key is not None:
             self.cache.put_result(TrialAttrs.of(trial).result_key, result)
         write(trial, env=_trial_env(result))
-        # A script that failed may have failed before it made what a knob acts on.
-        idle = [k.param for k in result.knobs if k.took_effect is False] if result.ok else []
+        idle = [k.param for k in result.idle_knobs]
         if idle:
             write(trial, idle=idle)
         values = self.values(result)

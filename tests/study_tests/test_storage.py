@@ -5,7 +5,6 @@ from __future__ import annotations
 import subprocess
 import sys
 import time
-import warnings
 from pathlib import Path
 
 import pytest
@@ -79,6 +78,7 @@ def test_sqlite_path():
     assert sqlite_path("postgresql://u@h/db") is None
 
 
+@pytest.mark.filterwarnings("ignore::optuna.exceptions.ExperimentalWarning")  # heartbeat_interval
 def test_a_held_trial_stays_alive_while_its_driver_is_stalled_and_goes_stale_once_released(tmp_path):
     # The driver's loop can stall for longer than the grace period (a Ray start, a compile stage, a
     # busy machine); another driver must not fail the trial it holds meanwhile.
@@ -87,7 +87,6 @@ def test_a_held_trial_stays_alive_while_its_driver_is_stalled_and_goes_stale_onc
     from autotune.study.storage import Heartbeats
 
     optuna.logging.set_verbosity(optuna.logging.WARNING)
-    warnings.filterwarnings("ignore", category=optuna.exceptions.ExperimentalWarning)
     url = f"sqlite:///{tmp_path}/hb.db"
     storage = optuna.storages.RDBStorage(url, heartbeat_interval=1, grace_period=2)
     study = optuna.create_study(study_name="s", storage=storage)
