@@ -38,6 +38,9 @@ class NumericsFailure(BaseException):
     """The loss became NaN or infinite."""
 
 
+#: A compile after warm-up restarts the measurement's time cap at most this many times.
+MAX_CAP_RESTARTS = 2
+
 #: What marks a step, weakest first: a call of the model, ``Tensor.backward()``, an optimizer step,
 #: a batch of a data loader, the script's own ``autotune.step()``.
 SOURCES = ("forward", "backward", "optimizer", "loader", "explicit")
@@ -94,6 +97,8 @@ class StepClock:
         self.last_boundary: float | None = None
         self.measure_started: float | None = None
         self.measure_steps = 0
+        #: Times the measurement's time cap was counted again from a compile (_late_compile).
+        self.cap_restarts = 0
         self.synced = True  # a graph cut happened since the last boundary
         self.done = False
         self.converged = False
@@ -219,6 +224,8 @@ class StepClock:
             return
         self._close_window(now)
         self.rt.check_numerics()
+        if capped and self._late_compile(now):
+            capped = False
         est = estimate(without_compiles(self.windows))
         enough = (est is not None and est.windows_used >= p.min_windows and est.rel_half_width <= p.rel_ci)
         if not enough and not capped and cannot_win(est, p.stop_below):
@@ -245,6 +252,21 @@ class StepClock:
                 self._end_the_loop()
         else:
             self._open_window(now)
+
+    def _late_compile(self, now: float) -> bool:
+        """Whether a compile in the window just closed moved the time cap: warm-up had not compiled
+        every graph (on XLA under ``batches_per_execution``, the graph of the group of steps the
+        loop's own sync shifted), so the cap is counted again from that window's end, up to
+        MAX_CAP_RESTARTS times, while the windows without a compile are still too few to estimate
+        from. Without this the estimate is that one window's: the compile's seconds over a step
+        or two."""
+        quiet = sum(1 for w in self.windows if not w.compiles)
+        if (not self.windows[-1].compiles or quiet >= self.protocol.min_windows
+                or self.cap_restarts >= MAX_CAP_RESTARTS or self.measure_steps >= self.protocol.max_measure_steps):
+            return False
+        self.cap_restarts += 1
+        self.measure_started = now
+        return True
 
     def _open_window(self, now: float) -> None:
         self.window_start = now

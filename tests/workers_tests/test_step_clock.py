@@ -126,3 +126,60 @@ def test_gradient_accumulation_over_batches_keeps_the_loader_as_the_step() -> No
     _run(clock, [("loader", 8), ("forward", 8), ("backward", None), ("loader", 8), ("forward", 8),
                  ("backward", None), ("optimizer", None)], 6)
     assert clock.source == "loader" and clock.steps == 12
+
+
+class _Compiler(_Backends):
+    def __init__(self) -> None:
+        self.graphs = 0
+
+    def compiled_graphs(self) -> int:
+        return self.graphs
+
+
+def _timed_clock(monkeypatch) -> tuple[StepClock, _Compiler, list[float]]:
+    """A clock on a fake time (``now[0]``) and a fake compiler, with a landscape's short cap."""
+    from autotune.workers import step_clock
+
+    now = [0.0]
+    monkeypatch.setattr(step_clock.time, "perf_counter", lambda: now[0])
+    protocol = MeasurementProtocol(run_to_end=True, max_measure_seconds=5.0, min_windows=4, quiet_steps=2)
+    spec = SimpleNamespace(protocol=protocol, plan=TrialPlan(target="xla", params={}), ranks_dir=None)
+    compiler = _Compiler()
+    runtime = SimpleNamespace(spec=spec, is_rank=False, spawned=False, training_thread=threading.current_thread(),
+                              backends=compiler, started_at=None, check_numerics=lambda: None)
+    return StepClock(runtime), compiler, now  # type: ignore[arg-type]
+
+
+def _step(clock: StepClock, compiler: _Compiler, now: list[float], seconds: float, compiles: int = 0) -> None:
+    compiler.graphs += compiles
+    now[0] += seconds
+    clock.boundary("loader", 32)
+
+
+def test_a_compile_just_after_warm_up_does_not_become_the_measurement(monkeypatch) -> None:
+    # Under batches_per_execution, XLA compiles one more graph a few steps after warm-up: one
+    # 30 s window. The cap (5 s) counts again from its end, and the steps after it are measured.
+    clock, compiler, now = _timed_clock(monkeypatch)
+    _step(clock, compiler, now, 10.0, compiles=1)
+    for _ in range(3):
+        _step(clock, compiler, now, 0.1)
+    assert not clock.warming
+    _step(clock, compiler, now, 30.0, compiles=1)
+    assert not clock.done, "the cap was counted from the compile"
+    while not clock.done:
+        _step(clock, compiler, now, 0.1)
+    m = clock.measurement()
+    assert m is not None and m.throughput == pytest.approx(320.0, rel=0.01)
+    assert clock.cap_restarts == 1
+
+
+def test_a_recompilation_storm_still_ends_the_measurement(monkeypatch) -> None:
+    clock, compiler, now = _timed_clock(monkeypatch)
+    for _ in range(3):
+        _step(clock, compiler, now, 0.1)
+    steps = 0
+    while not clock.done:
+        _step(clock, compiler, now, 6.0, compiles=1)
+        steps += 1
+        assert steps < 10
+    assert clock.cap_restarts == 2 and clock.measurement() is not None
