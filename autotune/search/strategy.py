@@ -28,6 +28,19 @@ and the neighbours of the best) and proposes the best-scoring one:
   re-proposes measured ones; the study answers those for free, but TPE then learns nothing, and
   after 50 in a row the study stops as if the space were exhausted).
 
+* A trust region around the best configuration measured (``local_patience``, ``local_gain``):
+  only configurations that differ from it in at most ``radius`` knobs are proposed, where the
+  radius is 1 while the best keeps improving by more than about 1% and grows by one knob for every
+  two trials since it last did. In a space of millions, expected improvement over the whole space
+  favours configurations far from everything measured, most of them slow (a batch of 8, an
+  autocast the CPU has no kernels for, two loader processes on two cores), and a model fitted on
+  a handful of trials cannot tell which knob mattered when several changed at once. Near the best
+  it changes one knob at a time, as a person tuning by hand does, but chooses the knob and its
+  value by the model. On the surrogate of the whole inductor space (``bench/surrogate_bench.py``,
+  30 seeds) it took the median trials to within 5% of the best from 16 to 12 and the best after 8
+  trials from 0.74 to 0.86 of it; on the small xla landscape trials to within 2% from 9 to 7
+  (to 5%: 5 to 6); the small inductor landscape is unchanged (3).
+
 The study around it enqueues the baseline and the space's known-good configurations first, and
 prunes a measurement once it is clearly behind the best (``MeasurementProtocol.stop_below``).
 
@@ -118,6 +131,10 @@ from autotune.trial_attrs import TrialAttrs
 #: Enumerate the space when it has at most this many configurations; sample it when larger.
 MAX_ENUMERATED = 20000
 RANDOM_CANDIDATES = 2000
+#: The trust region (see the module's docstring): its radius grows by one knob for every this many
+#: trials without a gain of more than LOCAL_GAIN (on the objective's log: 0.01 is about 1%).
+LOCAL_PATIENCE = 2
+LOCAL_GAIN = 0.01
 
 
 class AutotuneSampler(BaseSampler):
@@ -134,10 +151,13 @@ class AutotuneSampler(BaseSampler):
     def __init__(self, space: SearchSpace, *, seed: int | None = None, cost_power: float = 0.0,
                  failure_model: bool = True, compile_cache_persists: bool | None = None,
                  runtime_only_params: Sequence[str] = tuple(RUNTIME_ONLY_PARAMS), ordinal: bool = True,
-                 trend: bool = True, cost_l2: float = 1.0, theta_prior: float = 0.3) -> None:
+                 trend: bool = True, cost_l2: float = 1.0, theta_prior: float = 0.3,
+                 local_patience: int | None = LOCAL_PATIENCE, local_gain: float = LOCAL_GAIN) -> None:
         import optuna
 
         self.space = space
+        self.local_patience = local_patience
+        self.local_gain = local_gain
         self.seed = seed
         self.rng = np.random.default_rng(seed)
         self.cost_power = cost_power
@@ -212,12 +232,12 @@ class AutotuneSampler(BaseSampler):
         maximize = study.direction == optuna.study.StudyDirection.MAXIMIZE
         history, in_flight = measured_history(study)
         taken = {config_key(c) for c, *_ in history} | {config_key(c) for c in self._picked.values()} | in_flight
-        candidates = [c for c in self._candidates(history) if config_key(c) not in taken]
+        candidates = [c for c in self._candidates(history, maximize) if config_key(c) not in taken]
         if not candidates:
             done = [(c, v) for c, v, _ in history if v is not None]
             if done:
                 return (max if maximize else min)(done, key=lambda cv: cv[1])[0]
-            return self._candidates(history)[0] if self._candidates(history) else {}
+            return self._candidates(history, maximize)[0] if self._candidates(history, maximize) else {}
         X = self._encode([c for c, *_ in history])
         Xc = self._encode(candidates)
         values = [v for _, v, _ in history]
@@ -235,6 +255,10 @@ class AutotuneSampler(BaseSampler):
             score = score * self._runs(X, ok, Xc)
         if self.cost_power and len(X):
             score = score / self._predicted_cost(history, X, candidates, Xc) ** self.cost_power
+        if self.local_patience and ok.any():
+            near = self._near_best(X, values, maximize, Xc)
+            if (score * near).max() > 0:
+                score = score * near
         best = np.flatnonzero(score >= score.max() * (1 - 1e-9))
         return candidates[int(self.rng.choice(best))]
 
@@ -255,7 +279,7 @@ class AutotuneSampler(BaseSampler):
         if ok.sum() < 2:
             return None
         taken = {config_key(c) for c, *_ in history} | in_flight
-        candidates = [c for c in self._candidates(history) if config_key(c) not in taken]
+        candidates = [c for c in self._candidates(history, maximize) if config_key(c) not in taken]
         if not candidates:
             return 0.0
         X, Xc = self._encode([c for c, *_ in history]), self._encode(candidates)
@@ -263,6 +287,22 @@ class AutotuneSampler(BaseSampler):
         if self.failure_model and not ok.all():
             gain = gain * self._runs(X, ok, Xc)
         return float(gain.max())
+
+    def _near_best(self, X: np.ndarray, values: list[float | None], maximize: bool, Xc: np.ndarray) -> np.ndarray:
+        """1 for the candidates within the trust region, 0 elsewhere: those that differ from the best
+        configuration measured in at most ``radius`` knobs, where the radius is 1 while the best keeps
+        improving and grows by one for every ``local_patience`` trials since it last did."""
+        best, improved, top = -1, -1, -math.inf
+        for i, v in enumerate(values):
+            if v is None:
+                continue
+            y = _transform(v, maximize)  # higher is better, on a log scale
+            if y > top:
+                if y > top + self.local_gain:
+                    improved = i
+                best, top = i, y
+        radius = 1 + (len(values) - 1 - improved) // self.local_patience
+        return ((Xc != X[best]).sum(axis=1) <= radius).astype(float)
 
     def _expected_improvement(self, X: np.ndarray, ok: np.ndarray, values: list[float | None], Xc: np.ndarray,
                               maximize: bool) -> np.ndarray:
@@ -291,19 +331,20 @@ class AutotuneSampler(BaseSampler):
             cost = np.maximum(cost - saved, 1.0)
         return cost
 
-    def _candidates(self, history: list[Any]) -> list[dict[str, Any]]:
+    def _candidates(self, history: list[Any], maximize: bool = True) -> list[dict[str, Any]]:
         if self._enumerated is None:
             from autotune.search.configurations import enumerate_space
 
             size = math.prod(self.sizes) if self.sizes else 1
             self._enumerated = enumerate_space(self.space) if size <= MAX_ENUMERATED else []
-        found = self._enumerated or self._sampled(history)
+        found = self._enumerated or self._sampled(history, maximize)
         if not self.pinned:
             return found
         return [c for c in found if all(c.get(k) == v for k, v in self.pinned.items())]
 
-    def _sampled(self, history: list[Any]) -> list[dict[str, Any]]:
-        """A large space: random configurations, and the neighbours of the best ones measured."""
+    def _sampled(self, history: list[Any], maximize: bool = True) -> list[dict[str, Any]]:
+        """A large space: random configurations, the neighbours of the best ones measured, and with
+        a trust region (``local_patience``) the configurations two knobs away from the best."""
         from autotune.errors import InvalidConfigError
         from autotune.targets import get_target
 
@@ -324,11 +365,19 @@ class AutotuneSampler(BaseSampler):
         values = {p.name: self.levels[p.name] if p.default is None else self.levels[p.name][1:] for p in self.free}
         for _ in range(RANDOM_CANDIDATES):
             add({name: vs[int(self.rng.integers(len(vs)))] for name, vs in values.items()})
-        ranked = sorted((h for h in history if h[1] is not None), key=lambda h: -abs(h[1]))[:5]
+        ranked = sorted((h for h in history if h[1] is not None), key=lambda h: -h[1] if maximize else h[1])[:5]
         for config, *_ in ranked:
             for name, vs in values.items():
                 for level in vs:
                     add({**config, name: level})
+        if self.local_patience and ranked:
+            best = ranked[0][0]
+            for name, vs in values.items():
+                for level in vs:
+                    for other, ws in values.items():
+                        if other > name:
+                            for second in ws:
+                                add({**best, name: level, other: second})
         return list(out.values())
 
     def _encode(self, configs: list[dict[str, Any]]) -> np.ndarray:

@@ -141,3 +141,27 @@ def test_a_pinned_parameter_keeps_its_value_in_every_later_proposal(monkeypatch,
     assert {c["precision"] for c in after} == {"fp32"}
     keys = [config_key(c) for c in before + after]
     assert len(keys) == len(set(keys)), "still a new configuration each time"
+
+
+def outside_trust_region(measured: list[dict], patience: int) -> list[int]:
+    """The trials that differ from the best measured before them in more than
+    1 + (trials since that best) // patience knobs."""
+    free = list(SPACE.parameters)
+    out = []
+    for i in range(1, len(measured)):
+        values = [speed(c) for c in measured[:i]]
+        ran = [j for j, v in enumerate(values) if v is not None]
+        if ran:
+            best = max(ran, key=lambda j: values[j])
+            if sum(measured[i].get(k) != measured[best].get(k) for k in free) > 1 + (i - 1 - best) // patience:
+                out.append(i)
+    return out
+
+
+@pytest.mark.parametrize("enumerated", [True, False], ids=["enumerated", "sampled"])
+def test_the_trust_region_changes_one_knob_of_the_best_until_it_stops_improving(monkeypatch, enumerated) -> None:
+    if not enumerated:
+        monkeypatch.setattr(strategy, "MAX_ENUMERATED", 1)
+    assert outside_trust_region(drive(AutotuneSampler(SPACE, seed=1, local_patience=2, local_gain=0.0), SPACE, 14), 2) == []
+    assert outside_trust_region(drive(AutotuneSampler(SPACE, seed=1, local_patience=None), SPACE, 14), 2), \
+        "without the trust region the sampler leaves it (else this test shows nothing)"
