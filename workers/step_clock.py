@@ -254,18 +254,20 @@ class StepClock:
             self._open_window(now)
 
     def _late_compile(self, now: float) -> bool:
-        """Whether a compile in the window just closed moved the time cap: warm-up had not compiled
-        every graph (on XLA under ``batches_per_execution``, the graph of the group of steps the
-        loop's own sync shifted), so the cap is counted again from that window's end, up to
-        MAX_CAP_RESTARTS times, while the windows without a compile are still too few to estimate
-        from. Without this the estimate is that one window's: the compile's seconds over a step
-        or two."""
-        quiet = sum(1 for w in self.windows if not w.compiles)
-        if (not self.windows[-1].compiles or quiet >= self.protocol.min_windows
+        """Whether a compile after warm-up moved the time cap: warm-up had not compiled every graph
+        (on XLA under ``batches_per_execution``, the graph of the group of steps the loop's own
+        sync shifted), so the cap is counted again from the end of the last window that compiled,
+        up to MAX_CAP_RESTARTS times, while the windows without a compile are still too few to
+        estimate from. Without this the estimate is those few windows': the compile's seconds over
+        a handful of steps. The compiling window need not be the last one: a compile of nearly the
+        whole cap leaves the cap to run out in the short window after it."""
+        compiled = [w for w in self.windows if w.compiles]
+        if (not compiled or compiled[-1].end <= (self.measure_started or 0.0)
+                or len(self.windows) - len(compiled) >= self.protocol.min_windows
                 or self.cap_restarts >= MAX_CAP_RESTARTS or self.measure_steps >= self.protocol.max_measure_steps):
             return False
         self.cap_restarts += 1
-        self.measure_started = now
+        self.measure_started = compiled[-1].end
         return True
 
     def _open_window(self, now: float) -> None:

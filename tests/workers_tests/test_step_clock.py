@@ -183,3 +183,24 @@ def test_a_recompilation_storm_still_ends_the_measurement(monkeypatch) -> None:
         steps += 1
         assert steps < 10
     assert clock.cap_restarts == 2 and clock.measurement() is not None
+
+
+def test_a_compile_that_takes_nearly_the_whole_cap_does_not_become_the_measurement(monkeypatch) -> None:
+    # Seen recording the xla space (batch 16, batches_per_execution 2): a 4.9 s compile after
+    # warm-up did not reach the 5 s cap, the step after it did, and the trial reported the
+    # compile's seconds over 6 steps (18.9 samples/s where its steps ran at about 400). The cap
+    # counts again from the end of the window that compiled, even when a later window hits it.
+    clock, compiler, now = _timed_clock(monkeypatch)
+    _step(clock, compiler, now, 10.0, compiles=1)
+    for _ in range(3):
+        _step(clock, compiler, now, 0.1)
+    assert not clock.warming
+    _step(clock, compiler, now, 4.6, compiles=1)  # the window closes with the cap not yet reached
+    assert not clock.done and clock.windows[-1].compiles
+    _step(clock, compiler, now, 0.3)  # this quiet window reaches it
+    assert not clock.done, "the cap was counted from the end of the compile"
+    while not clock.done:
+        _step(clock, compiler, now, 0.1)
+    m = clock.measurement()
+    assert m is not None and m.throughput == pytest.approx(320.0, rel=0.01)
+    assert clock.cap_restarts == 1
