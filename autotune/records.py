@@ -36,6 +36,10 @@ class FailureCategory(str, enum.Enum):
     device_unavailable = "device_unavailable"
     #: The ranks of a multi-process trial never all met (a rank missing, a port that cannot be used).
     rendezvous = "rendezvous"
+    #: Not a property of the configuration either: the script's data is not on this machine (a data
+    #: set that is not where the script reads it, a download this machine cannot make). Every
+    #: configuration would fail the same way, so a study stops asking for trials.
+    missing_data = "missing_data"
 
 
 class CompileSpec(BaseModel):

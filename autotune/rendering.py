@@ -232,7 +232,8 @@ def render_study(result, console: Console) -> None:
                   maximize=result.maximize)
     if result.outlook is not None:
         console.print(f"[bold]search:[/bold] {escape(result.outlook.line)}", highlight=False)
-    console.print(f"measured {result.ran} trials now, reused {result.reused} earlier results; "
+    console.print(f"measured {result.ran} trial{'s' if result.ran != 1 else ''} now, reused {result.reused} "
+                  f"earlier result{'s' if result.reused != 1 else ''}; "
                   f"files in {result.out_dir}/ (best.json, best.env, trials.csv)")
     staged = [t for t in result.trials if t.compile_stage_seconds is not None]
     if staged:

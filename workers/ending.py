@@ -19,6 +19,9 @@ from autotune.workers.step_clock import NumericsFailure, TrialComplete, WorkerCo
 if TYPE_CHECKING:
     from autotune.workers.harness import TrialRuntime
 
+#: Of an exception's message, the characters a failure's reason quotes.
+MESSAGE_CHARS = 160
+
 
 def record_end(report: HarnessReport, exc: BaseException) -> None:
     """What the way the script ended says about the trial."""
@@ -42,8 +45,16 @@ def record_end(report: HarnessReport, exc: BaseException) -> None:
         sys.stderr.write(text)
         report.error = f"{type(exc).__name__}: {exc}"[:2000]
         default = FailureCategory.host_oom if isinstance(exc, MemoryError) else FailureCategory.script_error
-        report.failure = classify(text, failure_patterns(), default=default,
-                                  default_reason=f"the script raised {type(exc).__name__}")
+        report.failure = classify(text, failure_patterns(), default=default, default_reason=raised(exc))
+
+
+def raised(exc: BaseException) -> str:
+    """What a script raised, as a failure's reason: the exception's type and the first line of its
+    message (a trial's log holds the rest)."""
+    first = next((line.strip() for line in str(exc).splitlines() if line.strip()), "")
+    if len(first) > MESSAGE_CHARS:
+        first = first[:MESSAGE_CHARS - 3] + "..."
+    return f"the script raised {type(exc).__name__}" + (f": {first}" if first else "")
 
 
 def write_report(runtime: TrialRuntime, path: Path) -> None:

@@ -44,6 +44,16 @@ HOST_PATTERNS: tuple[FailurePattern, ...] = (
                     C.timeout, "a collective waited too long for another rank: one hangs, died or is far behind"),
     # Host.
     failure_pattern(r"\bMemoryError\b|std::bad_alloc|Cannot allocate memory", C.host_oom, "out of host memory"),
+    # The script's data, last: a log that says anything more specific is classified by that. A
+    # download that found no network (urllib, as torchvision's datasets use it; requests; the
+    # Hugging Face hub), and torchvision's own words for a data set it was not allowed to download.
+    failure_pattern(r"urlopen error|Error downloading |Max retries exceeded with url|couldn't connect to 'https?://"
+                    r"|LocalEntryNotFoundError",
+                    C.missing_data, "the script tried to download its data and could not: put the data where the "
+                                    "script reads it, as a plain run of it needs"),
+    failure_pattern(r"Dataset not found", C.missing_data,
+                    "the script's data set is not where the script reads it: put it there, as a plain run of it "
+                    "needs"),
 )
 
 

@@ -19,7 +19,7 @@ from autotune.study.outputs import TrialSummary
 _CATEGORY_COLOURS = {
     "compile_error": "#d62728", "crash": "#8c1c13", "device_oom": "#ff7f0e", "host_oom": "#e377c2",
     "timeout": "#9467bd", "script_error": "#7f7f7f", "numerics": "#bcbd22", "invalid_config": "#17becf",
-    "device_unavailable": "#8c564b",
+    "device_unavailable": "#8c564b", "rendezvous": "#aec7e8", "missing_data": "#c7c7c7",
 }
 
 

@@ -440,7 +440,7 @@ def measured_history(study: Any) -> tuple[list[tuple[dict[str, Any], float | Non
         key = attrs.config_key
         if key and not attrs.counted and t.state != optuna.trial.TrialState.COMPLETE:
             continue  # failed for its driver's sake (killed, stale heartbeat): run again, not the config's fault
-        if attrs.category == "device_unavailable":
+        if attrs.category in ("device_unavailable", "missing_data"):  # not the configuration's doing
             continue
         config = json.loads(key) if key else {k: v for k, v in t.params.items() if v is not None}
         if not config or (config_key(config) in found and found[config_key(config)][1] is not None):

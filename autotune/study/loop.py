@@ -31,7 +31,7 @@ from autotune.host import instance_type
 from autotune.measurement.windows import PRUNE_MARGIN
 from autotune.objectives import Constraint, objective
 from autotune.pricing import check_instance_type, resolve_price, trial_rate
-from autotune.records import MeasurementProtocol, TrialPlan, TrialRequest, TrialResult
+from autotune.records import FailureCategory, MeasurementProtocol, TrialPlan, TrialRequest, TrialResult
 from autotune.search.configurations import enumerate_space, grid_size, starting_points
 from autotune.search.samplers import make_sampler, suggest
 from autotune.space import SearchSpace, compile_key, config_key
@@ -133,6 +133,10 @@ class Study:
         self.farm: CompileAhead | None = None
         #: Every configuration of the space has been measured (the study ended before ``--trials``).
         self.exhausted = False
+        #: Why the study asks for no more trials although it has fewer than ``--trials``: a trial
+        #: showed that the script cannot run here as it is (its data is missing), whatever the
+        #: configuration.
+        self.stopped: str | None = None
         #: The configurations of the space, while it stays small and all-categorical.
         self._grid: tuple[SearchSpace, set[str]] | None = None
 
@@ -190,7 +194,7 @@ class Study:
         self.recorder = TrialRecorder(self.study, self.o, self.cache, self.progress, self.baseline_params,
                                       self.notes, on_told=self.write_outputs, objectives=self.objectives,
                                       constraints=self.constraints, usd_per_sample_second=self.usd_per_sample_second,
-                                      on_result=self._hold_idle_knobs)
+                                      on_result=self._learn_from)
         self.provenance = provenance(self.target, self.script, self.o.args, instance_type=self.instance_type)
         write(self.study, provenance=self.provenance, price=self.price.model_dump() if self.price else None,
               devices_per_trial=self.devices_per_trial)
@@ -248,7 +252,7 @@ class Study:
 
         while True:
             counted, running_elsewhere = self._counts(exclude=set(in_flight))
-            want_more = counted + len(in_flight) + running_elsewhere < self.o.trials
+            want_more = counted + len(in_flight) + running_elsewhere < self.o.trials and self.stopped is None
             exhausted = consecutive_dups >= 50
             while want_more and self._room(pool) and time.monotonic() < deadline and not exhausted:
                 if self._every_configuration_taken():  # only where a trial could start: it reads every trial
@@ -266,7 +270,7 @@ class Study:
                     beats.release(trial._trial_id)
                     consecutive_dups += 1
                 counted, running_elsewhere = self._counts(exclude=set(in_flight))
-                want_more = counted + len(in_flight) + running_elsewhere < self.o.trials
+                want_more = counted + len(in_flight) + running_elsewhere < self.o.trials and self.stopped is None
                 exhausted = consecutive_dups >= 50
             if exhausted and not in_flight:
                 self.exhausted = True
@@ -318,6 +322,15 @@ class Study:
         taken = {TrialAttrs.of(t).config_key for t in self.study.get_trials(deepcopy=False)
                  if TrialAttrs.of(t).counted or t.state == optuna.trial.TrialState.RUNNING}
         return self._grid[1] <= taken
+
+    def _learn_from(self, number: int, result: TrialResult) -> None:
+        """What a trial's result says of the study beyond its value: knobs that never reach the
+        script, or a script that cannot run here at all."""
+        if result.failure is not None and result.failure.category == FailureCategory.missing_data and not self.stopped:
+            self.stopped = f"trial {number} failed: {result.failure.reason}"
+            self.notes.append(f"{self.stopped}. Every configuration would fail the same way, so the study asks for "
+                              "no more trials; the same command continues it once the data is there")
+        self._hold_idle_knobs(number, result)
 
     def _hold_idle_knobs(self, number: int, result: TrialResult) -> None:
         """Hold each parameter that trial ``number`` shows never reached the script (a batch size
@@ -499,7 +512,7 @@ class Study:
         return study_result(self.study, name=self.name, storage=self.storage_url, target=self.target.name,
                             out=self.out, provenance=self.provenance, notes=self.notes, ran=self._told.ran,
                             reused=self._told.reused, space=self.space, expected_gain=gain,
-                            exhausted=self.exhausted)
+                            exhausted=self.exhausted, stopped=self.stopped)
 
     def write_outputs(self) -> None:
         trials = self.summaries()

@@ -37,7 +37,7 @@ NOISE_FLOOR = 0.01
 GAIN_LIKELY = 0.02
 GAIN_SMALL = 0.005
 #: Failures that say nothing of the configuration: they are not trials of the search.
-_NOT_TRIED = {"invalid_config", "device_unavailable"}
+_NOT_TRIED = {"invalid_config", "device_unavailable", "missing_data"}
 #: Objectives read from the throughput, whose interval is theirs too.
 _FROM_THROUGHPUT = {"throughput", "cost"}
 
@@ -53,7 +53,8 @@ class SearchOutlook(BaseModel):
     untried_knobs: list[str] = Field(default_factory=list)
     #: The relative improvement autotune's model expects from the next trial, where it ran.
     expected_gain: float | None = None
-    #: ``more_likely``, ``converged`` or ``unclear``; ``exhausted`` where nothing is left to measure.
+    #: ``more_likely``, ``converged`` or ``unclear``; ``exhausted`` where nothing is left to measure,
+    #: ``stopped`` where the study asked for no more trials (the script cannot run as it is).
     verdict: str
     #: The ``--trials`` a longer study would ask for (it continues this one).
     suggested_trials: int | None = None
@@ -62,9 +63,11 @@ class SearchOutlook(BaseModel):
 
 def search_outlook(trials: list[TrialSummary], space: SearchSpace, best: BestConfig | None, *,
                    metric: str = "throughput", maximize: bool = True,
-                   expected_gain: float | None = None, exhausted: bool = False) -> SearchOutlook:
+                   expected_gain: float | None = None, exhausted: bool = False,
+                   stopped: str | None = None) -> SearchOutlook:
     """The outlook of a study whose trials are ``trials`` (its summaries), on ``space``;
-    ``exhausted``: every configuration of the space has been measured."""
+    ``exhausted``: every configuration of the space has been measured; ``stopped``: why the study
+    asked for no more trials."""
     tried = sorted((t for t in trials if t.duplicate_of is None and t.confirms is None and
                     (t.state == "COMPLETE" or (t.state == "FAIL" and t.category and t.category not in _NOT_TRIED))),
                    key=lambda t: t.number)
@@ -76,7 +79,9 @@ def search_outlook(trials: list[TrialSummary], space: SearchSpace, best: BestCon
     recent, quiet = max(3, n // 4), max(5, n // 3)
     improving = since is not None and since < recent
     expects = expected_gain is not None and expected_gain >= GAIN_LIKELY
-    if exhausted:
+    if stopped:
+        verdict = "stopped"
+    elif exhausted:
         verdict = "exhausted"
     elif n < MIN_TRIALS:
         verdict = "more_likely"
@@ -88,6 +93,10 @@ def search_outlook(trials: list[TrialSummary], space: SearchSpace, best: BestCon
         verdict = "unclear"
 
     found = _found(n, best, metric)
+    if verdict == "stopped":  # what the trials would say of the search is beside the point
+        return SearchOutlook(trials=n, best_trial=best.trial if best else None, trials_since_improvement=since,
+                             untried_knobs=untried, expected_gain=expected_gain, verdict=verdict,
+                             line=f"{found if n else 'no configuration ran'}: the study stopped: {stopped}")
     evidence = []
     first = next((i for i, t in enumerate(tried) if t.state == "COMPLETE" and t.value is not None), None)
     if since is not None and first is not None and since == n - 1 - first and since > 0:
@@ -121,7 +130,7 @@ def search_outlook(trials: list[TrialSummary], space: SearchSpace, best: BestCon
     line = found + ("; " + ", ".join(evidence) if evidence else "") + ": " + conclusion
     return SearchOutlook(trials=n, best_trial=best.trial if best else None, trials_since_improvement=since,
                          untried_knobs=untried, expected_gain=expected_gain, verdict=verdict,
-                         suggested_trials=None if verdict in ("converged", "exhausted") else suggested,
+                         suggested_trials=None if verdict in ("converged", "exhausted", "stopped") else suggested,
                          line=line)
 
 

@@ -87,7 +87,13 @@ class TrialRecorder:
             category, reason = self._failure(result)
             write(trial, category=category)
             write(trial, reason=reason)
+            untried = category == FailureCategory.missing_data.value
+            if untried:  # the configuration was never tried: the trial does not count
+                write(trial, counted=False)
             self.study.tell(trial, state=optuna.trial.TrialState.FAIL)
+            if untried:  # and a study continued once the data is there measures it first
+                self.study.enqueue_trial(trial.params, skip_if_exists=False,
+                                         user_attrs=trial_attrs(enqueued_key=TrialAttrs.of(trial).config_key))
             self.progress.failed += 1
             self.finished(trial.number, result.plan.params, None,
                           f"failed ({category})" + (", remembered" if from_cache else ""))

@@ -273,11 +273,12 @@ WIDE_INTERVAL = 0.10
 
 def study_result(study: Any, *, name: str, storage: str, target: str, out: Path, provenance: dict[str, Any],
                  notes: list[str], ran: int, reused: int, space: SearchSpace | None = None,
-                 expected_gain: float | None = None, exhausted: bool = False) -> StudyResult:
+                 expected_gain: float | None = None, exhausted: bool = False,
+                 stopped: str | None = None) -> StudyResult:
     """What a run of the study gives back: its trials, the best, the failures by category, notes
     on what the figures do not say by themselves, and (given the study's ``space``) whether a
     longer study would likely find more (``expected_gain``: what autotune's sampler expects from
-    the next trial, where it ran)."""
+    the next trial, where it ran; ``stopped``: why the study asked for no more trials)."""
     trials = study_summaries(study)
     best = best_config(study, name, provenance)
     by_cat: dict[str, int] = {}
@@ -302,7 +303,8 @@ def study_result(study: Any, *, name: str, storage: str, target: str, out: Path,
     metric = best.metric if best else objective_names(study)[0]
     # One objective's trials say whether its search converged; a Pareto front is another question.
     outlook = search_outlook(trials, space, best, metric=metric, maximize=maximizes(study),
-                             expected_gain=expected_gain, exhausted=exhausted) if space is not None and len(study.directions) == 1 else None
+                             expected_gain=expected_gain, exhausted=exhausted, stopped=stopped) \
+        if space is not None and len(study.directions) == 1 else None
     return StudyResult(study=name, storage=storage, target=target, out_dir=str(out),
                        metric=metric, maximize=maximizes(study),
                        best=best, baseline_value=baseline_value(study), trials=trials, failures_by_category=by_cat,

@@ -126,7 +126,7 @@ def test_failed_trial_exits_1(tmp_path: Path) -> None:
     proc = autotune("trial", SCRIPTS / "raises.py", "--trial-dir", tmp_path / "trial", cwd=tmp_path)
     assert proc.returncode == 1, proc.stdout + proc.stderr
     assert row(proc.stdout, "status") == "failed: script_error"
-    assert row(proc.stdout, "reason") == "the script raised RuntimeError"
+    assert row(proc.stdout, "reason") == "the script raised RuntimeError: deliberate failure"
     assert "RuntimeError: deliberate failure" in proc.stdout  # the log tail
 
 

@@ -141,3 +141,31 @@ def test_hbm_message_variants(text: str) -> None:
 def test_nonzero_compiler_status_is_a_compile_error_but_sigkill_is_host_oom() -> None:
     assert classify_text("RuntimeError: neuronx-cc failed with 70", KNOWN).category == C.compile_error
     assert classify_text("RuntimeError: neuronx-cc failed with -9", KNOWN).category == C.host_oom
+
+
+# The script's data, as a plain run on a machine without it prints it: not the configuration's fault.
+@pytest.mark.parametrize("text", [
+    # torchvision.datasets.MNIST(download=True) with no network (seen on this machine).
+    "RuntimeError: Error downloading train-images-idx3-ubyte.gz:\nTried https://ossci-datasets.s3.amazonaws.com/mnist/, "
+    "got:\n<urlopen error [Errno -2] Name or service not known>\n",
+    # torchvision with download=False.
+    "RuntimeError: Dataset not found. You can use download=True to download it",
+    # requests, as a script that fetches its own files uses it.
+    "requests.exceptions.ConnectionError: HTTPSConnectionPool(host='example.org', port=443): Max retries exceeded "
+    "with url: /data.tar.gz (Caused by NameResolutionError(...))",
+    # The Hugging Face hub, offline.
+    "OSError: We couldn't connect to 'https://huggingface.co' to load this file, couldn't find it in the cached "
+    "files and it looks like gpt2 is not the path to a directory containing a file named config.json.",
+])
+def test_missing_data_is_its_own_category(text: str) -> None:
+    assert classify_text(text, KNOWN).category == C.missing_data
+
+
+def test_a_script_error_says_what_the_script_raised() -> None:
+    from autotune.workers.ending import MESSAGE_CHARS, raised
+
+    assert raised(KeyError("labels")) == "the script raised KeyError: 'labels'"
+    assert raised(RuntimeError("\nfirst line\nsecond line")) == "the script raised RuntimeError: first line"
+    assert raised(ValueError()) == "the script raised ValueError"
+    long = raised(RuntimeError("x" * 1000))
+    assert long.endswith("...") and len(long) == len("the script raised RuntimeError: ") + MESSAGE_CHARS

@@ -13,10 +13,11 @@ import psutil
 import pytest
 
 from autotune.study.loop import tune
-
+from autotune.study.options import EXIT_ALL_FAILED
 from autotune.study.results import numerics_violated
 from autotune.targets.inductor import InductorTarget
 from autotune.workers.launcher import TrialLimits, run_trial
+from corpus.make_data import write_mnist
 
 SCRIPTS = Path(__file__).resolve().parents[1] / "scripts"
 pytestmark = pytest.mark.slow
@@ -78,6 +79,32 @@ def test_a_worker_that_always_dies_fails_its_trial_after_one_retry(ray_cluster, 
     assert dead and dead[0].state == "FAIL" and dead[0].category == "crash"
     assert "died twice" in dead[0].reason
     assert any(t.state == "COMPLETE" for t in result.trials), "the study went on after the dead worker"
+
+
+def test_a_script_whose_data_is_missing_stops_the_study_at_its_first_trial(ray_cluster, tmp_path, monkeypatch):
+    # Not the configuration's fault: every other configuration would fail the same way, so the
+    # study asks for no more trials and says why, in place of running 5 doomed ones.
+    monkeypatch.chdir(tmp_path)
+    result = tune(SCRIPTS / "no_data.py", trials=5, target="inductor", workers=1, trial_timeout=60, seed=0,
+                  study="no-data")
+    # The known-good configuration the study enqueued waits for the study to continue.
+    (trial,) = [t for t in result.trials if t.state != "WAITING"]
+    assert trial.category == "missing_data", trial
+    assert trial.reason.startswith("the script's data set is not where the script reads it")
+    assert result.exit_code == EXIT_ALL_FAILED
+    assert result.outlook is not None and result.outlook.verdict == "stopped"
+    assert result.outlook.line.startswith("no configuration ran: the study stopped: trial 0 failed: the script's "
+                                          "data set is not where the script reads it")
+    assert any("Every configuration would fail the same way" in note for note in result.notes)
+    # Once the data is there, the same command continues the study, and the baseline the first
+    # run could not measure is measured now, not answered from its failure.
+    write_mnist(tmp_path / "data-that-is-not-here", train=512, test=64)
+    again = tune(SCRIPTS / "no_data.py", trials=2, target="inductor", workers=1, trial_timeout=60, seed=0,
+                 study="no-data")
+    assert again.exit_code == 0 and again.baseline_value is not None and again.best is not None
+    measured = [t for t in again.trials if t.state == "COMPLETE"]
+    assert len(measured) == 2 and all(t.duplicate_of is None for t in measured)
+    assert trial.params in [t.params for t in measured]
 
 
 def test_a_trial_killed_from_outside_is_a_crash(tmp_path):
