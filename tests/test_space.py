@@ -10,7 +10,8 @@ from pathlib import Path
 import pytest
 
 from autotune.errors import InvalidConfigError, SpaceError
-from autotune.space import SearchSpace, builtin_space, builtin_space_path, load_space, parse_space
+from autotune.search.configurations import enumerate_space
+from autotune.space import SearchSpace, builtin_space, builtin_space_path, config_key, load_space, parse_space
 
 BUILTIN = sorted(p.stem for p in builtin_space_path("xla").parent.glob("*.yaml"))
 
@@ -161,6 +162,26 @@ def test_validate_is_canonical(xla: SearchSpace) -> None:
     b = xla.validate({"fast_math": True, "batch_size": 16, "precision": "bf16_model"})
     assert a == b == {"batch_size": 16, "fast_math": True, "precision": "bf16_model"}
     assert list(a) == sorted(a)
+
+
+def test_a_value_that_leaving_its_parameter_unset_gives_is_the_same_run(xla: SearchSpace) -> None:
+    # XLA's own optimisation level is 3 and its thunk runtime is on: setting them is no change.
+    assert xla.validate({"backend_opt_level": "3", "thunk_runtime": True, "batch_size": 32}) == {"batch_size": 32}
+    assert xla.validate({"backend_opt_level": 2}) == {"backend_opt_level": 2}
+    assert config_key(xla.validate({**xla.defaults(), "openxla": False})) == config_key(xla.defaults())
+    # Fixed to it (--set), it stays fixed: no longer a knob of the search, and the same run.
+    fixed = xla.restrict({"thunk_runtime": "true"})
+    assert fixed.fixed == {"thunk_runtime": True}
+    assert "thunk_runtime" not in {p.name for p in fixed.free_parameters}
+    assert fixed.validate({"batch_size": 32}) == {"batch_size": 32}
+    # Given to the script as a flag of its own, unset is the script's default, which nothing knows.
+    flagged = xla.with_flags({"backend_opt_level": "--opt-level"})
+    assert flagged.validate({"backend_opt_level": 3}) == {"backend_opt_level": 3}
+
+
+def test_a_space_holds_each_run_once() -> None:
+    space = parse_space(GOOD.replace("type: bool\n", "type: bool\n    unset_is: false\n"), "space.yaml")
+    assert enumerate_space(space) == [{}, {"mode": "eager"}, {"mode": "default"}, {"fullgraph": True, "mode": "default"}]
 
 
 def test_unknown_parameter_lists_the_known_ones(xla: SearchSpace) -> None:
@@ -324,6 +345,10 @@ MALFORMED: dict[str, tuple[str, str, str]] = {
                             "parameter 'fullgraph': 'fullgraph' is not a flag of a script's command line"),
     "intercept without arg": (GOOD.replace("type: bool\n", "type: bool\n    intercept: true\n"), "intercept:",
                               "parameter 'fullgraph': 'intercept' keeps the target's way"),
+    "unset_is beside a default": (GOOD.replace("type: bool\n", "type: bool\n    default: false\n    unset_is: false\n"),
+                                  "unset_is:", "parameter 'fullgraph': 'unset_is' says what leaving it unset gives"),
+    "unset_is not a value": (GOOD.replace("choices: [eager, default]", "choices: [eager, default]\n    unset_is: turbo"),
+                             "unset_is: turbo", "unset_is: parameter 'mode': 'turbo' is not allowed"),
 }
 
 

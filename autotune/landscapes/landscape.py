@@ -35,7 +35,7 @@ from pathlib import Path
 from typing import Any, Callable
 
 from autotune.atomic_file import write_atomic
-from autotune.errors import AutotuneError
+from autotune.errors import AutotuneError, InvalidConfigError
 from autotune.records import MeasurementProtocol, TrialResult
 from autotune.search.configurations import enumerate_space, grid_size, sample_space
 from autotune.space import SearchSpace, compile_key, config_key, load_space, parse_space
@@ -273,7 +273,8 @@ def record(o: RecordOptions, on_config: Callable[[ConfigRecord, int], None] | No
     if out.exists() and out.stat().st_size:
         existing = load_landscape(out)
         _check_same_recording(existing.header, o, target.name)
-        done = set(existing.by_key)
+        # What the space calls the same run now (``unset_is``) was recorded once already.
+        done = {config_key(canonical(space, r.params)) for r in existing.records}
         _drop_torn_line(out)
         if o.sample is not None and existing.header.get("configurations") != len(configs):  # extended
             _rewrite_header(out, {**existing.header, "configurations": len(configs),
@@ -312,6 +313,15 @@ def record(o: RecordOptions, on_config: Callable[[ConfigRecord, int], None] | No
         if on_config:
             on_config(rec, len(configs))
     return load_landscape(out)
+
+
+def canonical(space: SearchSpace, params: dict[str, Any]) -> dict[str, Any]:
+    """``params`` in the canonical form of ``space``, or as they are where the space no longer
+    allows them (a recording made under an older version of it)."""
+    try:
+        return space.validate(params)
+    except InvalidConfigError:
+        return params
 
 
 def _recorded_env() -> list[str]:

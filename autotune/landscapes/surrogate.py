@@ -46,7 +46,7 @@ from typing import Any
 import numpy as np
 
 from autotune.errors import AutotuneError
-from autotune.landscapes.landscape import ConfigRecord, Landscape
+from autotune.landscapes.landscape import ConfigRecord, Landscape, canonical
 from autotune.landscapes.replay import interval_sigma
 from autotune.space import Parameter, SearchSpace, config_key
 
@@ -75,9 +75,12 @@ def _sklearn() -> Any:
 
 class ConfigEncoder:
     """Configurations of a space as rows of numbers: one 0/1 column per level of each free
-    parameter (``None``, unset or inactive, is a level), and the value of a numeric one."""
+    parameter (``None``, unset or inactive, is a level), and the value of a numeric one. A
+    configuration is encoded in its canonical form: a value that leaving its parameter unset gives
+    anyway (``unset_is``) is the unset level, as the run is the same."""
 
     def __init__(self, space: SearchSpace) -> None:
+        self.space = space
         self.params: list[Parameter] = [p for p in space.in_dependency_order() if p.name not in space.fixed]
         for p in self.params:
             if p.choices is None:
@@ -87,7 +90,13 @@ class ConfigEncoder:
         self.numeric = {p.name for p in self.params
                         if all(isinstance(v, (int, float)) and not isinstance(v, bool) for v in p.choices)}
 
+    def canonical(self, configs: list[dict[str, Any]]) -> list[dict[str, Any]]:
+        return [canonical(self.space, c) for c in configs]
+
     def level_indices(self, configs: list[dict[str, Any]]) -> np.ndarray:
+        return self._indices(self.canonical(configs))
+
+    def _indices(self, configs: list[dict[str, Any]]) -> np.ndarray:
         X = np.zeros((len(configs), len(self.params)), dtype=int)
         for i, c in enumerate(configs):
             for j, p in enumerate(self.params):
@@ -95,7 +104,8 @@ class ConfigEncoder:
         return X
 
     def encode(self, configs: list[dict[str, Any]]) -> np.ndarray:
-        idx = self.level_indices(configs)
+        configs = self.canonical(configs)
+        idx = self._indices(configs)
         cols = []
         for j, p in enumerate(self.params):
             cols.append(np.eye(len(self.levels[p.name]))[idx[:, j]])

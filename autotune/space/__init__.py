@@ -14,6 +14,11 @@ A file looks like::
         choices: [8, 16]
         arg: --batch_size      # given to the script as its own flag (--batch_size 16), not intercepted;
                                # intercept: true would do both. A bool is a switch: the flag alone when true.
+      opt_level:
+        type: int
+        choices: [0, 1, 2, 3]
+        unset_is: 3            # what leaving it unset gives anyway (the compiler's default): setting 3
+                               # is the same run, so a study measures it once
       auto_cast_type:
         type: categorical
         choices: [bf16, fp16, tf32, fp8_e4m3]

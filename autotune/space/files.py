@@ -3,6 +3,7 @@ the line; the built-in files ship as ``autotune.search_spaces``."""
 
 from __future__ import annotations
 
+import dataclasses
 import re
 from pathlib import Path
 from typing import Any
@@ -54,6 +55,9 @@ class ParameterSpec(BaseModel):
     #: place of the target's way of applying it; ``intercept: true`` keeps that way too.
     arg: str | None = None
     intercept: bool = False
+    #: The value the script or its framework uses when the parameter is unset (see
+    #: :attr:`~autotune.space.parameters.Parameter.unset_is`).
+    unset_is: Any = None
 
     @field_validator("type", mode="before")
     @classmethod
@@ -98,7 +102,8 @@ class ParameterSpec(BaseModel):
                          choices=tuple(self.choices) if self.choices is not None else None,
                          low=self.low, high=self.high, step=self.step, log=self.log, default=self.default,
                          when={k: tuple(v if isinstance(v, list) else [v]) for k, v in self.when.items()},
-                         description=self.description, arg=self.arg, intercept=self.intercept)
+                         description=self.description, arg=self.arg, intercept=self.intercept,
+                         unset_is=self.unset_is)
 
 
 class SpaceFile(BaseModel):
@@ -126,12 +131,21 @@ class SpaceFile(BaseModel):
         """What no single parameter can check: defaults against choices, ``when`` against the
         other parameters, and the fixed, known-good and default configurations against the space."""
         params = {name: spec.parameter(name) for name, spec in self.parameters.items()}
-        for name, p in params.items():
+        for name, p in list(params.items()):
             if p.default is not None:
                 try:
                     p.coerce(p.default)
                 except InvalidConfigError as exc:
                     raise _At(("parameters", name, "default"), f"default: {exc}") from None
+            if p.unset_is is not None:
+                at = ("parameters", name, "unset_is")
+                if p.default is not None:
+                    raise _At(at, f"parameter {name!r}: 'unset_is' says what leaving it unset gives, and its "
+                                  f"default ({p.default!r}) always sets it; remove one of them")
+                try:
+                    params[name] = p = dataclasses.replace(p, unset_is=p.coerce(p.unset_is))
+                except InvalidConfigError as exc:
+                    raise _At(at, f"unset_is: {exc}") from None
             for other, allowed in p.when.items():
                 at = ("parameters", name, "when")
                 if other not in params:
@@ -146,7 +160,7 @@ class SpaceFile(BaseModel):
         space = SearchSpace(target=self.target, parameters=params, platform=self.platform,
                             description=self.description, source=(info.context or {}).get("source", "<memory>"))
         try:
-            space.fixed = space.validate(self.fixed, allow_inactive=True)
+            space.fixed = space.validate(self.fixed, allow_inactive=True, keep_unset_values=True)
         except InvalidConfigError as exc:
             raise _At(("fixed",), f"fixed: {exc}") from None
         for i, config in enumerate(self.known_good):

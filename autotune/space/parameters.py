@@ -32,6 +32,14 @@ class Parameter:
     arg: str | None = None
     #: With ``arg``: applied the target's way (an interception, an env var) as well.
     intercept: bool = False
+    #: What the script or its framework uses when the parameter is left unset, where that is
+    #: known (XLA's own optimisation level): setting it to this value is the same run as leaving
+    #: it unset, so a canonical configuration leaves it unset and the run is measured once.
+    unset_is: Any = None
+
+    def same_as_unset(self, value: Any) -> bool:
+        """Whether ``value`` (coerced) is what leaving the parameter unset gives anyway."""
+        return self.unset_is is not None and value == self.unset_is and type(value) is type(self.unset_is)
 
     def coerce(self, value: Any) -> Any:
         """Turn a value (possibly a ``--set`` string) into this parameter's type, or raise."""

@@ -21,11 +21,14 @@ class SearchSpace:
     known_good: list[dict[str, Any]] = field(default_factory=list)
     source: str = "<memory>"
 
-    def validate(self, params: dict[str, Any], *, allow_inactive: bool = False) -> dict[str, Any]:
+    def validate(self, params: dict[str, Any], *, allow_inactive: bool = False,
+                 keep_unset_values: bool = False) -> dict[str, Any]:
         """Check and coerce ``params``; returns the canonical configuration.
 
-        Canonical means: every value of its parameter's type, no ``None`` (unset) values, the
-        space's fixed parameters included, keys sorted. Equal configurations compare equal.
+        Canonical means: every value of its parameter's type, no ``None`` (unset) values and no
+        value that leaving its parameter unset gives anyway (``unset_is``; kept with
+        ``keep_unset_values``), the space's fixed parameters included, keys sorted. Equal
+        configurations, and configurations that are the same run, compare equal.
         """
         out: dict[str, Any] = {}
         for name, value in params.items():
@@ -41,8 +44,9 @@ class SearchSpace:
                     f"unknown parameter {name!r} for target {self.target}"
                     f"{' (' + self.platform + ')' if self.platform else ''}; known parameters: {known}"
                 )
-            coerced = self.parameters[name].coerce(value)
-            if coerced is not None:
+            param = self.parameters[name]
+            coerced = param.coerce(value)
+            if coerced is not None and (keep_unset_values or not param.same_as_unset(coerced)):
                 out[name] = coerced
         if not allow_inactive:
             for name in list(out):
@@ -79,13 +83,14 @@ class SearchSpace:
                 narrowed.pop(k)
         new_fixed = {**self.fixed, **{k: v for k, v in values.items() if v is not None}}
         space = SearchSpace(self.target, narrowed, self.platform, self.description, {}, [], self.source)
-        space.fixed = space.validate(new_fixed, allow_inactive=True)
+        space.fixed = space.validate(new_fixed, allow_inactive=True, keep_unset_values=True)
         space.known_good = list(self.known_good)
         return space
 
     def with_flags(self, flags: dict[str, str]) -> SearchSpace:
         """A copy of this space whose named parameters are given to the script as these flags of
-        its own (``--arg batch_size=--batch_size``), in place of the target's way."""
+        its own (``--arg batch_size=--batch_size``), in place of the target's way. What leaving such
+        a parameter unset gives is the script's own default, which the space does not know."""
         parameters = dict(self.parameters)
         for name, flag in flags.items():
             if name == PROCESSES_PARAM:
@@ -96,7 +101,7 @@ class SearchSpace:
                 raise InvalidConfigError(f"--arg {name}={flag}: unknown parameter {name!r} for target "
                                          f"{self.target}; known parameters: {known} (a parameter of the "
                                          "script's alone is declared in a search-space file)")
-            parameters[name] = replace(parameters[name], arg=check_flag(name, flag))
+            parameters[name] = replace(parameters[name], arg=check_flag(name, flag), unset_is=None)
         return SearchSpace(self.target, parameters, self.platform, self.description, dict(self.fixed),
                            list(self.known_good), self.source)
 
