@@ -204,3 +204,37 @@ def test_a_compile_that_takes_nearly_the_whole_cap_does_not_become_the_measureme
     m = clock.measurement()
     assert m is not None and m.throughput == pytest.approx(320.0, rel=0.01)
     assert clock.cap_restarts == 1
+
+
+def test_an_evaluation_between_epochs_is_not_in_the_measurement(monkeypatch) -> None:
+    # Eight training steps of 0.1 s (32 samples), then a test pass of 2 s under no_grad, epoch
+    # after epoch: the loop trains at 320 samples/s, which is what the script's own progress lines
+    # say; with the test passes in its windows the trial said 20% less.
+    clock, compiler, now = _timed_clock(monkeypatch)
+
+    def train(steps: int) -> None:
+        for _ in range(steps):
+            clock.batch(32, grad_enabled=True)
+            now[0] += 0.1
+            clock.boundary("optimizer", None)
+
+    def evaluate() -> None:
+        for _ in range(4):
+            clock.batch(1000, grad_enabled=False)
+            now[0] += 0.5
+
+    train(8)
+    started = clock.measure_started
+    assert not clock.warming and started is not None
+    evaluate()
+    train(1)
+    assert clock.measure_started == pytest.approx(started + 2.0), "the time cap counts training, not testing"
+    epochs = 1
+    while not clock.done:
+        train(8)
+        evaluate()
+        epochs += 1
+        assert epochs < 20
+    m = clock.measurement()
+    assert m is not None and m.throughput == pytest.approx(320.0, rel=1e-6)
+    assert m.samples_per_step == 32 and m.step_time_median == pytest.approx(0.1)
