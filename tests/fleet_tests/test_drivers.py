@@ -69,7 +69,8 @@ def test_two_drivers_share_one_study_and_a_killed_one_loses_nothing(ray_fleet, p
         time.sleep(0.5)
         trials = study_trials(postgres_url)
         done = {t.number: t.value for t in trials if t.state.name == "COMPLETE"}
-        if done and sum(t.state.name == "RUNNING" for t in trials) == 2:  # one in each driver
+        # One in each driver, each past its suggestion: a trial is RUNNING from the moment it is asked.
+        if done and sum(t.state.name == "RUNNING" and "config_key" in t.user_attrs for t in trials) == 2:
             completed = done
             break
     assert first.poll() is None and completed, "the first driver ended before it could be killed"
