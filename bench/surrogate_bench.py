@@ -26,9 +26,9 @@ recorded configurations (5-fold), which says how far its figures can be trusted:
 differ by less than that are not told apart by it.
 
 By default the bench runs on the recordings of the targets' whole default spaces under
-``landscapes/whole/`` (``autotune landscape record --sample``, see ``landscapes/README.md``) and,
-until they exist, on the small landscapes under ``landscapes/`` (56 and 60 configurations), whose
-surrogates answer those small spaces only.
+``landscapes/whole/`` (``autotune landscape record --sample``, see ``landscapes/README.md``) and on
+the small landscapes under ``landscapes/`` (56 and 60 configurations), whose surrogates answer
+those small spaces only.
 
 The targets, for autotune's default on every surrogate: within 5% of the best in at most 12
 trials (median); at most half of default TPE's trials to within 5%; a better best than the
@@ -171,7 +171,7 @@ def run(paths: list[str], strategies: list[Strategy], seeds: int, jobs: int,
 def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("landscapes", nargs="*",
-                        help="landscape files (default: landscapes/whole/*.jsonl, else landscapes/*.jsonl)")
+                        help="landscape files (default: landscapes/whole/*.jsonl and landscapes/*.jsonl)")
     parser.add_argument("--seeds", type=int, default=SEEDS, help=f"seeds per strategy (default {SEEDS})")
     parser.add_argument("--strategies", default=",".join(s.name for s in STRATEGIES),
                         help="comma-separated, of: " + ", ".join(s.name for s in STRATEGIES)
@@ -180,8 +180,8 @@ def main() -> int:
                         help=f"stop a study that has not come within 2%% by then (default {MAX_TRIALS})")
     parser.add_argument("--jobs", type=int, default=os.cpu_count() or 1)
     args = parser.parse_args()
-    paths = args.landscapes or sorted(str(p) for p in (REPO / "landscapes" / "whole").glob("*.jsonl")) \
-        or sorted(str(p) for p in (REPO / "landscapes").glob("*.jsonl"))
+    paths = args.landscapes or [str(p) for folder in (REPO / "landscapes" / "whole", REPO / "landscapes")
+                                for p in sorted(folder.glob("*.jsonl"))]
     by_name = {s.name: s for s in STRATEGIES}
     names = _split_names(args.strategies)
     for n in names:
