@@ -91,7 +91,7 @@ def test_xla_space(xla: SearchSpace) -> None:
     assert xla.parameters["fast_math"].type == "bool"
     # The baseline: parameters without a default keep the script's own behaviour and are absent.
     assert xla.defaults() == {"batches_per_execution": 1, "precision": "fp32"}
-    assert xla.known_good == [{"precision": "bf16_model"}, {"backend_opt_level": 0}]
+    assert xla.known_good == [{"batch_size": 64, "openxla": True}]
 
 
 def test_inductor_space(inductor: SearchSpace) -> None:
