@@ -17,7 +17,10 @@ few to call a search converged; a best that improved beyond the noise in the las
 ``max(3, n/4)`` trials, a knob never tried, or a model that expects ``GAIN_LIKELY`` or more make
 more trials likely to find more; no improvement beyond the noise in the last ``max(5, n/3)``
 trials, every knob tried and a model that expects less than ``GAIN_SMALL`` (or none) make the
-search look converged; anything between is ``unclear``. It says "likely" and "looks": it reads
+search look converged; anything between is ``unclear``. After those quiet trials the model's
+expectation counts only beyond the best's own noise too: a model fitted on measurements of ±16%
+keeps expecting a few percent somewhere, which a study that has not improved beyond its noise in
+28 trials does not make likely. It says "likely" and "looks": it reads
 the trials a study ran, and a search can always miss a narrow peak.
 """
 
@@ -78,7 +81,9 @@ def search_outlook(trials: list[TrialSummary], space: SearchSpace, best: BestCon
     suggested = int(math.ceil(more / 10) * 10)
     recent, quiet = max(3, n // 4), max(5, n // 3)
     improving = since is not None and since < recent
-    expects = expected_gain is not None and expected_gain >= GAIN_LIKELY
+    quiet_long = since is not None and since >= quiet
+    expects = expected_gain is not None and expected_gain >= (
+        max(GAIN_LIKELY, _best_noise(tried, best, metric)) if quiet_long else GAIN_LIKELY)
     if stopped:
         verdict = "stopped"
     elif exhausted:
@@ -87,7 +92,7 @@ def search_outlook(trials: list[TrialSummary], space: SearchSpace, best: BestCon
         verdict = "more_likely"
     elif improving or untried or expects:
         verdict = "more_likely"
-    elif since is not None and since >= quiet and (expected_gain is None or expected_gain < GAIN_SMALL):
+    elif quiet_long and (expected_gain is None or expected_gain < GAIN_SMALL):
         verdict = "converged"
     else:
         verdict = "unclear"
@@ -160,6 +165,12 @@ def _since_improvement(tried: list[TrialSummary], metric: str, maximize: bool) -
         if (t.value > best[0]) if maximize else (t.value < best[0]):
             best = (t.value, noise)
     return None if last is None else len(tried) - 1 - last
+
+
+def _best_noise(tried: list[TrialSummary], best: BestConfig | None, metric: str) -> float:
+    """The relative half-width of the best trial's 95% interval (``NOISE_FLOOR`` where unknown)."""
+    trial = next((t for t in tried if best is not None and t.number == best.trial), None)
+    return NOISE_FLOOR if trial is None else _noise(trial, metric)
 
 
 def _noise(t: TrialSummary, metric: str) -> float:

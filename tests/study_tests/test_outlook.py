@@ -80,6 +80,17 @@ def test_the_models_expected_gain_alone_says_more_is_likely() -> None:
     assert o.verdict == "more_likely" and "expects +8.0% from the next trial: --trials 30 is likely" in o.line
 
 
+def test_after_many_quiet_trials_an_expected_gain_inside_the_noise_is_no_evidence() -> None:
+    # As the main job continued to 30 trials: nothing beyond the noise (±16% here) for 11 trials,
+    # and a model that still expects a few percent, less than that noise.
+    ts = trials([500, 700, 1000, 990, 1005, 980, 1010, 995, 1000, 1015, 990, 1000, 985, 1003], spread=0.16)
+    o = search_outlook(ts, SPACE, best_of(ts), expected_gain=0.026)
+    assert o.trials_since_improvement == 11 and o.verdict == "unclear"
+    assert o.line.endswith("expects +2.6% from the next trial: a longer study (--trials 30) may still find more")
+    # Beyond the noise it is evidence however quiet the study was.
+    assert search_outlook(ts, SPACE, best_of(ts), expected_gain=0.2).verdict == "more_likely"
+
+
 def test_between_the_two_it_says_so() -> None:
     # the last improvement beyond the noise 4 trials before the end of 12: not recent, not long ago
     ts = trials([500, 600, 700, 750, 800, 850, 900, 1000, 1001, 1002, 999, 1000])
