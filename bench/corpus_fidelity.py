@@ -49,6 +49,8 @@ sys.path.insert(0, str(REPO / "tests"))
 from corpus import Entry, entries, read_trial  # noqa: E402
 
 STUDY_TRIALS = 6
+#: How far a trial's figure may be from the script's own.
+FIDELITY = 0.05
 
 
 @dataclass
@@ -226,6 +228,10 @@ def render(rows: list[Row], console: Console) -> None:
                       _num(row.own.spread, ".1%"), _num(row.ratio, ".3f"))
     console.print(table)
     for row in rows:
+        if row.ratio is not None and abs(row.ratio - 1) > FIDELITY:
+            console.print(f"[yellow]{row.name}[/yellow]: the ratio {row.ratio:.3f} is more than {FIDELITY:.0%} from 1"
+                          f" (spreads: trial {_num(row.trial.spread, '.0%')}, own {_num(row.own.spread, '.0%')})",
+                          highlight=False)
         for what, repeated in (("trial", row.trial), ("script", row.own)):
             for failure in dict.fromkeys(repeated.failures):
                 console.print(f"[red]{row.name} {what}[/red]: {failure}")
