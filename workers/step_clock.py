@@ -134,13 +134,7 @@ class StepClock:
         now = self._now(wait=self.lazy)
         if self.last_boundary is not None:
             self.step_times.append(now - self.last_boundary)
-        # The step that began at the last boundary ran to here: its samples count in this window
-        # (a boundary's samples count in the window that ends at the next one).
-        last = self.sample_counts[-1] if self.sample_counts else 0.0
-        self.windows.append(Window(self.steps - self.window_first_step + 1, self.window_samples + last,
-                                   now - self.window_start,
-                                   self.rt.backends.compiled_graphs() - self.window_compiles_at_start,
-                                   self.window_start))
+        self._close_window(now, running_step=True)
         self.window_start = None
         self.paused_at = now
 
@@ -315,10 +309,17 @@ class StepClock:
         self.window_samples = 0.0
         self.window_compiles_at_start = self.rt.backends.compiled_graphs()
 
-    def _close_window(self, now: float) -> None:
+    def _close_window(self, now: float, *, running_step: bool = False) -> None:
+        """The open window ends at ``now``: with ``running_step``, the step that began at the last
+        boundary ran to here and counts in it with its samples (a boundary's samples count in the
+        window that ends at the next one)."""
         assert self.window_start is not None
         steps = self.steps - self.window_first_step
-        self.windows.append(Window(steps, self.window_samples, now - self.window_start,
+        samples = self.window_samples
+        if running_step:
+            steps += 1
+            samples += self.sample_counts[-1] if self.sample_counts else 0.0
+        self.windows.append(Window(steps, samples, now - self.window_start,
                                    self.rt.backends.compiled_graphs() - self.window_compiles_at_start,
                                    self.window_start))
 
