@@ -201,6 +201,7 @@ def main() -> int:
         land = surrogate(path)
         best = land.best()
         print(f"{land.name}: best {best.throughput:,.1f} samples/s at {best.key}, over {land.best_basis}")
+        print("  " + land.best_line())
         print("  " + held_out_error(land.recorded).line())
         width = max(10, *(len(s.name) for s in strategies))
         print(f"  {'strategy':{width}s} {'trials 5%':>9s} {'wall 5%':>8s} {'trials 2%':>9s} {'wall 2%':>8s} "

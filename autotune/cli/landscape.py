@@ -37,12 +37,18 @@ def record_cmd(
                                                     "the baseline and known-good ones first, then a "
                                                     "space-filling (Sobol) sample."),
     seed: int = typer.Option(0, help="Seed of --sample; continue a recording with the seed it began with."),
+    refine: Optional[int] = typer.Option(None, help="After the sample, record N more, one at a time: each the "
+                                                    "configuration not recorded yet that a surrogate fitted on "
+                                                    "everything recorded so far predicts best (needs "
+                                                    "scikit-learn)."),
 ) -> None:
     """Run every configuration of SPACE once (or a sample of it, --sample N), one after the other,
     and store each as a line of OUT.
 
     Configurations already in OUT are skipped, so a killed recording continues where it stopped;
     a sample recorded again with the same seed and a larger N continues with the next ones.
+    --refine puts measurements where a surrogate of the recording (bench/surrogate_bench.py) is
+    least trusted and a search ends: at the best it predicts.
     """
     from autotune.landscapes.landscape import (
         RecordOptions,
@@ -59,14 +65,17 @@ def record_cmd(
         raise InvalidConfigError("--trial-timeout and --max-seconds must be positive, --min-windows at least 1")
     options = RecordOptions(script=script, target=target, space=space, out=out, args=list(script_args or []),
                             trial_timeout=trial_timeout, cache=cache, limit=limit, sample=sample, seed=seed,
+                            refine=refine,
                             protocol=MeasurementProtocol(max_measure_seconds=max_seconds, min_windows=min_windows,
                                                          quiet_steps=quiet_steps))
+    options.check()
     the_space = load_space(space)
     total = len(recorded_configurations(the_space, options))
     before = len(load_landscape(out).records) if out.exists() and out.stat().st_size else 0
     console = Console(stderr=True)
     of = f" (a sample, seed {seed}, of up to {grid_size(the_space):,})" if sample is not None else ""
-    console.print(f"{total} configurations{of}, {before} recorded already", highlight=False)
+    more = f", then {refine} chosen by a surrogate" if refine else ""
+    console.print(f"{total} configurations{of}{more}, {before} recorded already", highlight=False)
 
     def show(rec, n: int) -> None:
         what = f"{rec.throughput:,.1f} samples/s" if rec.ok else f"failed ({rec.category})"
@@ -120,6 +129,7 @@ def surrogate_cmd(
     best, recorded = surrogate.best(), landscape.best()
     out.print(f"its best, over {surrogate.best_basis}: {best.throughput:,.1f} samples/s at {best.key}",
               highlight=False, soft_wrap=True)
+    out.print(surrogate.best_line(), highlight=False, soft_wrap=True)
     out.print(f"the recording's best: {recorded.throughput:,.1f} samples/s at {recorded.key}", highlight=False,
               soft_wrap=True)
 

@@ -233,6 +233,13 @@ class RecordOptions:
     #: Record this many configurations of a seeded sample of the space instead of every one.
     sample: int | None = None
     seed: int = 0
+    #: After the sample, record this many more: each the configuration not recorded yet that a
+    #: surrogate fitted on everything recorded so far predicts best (:func:`_refinement`).
+    refine: int | None = None
+
+    def check(self) -> None:
+        if self.refine is not None and (self.sample is None or self.refine < 0):
+            raise AutotuneError("--refine continues a sample (--sample N): give both, --refine at least 0")
 
 
 #: A space with more configurations than this is recorded as a sample (``--sample``), not a grid.
@@ -264,6 +271,7 @@ def record(o: RecordOptions, on_config: Callable[[ConfigRecord, int], None] | No
     target = resolve_target(o.target, script)
     if space.target != target.name:
         raise AutotuneError(f"search space {o.space} is for target {space.target!r}, not {target.name!r}")
+    o.check()
     configs = recorded_configurations(space, o)
     out = Path(o.out)
     out.parent.mkdir(parents=True, exist_ok=True)
@@ -276,9 +284,11 @@ def record(o: RecordOptions, on_config: Callable[[ConfigRecord, int], None] | No
         # What the space calls the same run now (``unset_is``) was recorded once already.
         done = {config_key(canonical(space, r.params)) for r in existing.records}
         _drop_torn_line(out)
-        if o.sample is not None and existing.header.get("configurations") != len(configs):  # extended
+        if o.sample is not None and (existing.header.get("configurations") != len(configs)
+                                     or (o.refine or 0) > existing.header.get("refine", 0)):  # extended
             _rewrite_header(out, {**existing.header, "configurations": len(configs),
-                                  "sample": {"n": o.sample, "seed": o.seed}})
+                                  "sample": {"n": o.sample, "seed": o.seed},
+                                  **({"refine": o.refine} if o.refine else {})})
     else:
         header = {
             "kind": "header", "format": FORMAT_VERSION, "target": target.name,
@@ -290,17 +300,15 @@ def record(o: RecordOptions, on_config: Callable[[ConfigRecord, int], None] | No
             "env": {k: os.environ[k] for k in _recorded_env() if k in os.environ},
             "configurations": len(configs), "started_at": time.time(),
             **({"sample": {"n": o.sample, "seed": o.seed}} if o.sample is not None else {}),
+            **({"refine": o.refine} if o.refine else {}),
             "provenance": provenance(target, script, o.args),
         }
         with open(out, "w") as fh:
             fh.write(json.dumps(header, sort_keys=True) + "\n")
     recorded = 0
-    for index, params in enumerate(configs):
-        key = config_key(params)
-        if key in done:
-            continue
-        if o.limit is not None and recorded >= o.limit:
-            break
+
+    def run(index: int, params: dict[str, Any]) -> None:
+        nonlocal recorded
         plan = plan_for(target, space, params, cache_root=str(cache_root.resolve()))
         result = run_trial(plan, script, o.args, trial_dir=trials_dir / f"{index:04d}",
                            limits=TrialLimits(timeout_s=o.trial_timeout), protocol=o.protocol)
@@ -311,8 +319,43 @@ def record(o: RecordOptions, on_config: Callable[[ConfigRecord, int], None] | No
             os.fsync(fh.fileno())
         recorded += 1
         if on_config:
-            on_config(rec, len(configs))
+            on_config(rec, len(configs) + (o.refine or 0))
+
+    for index, params in enumerate(configs):
+        if config_key(params) in done:
+            continue
+        if o.limit is not None and recorded >= o.limit:
+            return load_landscape(out)
+        run(index, params)
+    while o.refine and (o.limit is None or recorded < o.limit):
+        landscape = load_landscape(out)
+        refined = sum(r.index >= len(configs) for r in landscape.records)
+        if refined >= o.refine:
+            break
+        params = _refinement(landscape)
+        if params is None:
+            break
+        run(len(configs) + refined, params)
     return load_landscape(out)
+
+
+def _refinement(landscape: Landscape) -> dict[str, Any] | None:
+    """The configuration not recorded yet that a surrogate of ``landscape`` predicts best, or None
+    when it predicts nothing new to run.
+
+    A sample of a large space holds few configurations near its best, where a surrogate fitted on
+    it is least sure and a search spends its last trials: boosting adds up the small effects of
+    many knobs into an optimum that nothing measured supports. Recording what the surrogate
+    believes best, refitting and going on, is how its optimum comes to rest on measurements."""
+    from autotune.landscapes.surrogate import SurrogateLandscape
+
+    space = landscape.space
+    done = {config_key(canonical(space, r.params)) for r in landscape.records}
+    for rec in SurrogateLandscape(landscape).ranked():
+        params = canonical(space, rec.params)
+        if config_key(params) not in done:
+            return params
+    return None
 
 
 def canonical(space: SearchSpace, params: dict[str, Any]) -> dict[str, Any]:
@@ -370,7 +413,7 @@ def summary(landscape: Landscape) -> dict[str, Any]:
     best = landscape.best() if ok else None
     near = [r for r in ok if best and r.throughput >= 0.98 * best.throughput]
     return {
-        "configurations": len(landscape.records), "expected": landscape.header.get("configurations"),
+        "configurations": len(landscape.records), "expected": (landscape.header.get("configurations") or 0) + landscape.header.get("refine", 0),
         "ok": len(ok), "failures": failures,
         "best": {"params": best.params, "throughput": best.throughput} if best else None,
         "within_2pct": len(near),

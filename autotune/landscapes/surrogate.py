@@ -348,8 +348,13 @@ class SurrogateLandscape(Landscape):
         (:func:`~autotune.search.configurations.sample_space`) followed by a local search (one
         parameter changed at a time, while that helps) from the best ``LOCAL_STARTS`` of them.
         :attr:`best_basis` says which."""
-        if self._best is not None:
-            return self._best
+        if self._best is None:
+            self._best = self.ranked()[0]
+        return self._best
+
+    def ranked(self) -> list[ConfigRecord]:
+        """The configurations :meth:`best` chose from that the surrogate predicts to run, best
+        first (one per canonical configuration)."""
         from autotune.search.configurations import sample_space
 
         if self._grid <= MAX_ENUMERATED:
@@ -361,11 +366,26 @@ class SurrogateLandscape(Landscape):
             pool = pool + [self._climb(r) for r in ranked]
             self.best_basis = (f"{MAX_ENUMERATED:,} sampled configurations of up to {self._grid:,}, and a local "
                                f"search from the best {LOCAL_STARTS}")
-        ok = [r for r in pool if r.ok]
+        ok = {config_key(canonical(self.space, r.params)): r for r in pool if r.ok}
         if not ok:
             raise AutotuneError(f"the surrogate of {self.path} predicts no configuration to run")
-        self._best = max(ok, key=lambda r: r.throughput)
-        return self._best
+        return sorted(ok.values(), key=lambda r: -r.throughput)
+
+    def measured(self, params: dict[str, Any]) -> list[ConfigRecord]:
+        """The recorded measurements of ``params`` (its canonical form), if it was recorded."""
+        key = config_key(canonical(self.space, params))
+        return [r for r in self.recorded.records if config_key(canonical(self.space, r.params)) == key]
+
+    def best_line(self) -> str:
+        """Whether the best it predicts rests on a measurement: a surrogate fitted on a sample of
+        a large space can add up small effects into an optimum nothing measured supports."""
+        best = self.best()
+        runs = [r for r in self.measured(best.params) if r.ok]
+        if runs:
+            return (f"its best was recorded: measured {', '.join(f'{r.throughput:,.1f}' for r in runs)} samples/s "
+                    f"(predicted {best.throughput:,.1f})")
+        return ("its best was never recorded: nothing measured there (autotune landscape record --refine N "
+                "records what the surrogate predicts best)")
 
     def _climb(self, start: ConfigRecord) -> ConfigRecord:
         from autotune.search.by_hand import one_knob_changes

@@ -173,3 +173,32 @@ def test_a_sampled_recording_runs_its_sample_in_order_and_continues_it(tmp_path,
     options.sample = None
     with pytest.raises(AutotuneError, match="a sample of seed 5"):
         record(options)
+
+
+def test_a_refined_recording_measures_what_its_surrogate_predicts_best(tmp_path, monkeypatch) -> None:
+    pytest.importorskip("sklearn")
+    monkeypatch.chdir(tmp_path)
+    calls: list[dict] = []
+    monkeypatch.setattr("autotune.workers.launcher.run_trial", _fake_trial(calls))
+    space_file = tmp_path / "wide.yaml"
+    space_file.write_text(WIDE)
+    out = tmp_path / "wide.jsonl"
+    space = parse_space(WIDE)
+    options = RecordOptions(script=TINY, target="inductor", space=space_file, out=out, sample=8, seed=5, refine=3)
+    land = record(options)
+    sample = sample_space(space, 8, seed=5)
+    assert calls[:8] == sample and len(calls) == 11
+    assert [r.index for r in land.records] == list(range(11))
+    assert land.header["refine"] == 3 and summary(land)["expected"] == 11
+    refined = calls[8:]
+    keys = [json.dumps(space.validate(c), sort_keys=True) for c in calls]
+    assert len(set(keys)) == 11, "a refinement is a configuration not recorded before"
+    # the fake trial's throughput grows with the batch size: the surrogate's best is at the largest
+    assert all(c["batch_size"] == 64 for c in refined), refined
+    assert all(space.validate(c) == c for c in refined)
+    record(options)  # continued with the same --refine: nothing more to run
+    assert len(calls) == 11
+    options.refine = 4
+    assert len(record(options).records) == 12 and calls[11]["batch_size"] == 64
+    with pytest.raises(AutotuneError, match="--refine continues a sample"):
+        record(RecordOptions(script=TINY, target="inductor", space=space_file, out=tmp_path / "g.jsonl", refine=2))

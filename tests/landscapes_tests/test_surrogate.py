@@ -125,3 +125,20 @@ def test_the_best_of_a_space_too_large_to_enumerate_is_searched_for(monkeypatch)
     assert "40 sampled configurations of up to 192, and a local search from the best 3" == surrogate.best_basis
     assert best.params == {"backend_opt_level": 3, "batch_size": 64, "fast_math": True, "precision": "bf16_model",
                            "thunk_runtime": True}
+
+
+def test_it_says_whether_its_best_rests_on_a_measurement() -> None:
+    land, _ = landscape()
+    surrogate = SurrogateLandscape(land)
+    best = surrogate.best()
+    runs = surrogate.measured(best.params)
+    assert [r.params for r in runs] == [best.params] and runs[0].index >= 0
+    assert surrogate.best_line().startswith(f"its best was recorded: measured {runs[0].throughput:,.1f} samples/s")
+    ranked = surrogate.ranked()
+    assert ranked[0] is best and [r.throughput for r in ranked] == sorted((r.throughput for r in ranked), reverse=True)
+    assert len({config_key(r.params) for r in ranked}) == len(ranked) == 96  # each configuration that runs, once
+    # the same recording without its best: the surrogate still predicts the best there, unmeasured
+    without = Landscape(land.header, [r for r in land.records if r.params != best.params], land.path)
+    other = SurrogateLandscape(without)
+    assert other.best().params == best.params
+    assert other.measured(best.params) == [] and "its best was never recorded" in other.best_line()
