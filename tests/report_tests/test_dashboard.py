@@ -62,7 +62,7 @@ def test_dashboard_serves_the_studies_and_their_trials(dashboard: str, main_job_
     assert detail["objective_names"] == ["throughput (samples/s)"]
     assert other["note"]["body"] == "" and not any(t["note"]["body"] for t in other["trials"]), \
         "a study autotune did not create gets no notes"
-    assert "Best: trial 5" in detail["note"]["body"] and f"trial {best['trial']}" in detail["note"]["body"]
+    assert f"Best: trial {best['trial']}" in detail["note"]["body"]
     assert "### Best configuration" in notes[best["trial"]] and "export XLA_FLAGS=" in notes[best["trial"]]
     failed = [t["number"] for t in show if t["state"] == "FAIL"]
     assert failed and all("**Failed: crash**" in notes[n] for n in failed)
