@@ -120,7 +120,7 @@ def run_study(e: Entry, root: Path, trials: int, timeout: float) -> StudyOutcome
     cwd = e.prepare(root / "study")
     command = [sys.executable, "-m", "autotune.cli", "run", e.script, "--trials", str(trials), "--target", e.target,
                "--storage", f"sqlite:///{root / 'study' / 'autotune.db'}", "--out", str(root / "study" / "out"),
-               "--cache", str(root / "cache"), "--trial-timeout", str(timeout), "--json", "--", *e.args]
+               "--cache", str(root / "cache"), "--trial-timeout", str(timeout), "--json", *e.flag_options, "--", *e.args]
     started = time.monotonic()
     try:
         proc = subprocess.run(command, cwd=cwd, env=_env(e), capture_output=True, text=True,

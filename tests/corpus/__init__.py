@@ -10,6 +10,8 @@ the files as published, ``SOURCE.md`` (repository, path, commit, licence), the l
   ``samples_per_step`` (each rank's, where the script trains in ``processes`` processes at once);
 - ``args``: arguments that keep it short (epochs, data sizes), the same for a trial and a plain run;
 - ``env``: environment variables a user of this torch needs for it (none where it runs as it is);
+- ``flags``: parameters the script takes as flags of its own, ``{batch_size = "--batch-size"}``,
+  which a study gives it as its user would (``autotune run --arg batch_size=--batch-size``);
 - ``dirs``: empty folders it writes into and expects to exist;
 - ``[[data]]``: data sets of ``make_data.py`` (``set``), where the script looks for them (``at``,
   relative to its working directory) and their sizes (``options``);
@@ -156,6 +158,7 @@ class Entry:
     env: dict[str, str] = field(default_factory=dict)
     data: tuple[DataSet, ...] = ()
     dirs: tuple[str, ...] = ()
+    flags: dict[str, str] = field(default_factory=dict)
 
     @classmethod
     def load(cls, folder: Path) -> Entry:
@@ -164,7 +167,8 @@ class Entry:
                    batch_size=int(raw["batch_size"]), processes=int(raw.get("processes", 1)),
                    args=tuple(raw.get("args", ())),
                    figure=OwnFigure(**raw["figure"]), env=dict(raw.get("env", {})),
-                   data=tuple(DataSet(**d) for d in raw.get("data", ())), dirs=tuple(raw.get("dirs", ())))
+                   data=tuple(DataSet(**d) for d in raw.get("data", ())), dirs=tuple(raw.get("dirs", ())),
+                   flags=dict(raw.get("flags", {})))
 
     @property
     def source(self) -> str:
@@ -196,6 +200,11 @@ class Entry:
     def run_env(self) -> dict[str, str]:
         """This process's environment with the entry's own variables."""
         return {**os.environ, **self.env}
+
+    @property
+    def flag_options(self) -> list[str]:
+        """``--arg PARAM=FLAG`` for each of :attr:`flags`: options of ``autotune trial`` and ``run``."""
+        return [opt for param, flag in sorted(self.flags.items()) for opt in ("--arg", f"{param}={flag}")]
 
     def trial_command(self, trial_dir: Path, *, max_seconds: float, timeout: float,
                       extra: tuple[str, ...] = ()) -> list[str]:

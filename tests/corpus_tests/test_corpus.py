@@ -67,3 +67,20 @@ def test_autotune_trial_measures_the_script(entry: Entry, tmp_path: Path) -> Non
         for rank in result.ranks:
             assert rank.measurement is not None
             assert rank.measurement.samples_per_step == pytest.approx(entry.batch_size)
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("entry", [pytest.param(e, id=e.name) for e in entries() if "batch_size" in e.flags])
+def test_a_batch_size_given_as_the_scripts_flag_changes_its_steps(entry: Entry, tmp_path: Path) -> None:
+    """The scripts whose batch size only their own flag sets whole are tuned through that flag."""
+    batch = entry.batch_size // 2
+    cwd = entry.prepare(tmp_path)
+    command = entry.trial_command(tmp_path / "trial", max_seconds=MAX_SECONDS, timeout=TIMEOUT_S,
+                                  extra=("--set", f"batch_size={batch}", *entry.flag_options))
+    proc = subprocess.run(command, cwd=cwd, env=entry.run_env(), capture_output=True, text=True,
+                          timeout=TIMEOUT_S + 60)
+    result = read_trial(proc.stdout)
+    assert result is not None, f"exit {proc.returncode}, no result: {proc.stderr[-2000:]}"
+    assert result.status == "ok", f"{result.failure}\n{result.log_tail[-2000:]}"
+    assert result.measurement is not None and result.measurement.samples_per_step == pytest.approx(batch)
+    assert f"{entry.flags['batch_size']} {batch}" in " ".join(result.script_args), result.script_args
