@@ -414,3 +414,29 @@ def test_yaml_merge_keys_are_understood() -> None:
             <<: *flag
     """))
     assert space.parameters["xnnpack"].type == "bool"
+
+
+def test_a_parameter_held_unset_takes_the_parameters_that_need_it_out_of_the_space() -> None:
+    # A study holds mode at the script's own (unset) once a trial shows it never reached the
+    # script; fullgraph, dynamic, ... apply only under a compiled mode and can never apply now.
+    inductor = builtin_space("inductor")
+    needs_mode = {p.name for p in inductor.parameters.values() if "mode" in p.when}
+    assert {"fullgraph", "cpp_simdlen"} <= needs_mode
+    held = inductor.restrict({"mode": None})
+    assert not needs_mode & set(held.parameters) and "mode" not in held.parameters
+    assert [p.name for p in held.in_dependency_order()] == [n for n in inductor.parameters
+                                                             if n != "mode" and n not in needs_mode]
+    assert held.validate({"batch_size": 32}) == {"batch_size": 32, **held.fixed}
+    configs = enumerate_space(held.restrict({"batch_size": 32, "num_workers": 0}))
+    assert configs and all(set(c) <= set(held.parameters) for c in configs)
+    # A condition that allows the unset value holds with it, and is dropped.
+    space = parse_space(textwrap.dedent("""\
+        target: inductor
+        parameters:
+          mode: {type: categorical, choices: [eager, default]}
+          fullgraph: {type: bool, when: {mode: [default]}}
+          freezing: {type: bool, when: {mode: [null, default]}}
+          dynamic: {type: bool, when: {fullgraph: [true]}}
+        """), "space.yaml")
+    held = space.restrict({"mode": None})
+    assert set(held.parameters) == {"freezing"} and held.parameters["freezing"].when == {}

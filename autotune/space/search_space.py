@@ -81,6 +81,7 @@ class SearchSpace:
         for k, v in values.items():
             if v is None:  # keep the script's own value: the parameter leaves the space
                 narrowed.pop(k)
+        narrowed = _without_unset_conditions(narrowed, set(self.parameters) - set(narrowed))
         new_fixed = {**self.fixed, **{k: v for k, v in values.items() if v is not None}}
         space = SearchSpace(self.target, narrowed, self.platform, self.description, {}, [], self.source)
         space.fixed = space.validate(new_fixed, allow_inactive=True, keep_unset_values=True)
@@ -126,3 +127,21 @@ class SearchSpace:
                 raise SpaceError(f"{self.source}: the 'when' conditions of "
                                  f"{', '.join(p.name for p in pending)} depend on each other in a cycle")
         return placed
+
+
+def _without_unset_conditions(parameters: dict[str, Parameter], unset: set[str]) -> dict[str, Parameter]:
+    """``parameters`` once those in ``unset`` have left the space for good (held at the script's
+    own value): a condition on one of them holds where it allows the unset value, and is dropped;
+    a parameter whose condition does not allow it can never be active, and leaves too (and so on,
+    for the parameters that depend on it)."""
+    out = dict(parameters)
+    while True:
+        gone = {name for name, p in out.items() if any(dep in unset and None not in allowed
+                                                       for dep, allowed in p.when.items())}
+        if not gone:
+            break
+        unset |= gone
+        for name in gone:
+            out.pop(name)
+    return {name: replace(p, when={dep: allowed for dep, allowed in p.when.items() if dep not in unset})
+            if any(dep in unset for dep in p.when) else p for name, p in out.items()}
