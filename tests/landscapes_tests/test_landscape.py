@@ -147,13 +147,18 @@ def _fake_trial(calls: list[dict]):
     return run_trial
 
 
-def test_a_sampled_recording_runs_its_sample_in_order_and_continues_it(tmp_path, monkeypatch) -> None:
+def _wide_recording(tmp_path, monkeypatch) -> tuple[list[dict], Path, Path]:
+    """A recording of WIDE in ``tmp_path`` through the stand-in launcher: (its calls, the space file, out)."""
     monkeypatch.chdir(tmp_path)
     calls: list[dict] = []
     monkeypatch.setattr("autotune.workers.launcher.run_trial", _fake_trial(calls))
     space_file = tmp_path / "wide.yaml"
     space_file.write_text(WIDE)
-    out = tmp_path / "wide.jsonl"
+    return calls, space_file, tmp_path / "wide.jsonl"
+
+
+def test_a_sampled_recording_runs_its_sample_in_order_and_continues_it(tmp_path, monkeypatch) -> None:
+    calls, space_file, out = _wide_recording(tmp_path, monkeypatch)
     options = RecordOptions(script=TINY, target="inductor", space=space_file, out=out, sample=8, seed=5, limit=3)
     first = record(options)
     sample = sample_space(parse_space(WIDE), 12, seed=5)
@@ -177,12 +182,7 @@ def test_a_sampled_recording_runs_its_sample_in_order_and_continues_it(tmp_path,
 
 def test_a_refined_recording_measures_what_its_surrogate_predicts_best(tmp_path, monkeypatch) -> None:
     pytest.importorskip("sklearn")
-    monkeypatch.chdir(tmp_path)
-    calls: list[dict] = []
-    monkeypatch.setattr("autotune.workers.launcher.run_trial", _fake_trial(calls))
-    space_file = tmp_path / "wide.yaml"
-    space_file.write_text(WIDE)
-    out = tmp_path / "wide.jsonl"
+    calls, space_file, out = _wide_recording(tmp_path, monkeypatch)
     space = parse_space(WIDE)
     options = RecordOptions(script=TINY, target="inductor", space=space_file, out=out, sample=8, seed=5, refine=3)
     land = record(options)
