@@ -14,8 +14,9 @@ from pydantic import BaseModel, ConfigDict, Field, computed_field
 #: Version of the measurement protocol (warm-up detection, windows, stopping rule). Results
 #: measured under another version are not comparable and are never reused. 2: a compile after
 #: warm-up counts the time cap again (step_clock); 3: also a compile in an earlier window than the
-#: one that reached the cap; 4: an evaluation between training steps is in no window.
-PROTOCOL_VERSION = 4
+#: one that reached the cap; 4: an evaluation between training steps is in no window; 5: nor is
+#: loading its first batch, and a window after it opens where the loop asks for its next batch.
+PROTOCOL_VERSION = 5
 #: The parameter of a configuration that is its process count (torchrun's ``--nproc_per_node``).
 PROCESSES_PARAM = "nproc_per_node"
 #: The parameter that is the batch of one step of one process: a trial checks it against the

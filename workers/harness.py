@@ -142,14 +142,26 @@ class TrialRuntime:
 
         DataLoader.__init__ = init  # type: ignore[method-assign]
         orig_next = _BaseDataLoaderIter.__next__
-        clock = self.clock
+        clock_batch = self._clock_batch
 
         def next_(it: Any) -> Any:
-            batch = orig_next(it)
-            clock.batch(batch_len(batch), torch.is_grad_enabled())
-            return batch
+            return clock_batch(orig_next, it)
 
         _BaseDataLoaderIter.__next__ = next_  # type: ignore[method-assign]
+
+    def _clock_batch(self, next_batch: Callable[[Any], Any], it: Any) -> Any:
+        """A loader iterator's next batch, told to the clock with the time the loop asked for it
+        (where the step that takes it began), or the loader's end (where the last step ended)."""
+        import torch
+
+        asked = time.perf_counter()
+        try:
+            batch = next_batch(it)
+        except StopIteration:
+            self.clock.exhausted(asked)
+            raise
+        self.clock.batch(batch_len(batch), torch.is_grad_enabled(), asked)
+        return batch
 
     def _patch_backward(self, torch: Any) -> None:
         orig = torch.Tensor.backward
@@ -213,7 +225,6 @@ class TrialRuntime:
         register_optimizer_step_post_hook(stepped)
 
     def _patch_xla(self) -> None:
-        import torch
         import torch_xla
         import torch_xla.core.xla_model as xm
         import torch_xla.distributed.parallel_loader as pl
@@ -245,11 +256,10 @@ class TrialRuntime:
 
             pl.ParallelLoader.__init__ = pl_init
         orig_dev_next = pl.PerDeviceLoader.__next__
+        clock_batch = self._clock_batch
 
         def dev_next(it: Any) -> Any:
-            batch = orig_dev_next(it)
-            clock.batch(batch_len(batch), torch.is_grad_enabled())
-            return batch
+            return clock_batch(orig_dev_next, it)
 
         pl.PerDeviceLoader.__next__ = dev_next
 
