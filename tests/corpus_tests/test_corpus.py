@@ -3,9 +3,7 @@
 Each script runs in a working directory made for it (its files, its data made by
 ``tests/corpus/make_data.py``, nothing downloaded), through the CLI as a user types it, under its
 target's baseline configuration, with arguments that keep it short. It must be measured: status
-ok, and each step as many samples as the script's batch size. The scripts that the harness cannot
-measure yet are expected to fail, strictly: once the harness learns their loop, the test fails as
-a reminder to remove the mark.
+ok, and each step as many samples as the script's batch size.
 """
 
 from __future__ import annotations
@@ -18,17 +16,9 @@ import pytest
 
 from corpus import Entry, entries, read_trial
 
-#: What the harness does not find yet in these scripts' loops, as their trials show it today.
-HARNESS_GAPS: dict[str, str] = {}
-
 #: Measuring time after warm-up: enough for the minimum of five windows, short for a suite.
 MAX_SECONDS = 2.0
 TIMEOUT_S = 240.0
-
-
-def _params() -> list:
-    return [pytest.param(e, id=e.name, marks=[pytest.mark.xfail(strict=True, reason=HARNESS_GAPS[e.name])]
-                         if e.name in HARNESS_GAPS else []) for e in entries()]
 
 
 def git_blob_id(path: Path) -> str:
@@ -51,7 +41,7 @@ def test_every_script_is_kept_as_published_with_its_source_and_licence() -> None
 
 
 @pytest.mark.slow
-@pytest.mark.parametrize("entry", _params())
+@pytest.mark.parametrize("entry", [pytest.param(e, id=e.name) for e in entries()])
 def test_autotune_trial_measures_the_script(entry: Entry, tmp_path: Path) -> None:
     cwd = entry.prepare(tmp_path)
     command = entry.trial_command(tmp_path / "trial", max_seconds=MAX_SECONDS, timeout=TIMEOUT_S)
