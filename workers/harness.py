@@ -357,27 +357,24 @@ class TrialRuntime:
                 return call_impl(*args, **kwargs)
 
             compiled = self._orig_torch_compile(run_model, **self._compile_kwargs(spec))
-            clock = self.clock
-
-            def timed(*args: Any, **kwargs: Any) -> Any:
-                clock.boundary("forward", batch_len((args, kwargs)))  # outside the compiled code
-                return compiled(*args, **kwargs)
-
-            target._compiled_call_impl = timed
+            target._compiled_call_impl = TimedCall(self.clock, compiled)
             self.user_compiled = True
         else:
             self._time_calls(module)
 
     def _time_calls(self, module: Any) -> None:
         """Each call of the model is a step boundary (for loops without a loader or an optimizer:
-        inference), taken by a hook on the object the script calls, so that it runs outside any
-        compiled code (a model the script compiled runs its wrapper's hooks eagerly)."""
-        clock = self.clock
+        inference), taken on the object the script calls, so that it runs outside any compiled code
+        (a model the script compiled runs its wrapper's call eagerly)."""
+        if not hasattr(module, "_compiled_call_impl"):  # a torch before 2.2
+            clock = self.clock
 
-        def pre(_mod: Any, args: tuple, kwargs: dict) -> None:
-            clock.boundary("forward", batch_len((args, kwargs)))
+            def pre(_mod: Any, args: tuple, kwargs: dict) -> None:
+                clock.boundary("forward", batch_len((args, kwargs)))
 
-        module.register_forward_pre_hook(pre, with_kwargs=True)
+            module.register_forward_pre_hook(pre, with_kwargs=True)
+            return
+        module._compiled_call_impl = TimedCall(self.clock, module._compiled_call_impl or module._call_impl)
 
     # -- result ------------------------------------------------------------------------------
     def finalize(self) -> HarnessReport:
@@ -408,6 +405,24 @@ class TrialRuntime:
             r.failure = Failure(category=FailureCategory.numerics,
                                 reason="the loss became NaN or infinite in the first steps")
         return r
+
+
+class TimedCall:
+    """A model's call with a step boundary before it, set as the module's ``_compiled_call_impl``,
+    which ``Module.__call__`` runs in place of its own (as it does for ``Module.compile()``).
+
+    Not a forward pre-hook: a module with a hook takes ``Module._call_impl``'s slow path on every
+    call. A copy of the model (``deepcopy``: an EMA of its weights; ``torch.save``) is made
+    without it, as torch makes one of a compiled module, and calls its own weights.
+    """
+
+    def __init__(self, clock: StepClock, call: Callable[..., Any]) -> None:
+        self.clock = clock
+        self.call = call
+
+    def __call__(self, *args: Any, **kwargs: Any) -> Any:
+        self.clock.boundary("forward", batch_len((args, kwargs)))
+        return self.call(*args, **kwargs)
 
 
 def run(spec: TrialSpec, *, is_rank: bool = False) -> int:

@@ -279,6 +279,44 @@ def test_default_mode_compiles_a_plain_scripts_model(run_script: RunScript, writ
     assert (result.compile.cache_hits or 0) + (result.compile.cache_misses or 0) >= 1
 
 
+COPIED_MODEL = """
+    import copy
+    import torch
+
+    torch.manual_seed(0)
+    model = torch.nn.Linear(8, 1)
+    opt = torch.optim.SGD(model.parameters(), lr=0.01)
+    x = torch.randn(16, 8)
+    ema = None
+    for step in range(400):
+        opt.zero_grad()
+        model(x).pow(2).mean().backward()
+        opt.step()
+        if ema is None:  # an EMA of the weights, as timm's ModelEmaV3 keeps one: a deep copy
+            ema = copy.deepcopy(model)
+            with torch.no_grad():
+                ema.weight.zero_()
+                ema.bias.fill_(3.0)
+            torch.save(model, "model.pt")
+            saved = torch.load("model.pt", weights_only=False)
+    # The copies run their own weights, not the model's the harness times.
+    with torch.no_grad():
+        assert torch.equal(ema(x), torch.full((16, 1), 3.0)), "the EMA copy ran the model's weights"
+        saved.bias.fill_(-5.0)
+        assert not torch.equal(saved(x), model(x)), "the saved copy ran the model's weights"
+    print("copies call their own weights")
+"""
+
+
+@pytest.mark.parametrize("mode", ["eager", "default"])
+def test_a_copy_of_the_model_calls_its_own_weights(run_script: RunScript, write_script, mode: str) -> None:
+    result = run_script(write_script(f"copied_{mode}.py", COPIED_MODEL), sets={"mode": mode},
+                        protocol=MeasurementProtocol(run_to_end=True, max_measure_seconds=60.0,
+                                                     max_measure_steps=100_000))
+    assert_measured(result)
+    assert "copies call their own weights" in full_log(result)
+
+
 # --- torch-xla ----------------------------------------------------------------------------------------
 
 XLA_LOOP = """
