@@ -281,6 +281,7 @@ def test_default_mode_compiles_a_plain_scripts_model(run_script: RunScript, writ
 
 COPIED_MODEL = """
     import copy
+    import os
     import torch
 
     torch.manual_seed(0)
@@ -297,8 +298,9 @@ COPIED_MODEL = """
             with torch.no_grad():
                 ema.weight.zero_()
                 ema.bias.fill_(3.0)
-            torch.save(model, "model.pt")
-            saved = torch.load("model.pt", weights_only=False)
+            path = os.path.join(os.path.dirname(os.path.abspath(__file__)), "model.pt")  # not the cwd
+            torch.save(model, path)
+            saved = torch.load(path, weights_only=False)
     # The copies run their own weights, not the model's the harness times.
     with torch.no_grad():
         assert torch.equal(ema(x), torch.full((16, 1), 3.0)), "the EMA copy ran the model's weights"
