@@ -199,7 +199,7 @@ class TrialRuntime:
         torch.autograd.backward = autograd_backward
 
     def _patch_optimizer(self, torch: Any) -> None:
-        from torch.optim.optimizer import register_optimizer_step_post_hook
+        from torch.optim.optimizer import register_optimizer_step_post_hook, register_optimizer_step_pre_hook
 
         runtime = self
         #: The first parameter of the optimizer whose steps are the loop's: at first the first one
@@ -210,8 +210,15 @@ class TrialRuntime:
         counted: list[Any] = []
         last: list[Any] = [None]
 
+        def stepping(_opt: Any, _args: Any, _kwargs: Any) -> None:
+            runtime.training_thread = runtime.training_thread or threading.current_thread()
+            if threading.current_thread() is runtime.training_thread:
+                runtime.clock.optimizing = True
+
         def stepped(opt: Any, _args: Any, _kwargs: Any) -> None:
             runtime.training_thread = runtime.training_thread or threading.current_thread()
+            if threading.current_thread() is runtime.training_thread:
+                runtime.clock.optimizing = False
             param = next((p for group in opt.param_groups for p in group["params"]), None)
             previous, last[0] = last[0], param
             if not counted:
@@ -222,6 +229,7 @@ class TrialRuntime:
                 counted[0] = param
             runtime.clock.boundary("optimizer", None)
 
+        register_optimizer_step_pre_hook(stepping)
         register_optimizer_step_post_hook(stepped)
 
     def _patch_xla(self) -> None:

@@ -75,6 +75,9 @@ class StepClock:
         #: The optimizer took over from a loader that only gave the loop its data once; the loader
         #: never delimits the steps again.
         self.loader_demoted = False
+        #: Inside an optimizer's step(): an optimizer with a closure (LBFGS) calls the model and
+        #: backward() many times there, all of them one step.
+        self.optimizing = False
         self._reset(source=None)
 
     def _reset(self, source: str | None) -> None:
@@ -181,6 +184,10 @@ class StepClock:
             self.trained = True
         if source == "forward" and samples is not None:
             self.model_samples = float(samples)
+        if self.optimizing and source in ("forward", "backward"):
+            # A closure's evaluation, not a step: counted as steps, twenty of LBFGS's could make a
+            # whole measurement before its first step had ended (19 times its real figure).
+            return
         if self.source is None:
             self.source = source
         elif source != self.source:

@@ -46,6 +46,21 @@ def test_a_gan_iteration_is_one_step_whose_samples_are_the_models_input() -> Non
     assert set(clock.sample_counts) == {32.0}
 
 
+
+def test_an_optimizer_with_a_closure_steps_once_for_all_its_evaluations() -> None:
+    # LBFGS.step(closure) calls the model and backward() up to 20 times inside one step; quick
+    # evaluations counted as steps had the estimate converge before the first step ended.
+    clock = _clock()
+    for _ in range(6):
+        clock.optimizing = True  # the optimizer's step pre-hook
+        _run(clock, [("forward", 7), ("backward", None)], 20)
+        assert clock.source in (None, "optimizer") and clock.steps <= 5  # no evaluation was a step
+        clock.optimizing = False  # its post-hook, which then tells the clock of the step
+        clock.boundary("optimizer", None)
+    assert clock.source == "optimizer"
+    assert clock.steps == 6
+    assert set(clock.sample_counts) == {7.0}
+
 def test_hand_written_weight_updates_step_at_backward_and_an_evaluation_is_not_a_step() -> None:
     clock = _clock()
     for _ in range(3):  # epochs: training steps, then an evaluation at another batch size
