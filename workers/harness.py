@@ -374,14 +374,6 @@ class TrialRuntime:
         """Each call of the model is a step boundary (for loops without a loader or an optimizer:
         inference), taken on the object the script calls, so that it runs outside any compiled code
         (a model the script compiled runs its wrapper's call eagerly)."""
-        if not hasattr(module, "_compiled_call_impl"):  # a torch before 2.2
-            clock = self.clock
-
-            def pre(_mod: Any, args: tuple, kwargs: dict) -> None:
-                clock.boundary("forward", batch_len((args, kwargs)))
-
-            module.register_forward_pre_hook(pre, with_kwargs=True)
-            return
         module._compiled_call_impl = TimedCall(self.clock, module._compiled_call_impl or module._call_impl)
 
     # -- result ------------------------------------------------------------------------------
