@@ -181,10 +181,10 @@ class TrialRuntime:
         def autograd_backward(tensors: Any, *args: Any, **kwargs: Any) -> Any:
             runtime.training_thread = runtime.training_thread or threading.current_thread()
             if depth[0] == 0 and isinstance(tensors, Tensor) and tensors.numel() == 1:
-                # Held as it is (the loop holds it too until its next step), read at window edges.
-                runtime.last_loss = tensors
+                # Detached: a loop that frees its graph (retain_graph=True, then del) frees it here too.
+                loss = runtime.last_loss = tensors.detach()
                 if len(runtime.losses) < keep:
-                    runtime.losses.append(tensors.detach())
+                    runtime.losses.append(loss)
             depth[0] += 1
             try:
                 out = orig_autograd(tensors, *args, **kwargs)
