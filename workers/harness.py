@@ -419,9 +419,7 @@ class TimedCall:
         self.call = call
 
     def __call__(self, *args: Any, **kwargs: Any) -> Any:
-        # A model called with its batch first needs no search for it (a frame less per step).
-        shape = getattr(args[0], "shape", None) if args else None
-        self.clock.boundary("forward", shape[0] if shape else batch_len((args, kwargs)))
+        self.clock.boundary("forward", batch_len((args, kwargs)))
         return self.call(*args, **kwargs)
 
 
