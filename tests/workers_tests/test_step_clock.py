@@ -46,7 +46,6 @@ def test_a_gan_iteration_is_one_step_whose_samples_are_the_models_input() -> Non
     assert set(clock.sample_counts) == {32.0}
 
 
-
 def test_an_optimizer_with_a_closure_steps_once_for_all_its_evaluations() -> None:
     # LBFGS.step(closure) calls the model and backward() up to 20 times inside one step; quick
     # evaluations counted as steps had the estimate converge before the first step ended.
@@ -60,6 +59,7 @@ def test_an_optimizer_with_a_closure_steps_once_for_all_its_evaluations() -> Non
     assert clock.source == "optimizer"
     assert clock.steps == 6
     assert set(clock.sample_counts) == {7.0}
+
 
 def test_hand_written_weight_updates_step_at_backward_and_an_evaluation_is_not_a_step() -> None:
     clock = _clock()
