@@ -15,8 +15,9 @@ from pydantic import BaseModel, ConfigDict, Field, computed_field
 #: measured under another version are not comparable and are never reused. 2: a compile after
 #: warm-up counts the time cap again (step_clock); 3: also a compile in an earlier window than the
 #: one that reached the cap; 4: an evaluation between training steps is in no window; 5: nor is
-#: loading its first batch, and a window after it opens where the loop asks for its next batch.
-PROTOCOL_VERSION = 5
+#: loading its first batch, and a window after it opens where the loop asks for its next batch;
+#: 6: a run whose later phase trains with another optimizer is measured over all its phases.
+PROTOCOL_VERSION = 6
 #: The parameter of a configuration that is its process count (torchrun's ``--nproc_per_node``).
 PROCESSES_PARAM = "nproc_per_node"
 #: The parameter that is the batch of one step of one process: a trial checks it against the
@@ -299,6 +300,8 @@ class TimedWindow(BaseModel):
     steps: int
     samples: float
     compiles: int = 0
+    #: The run's phase (:class:`autotune.measurement.windows.Window`).
+    phase: int = 0
 
 
 class Measurement(BaseModel):
@@ -319,6 +322,9 @@ class Measurement(BaseModel):
     #: Stopped early, its interval entirely below the protocol's ``stop_below``: a real
     #: measurement, only less precise than a converged one.
     pruned: bool = False
+    #: Phases of the run the figure covers: more than one where a later phase trains with an
+    #: optimizer of its own, each phase measured in steady state, the run measured to its end.
+    phases: int = 1
 
     @property
     def ci95_half_width(self) -> float:

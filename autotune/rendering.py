@@ -112,8 +112,10 @@ def render_trial(result: TrialResult, console: Console) -> None:
                                 f"(95% CI {m.ci95_low:,.1f} .. {m.ci95_high:,.1f}"
                                 f"{'' if m.converged else ', pruned' if m.pruned else ', not converged'})")
         t.add_row("step time", f"median {fmt_seconds(m.step_time_median)}, p90 {fmt_seconds(m.step_time_p90)}")
+        phases = (f", over {m.phases} phases of the run (each trains with an optimizer of its own)"
+                  if m.phases > 1 else "")
         t.add_row("measured", f"{m.steps_measured} steps in {m.windows} windows after "
-                              f"{m.warmup_steps} warm-up steps ({fmt_seconds(m.warmup_seconds)})")
+                              f"{m.warmup_steps} warm-up steps ({fmt_seconds(m.warmup_seconds)}){phases}")
     for r in result.ranks:
         own = f"{r.measurement.throughput:,.1f} samples/s" if r.measurement else "no measurement"
         t.add_row(f"rank {r.rank}", f"{own}, {r.steps_seen} steps" + (f", {r.failure.reason}" if r.failure else ""))

@@ -200,32 +200,50 @@ class TrialRuntime:
         from torch.optim.optimizer import register_optimizer_step_post_hook, register_optimizer_step_pre_hook
 
         runtime = self
+        clock = self.clock
         #: The first parameter of the optimizer whose steps are the loop's: at first the first one
         #: that stepped. A GAN steps two optimizers per iteration, and a script that makes its
         #: optimizer anew (each epoch) makes it over the same parameters. Another optimizer that
         #: steps twice in a row takes over: the loop has moved on to it (the layers of a
-        #: forward-forward net train one after the other, each with an optimizer of its own).
+        #: forward-forward net train one after the other, each with an optimizer of its own), and
+        #: the run is in a new phase, unless one that handed over steps again later (a loop that
+        #: steps its optimizers in turn, one of them several times).
         counted: list[Any] = []
+        handed_over: list[Any] = []
         last: list[Any] = [None]
+        unstepped = clock.unstepped
+        orig_init = torch.optim.Optimizer.__init__
+
+        def init(opt: Any, *args: Any, **kwargs: Any) -> None:
+            orig_init(opt, *args, **kwargs)
+            unstepped.add(opt)
+
+        torch.optim.Optimizer.__init__ = init
 
         def stepping(_opt: Any, _args: Any, _kwargs: Any) -> None:
             runtime.training_thread = runtime.training_thread or threading.current_thread()
             if threading.current_thread() is runtime.training_thread:
-                runtime.clock.optimizing = True
+                clock.optimizing = True
 
         def stepped(opt: Any, _args: Any, _kwargs: Any) -> None:
             runtime.training_thread = runtime.training_thread or threading.current_thread()
             if threading.current_thread() is runtime.training_thread:
-                runtime.clock.optimizing = False
+                clock.optimizing = False
+            if unstepped:
+                unstepped.discard(opt)
             param = next((p for group in opt.param_groups for p in group["params"]), None)
             previous, last[0] = last[0], param
             if not counted:
                 counted.append(param)
             elif param is not counted[0]:
                 if previous is not param:
+                    if not clock.interleaved and any(param is p for p in handed_over):
+                        clock.interleave()
                     return
+                handed_over.append(counted[0])
                 counted[0] = param
-            runtime.clock.boundary("optimizer", None)
+                clock.new_phase()
+            clock.boundary("optimizer", None)
 
         register_optimizer_step_pre_hook(stepping)
         register_optimizer_step_post_hook(stepped)

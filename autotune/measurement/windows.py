@@ -66,6 +66,9 @@ class Window:
     #: When it opened, on the host's monotonic clock (``time.perf_counter``): the same clock in
     #: every process of a machine, so that the windows of a trial's ranks can be aligned.
     start: float = 0.0
+    #: The run's phase: a later phase trains with an optimizer of its own (the layers of a
+    #: forward-forward net, one after the other), at a speed of its own.
+    phase: int = 0
 
     @property
     def end(self) -> float:
@@ -83,6 +86,9 @@ class Estimate:
     ci_high: float
     windows_used: int
     truncated: int
+    #: The steady windows' samples and seconds.
+    samples: float = 0.0
+    seconds: float = 0.0
 
     @property
     def rel_half_width(self) -> float:
@@ -91,20 +97,51 @@ class Estimate:
         return (self.ci_high - self.ci_low) / 2 / self.throughput
 
 
+def by_phase(windows: Sequence[Window]) -> list[list[Window]]:
+    """``windows`` in runs of one phase each, in order."""
+    runs: list[list[Window]] = []
+    for w in windows:
+        if runs and runs[-1][0].phase == w.phase:
+            runs[-1].append(w)
+        else:
+            runs.append([w])
+    return runs
+
+
 def without_compiles(windows: Sequence[Window]) -> list[Window]:
-    """The windows in which nothing compiled, when they are most of them.
+    """The windows in which nothing compiled, when they are most of them (in each phase).
 
     A one-off compile after warm-up (on XLA, the graph of an epoch's last, shorter group of steps
     under ``batches_per_execution``) is not the steady state; its window would pull the estimate
     down by the compile's seconds. When most windows compile, compiling is the steady state (a
     recompilation storm) and every window counts.
     """
-    quiet = [w for w in windows if not w.compiles]
-    return quiet if 2 * len(quiet) > len(windows) else list(windows)
+    kept: list[Window] = []
+    for run in by_phase(windows):
+        quiet = [w for w in run if not w.compiles]
+        kept.extend(quiet if 2 * len(quiet) > len(run) else run)
+    return kept
+
+
+def steady_windows(windows: Sequence[Window]) -> list[Window]:
+    """The windows an estimate is made of: each phase's, less its initial transient."""
+    kept: list[Window] = []
+    for run in by_phase(windows):
+        kept.extend(run[mser_truncation([w.rate for w in run]):])
+    return kept
 
 
 def estimate(windows: Sequence[Window]) -> Estimate | None:
-    """Throughput and its 95% CI from the steady-state part of ``windows``."""
+    """Throughput and its 95% CI from the steady-state part of ``windows``.
+
+    A run of several phases is one throughput, all phases' samples over all their seconds, as
+    a run that goes through them all sees it; cutting a transient off the whole series instead
+    would take a slower first phase for warm-up. Each phase's seconds are uncertain by that
+    phase's own interval, and the interval of the whole adds those as independent errors.
+    """
+    runs = by_phase(windows)
+    if len(runs) > 1:
+        return _phased([e for e in map(estimate, runs) if e is not None])
     if not windows:
         return None
     d = mser_truncation([w.rate for w in windows])
@@ -115,10 +152,28 @@ def estimate(windows: Sequence[Window]) -> Estimate | None:
         return None
     throughput = samples / seconds
     if len(steady) < 2:
-        return Estimate(throughput, 0.0, math.inf, len(steady), d)
+        return Estimate(throughput, 0.0, math.inf, len(steady), d, samples, seconds)
     sd = statistics.stdev(w.rate for w in steady)
     half = t975(len(steady) - 1) * sd / math.sqrt(len(steady))
-    return Estimate(throughput, max(0.0, throughput - half), throughput + half, len(steady), d)
+    return Estimate(throughput, max(0.0, throughput - half), throughput + half, len(steady), d, samples, seconds)
+
+
+def _phased(phases: Sequence[Estimate]) -> Estimate | None:
+    samples = sum(e.samples for e in phases)
+    seconds = sum(e.seconds for e in phases)
+    if seconds <= 0:
+        return None
+    throughput = samples / seconds
+    used = sum(e.windows_used for e in phases)
+    truncated = sum(e.truncated for e in phases)
+    known = [e.rel_half_width for e in phases if math.isfinite(e.rel_half_width)]
+    if not known:
+        return Estimate(throughput, 0.0, math.inf, used, truncated, samples, seconds)
+    # A phase too short for an interval of its own (one window) is as uncertain as the least
+    # certain phase that has one.
+    rel = [e.rel_half_width if math.isfinite(e.rel_half_width) else max(known) for e in phases]
+    half = throughput * math.sqrt(sum((e.seconds * r) ** 2 for e, r in zip(phases, rel))) / seconds
+    return Estimate(throughput, max(0.0, throughput - half), throughput + half, used, truncated, samples, seconds)
 
 
 def percentile(values: Sequence[float], q: float) -> float:

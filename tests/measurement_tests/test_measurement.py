@@ -14,6 +14,7 @@ from autotune.measurement.windows import (
     estimate,
     mser_truncation,
     percentile,
+    steady_windows,
     t975,
     without_compiles,
 )
@@ -186,3 +187,34 @@ def test_a_one_off_compile_after_warm_up_leaves_the_estimate() -> None:
 def test_a_recompilation_storm_is_the_steady_state() -> None:
     storm = [Window(10, 100.0, 2.0, compiles=1) for _ in range(4)] + [Window(10, 100.0, 1.0)] * 2
     assert without_compiles(storm) == storm
+
+
+def test_a_run_of_two_phases_is_all_their_samples_over_all_their_seconds() -> None:
+    # A slower first phase is no warm-up: cut off the whole series as a transient, the estimate
+    # would be the second phase's alone.
+    first = [Window(10, 1000.0 * (1 + 0.01 * (i % 3)), 1.0, phase=0) for i in range(3)]
+    second = [Window(10, 3000.0 * (1 + 0.01 * (i % 3)), 1.0, phase=1) for i in range(20)]
+    est = estimate(first + second)
+    assert est is not None
+    samples = sum(w.samples for w in first + second)
+    assert est.throughput == pytest.approx(samples / 23.0)
+    assert est.ci_low < est.throughput < est.ci_high < 1.05 * est.throughput
+    assert steady_windows(first + second) == first + second
+
+
+def test_each_phase_has_its_own_transient_and_its_own_compiles() -> None:
+    first = [Window(10, 100.0, 1.0, phase=0)] + [Window(10, 1000.0, 1.0, phase=0) for _ in range(7)]
+    second = ([Window(10, 50.0, 1.0, compiles=1, phase=1)]
+              + [Window(10, 3000.0 + i, 1.0, phase=1) for i in range(7)])
+    kept = without_compiles(first + second)
+    assert kept == first + second[1:]
+    assert steady_windows(kept) == first[1:] + second[1:]
+    est = estimate(kept)
+    assert est is not None and est.throughput == pytest.approx((7000 + 7 * 3000 + 21) / 14)
+
+
+def test_a_phase_of_one_window_is_as_uncertain_as_the_others() -> None:
+    first = [Window(10, 1000.0 + 10 * (i % 2), 1.0, phase=0) for i in range(6)]
+    est = estimate(first + [Window(10, 2000.0, 1.0, phase=1)])
+    assert est is not None and math.isfinite(est.ci_high)
+    assert est.throughput == pytest.approx((sum(w.samples for w in first) + 2000) / 7)

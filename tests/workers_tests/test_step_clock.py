@@ -9,7 +9,7 @@ from types import SimpleNamespace
 import pytest
 
 from autotune.records import MeasurementProtocol, TrialPlan
-from autotune.workers.step_clock import StepClock
+from autotune.workers.step_clock import StepClock, TrialComplete
 
 
 class _Backends:
@@ -306,3 +306,68 @@ def test_an_evaluation_with_no_end_of_the_loader_ends_the_window_where_its_batch
         assert epochs < 40
     m = clock.measurement()
     assert m is not None and m.throughput == pytest.approx(320.0, rel=1e-6)
+
+
+class _Optimizer:
+    """Stands for an optimizer the script made: the clock only holds it weakly."""
+
+
+def _phased_clock(monkeypatch) -> tuple[StepClock, list[float]]:
+    from autotune.workers import step_clock
+
+    now = [0.0]
+    monkeypatch.setattr(step_clock.time, "perf_counter", lambda: now[0])
+    protocol = MeasurementProtocol(max_measure_seconds=30.0)
+    spec = SimpleNamespace(protocol=protocol, plan=TrialPlan(target="inductor", params={}), ranks_dir=None)
+    runtime = SimpleNamespace(spec=spec, is_rank=False, spawned=False, training_thread=threading.current_thread(),
+                              backends=_Compiler(), started_at=None, check_numerics=lambda: None)
+    return StepClock(runtime), now  # type: ignore[arg-type]
+
+
+def _train(clock: StepClock, now: list[float], steps: int, seconds: float) -> None:
+    for _ in range(steps):
+        now[0] += seconds
+        clock.boundary("optimizer", 512)
+
+
+def test_a_run_whose_later_layer_trains_with_its_own_optimizer_is_measured_over_both(monkeypatch) -> None:
+    # Forward-forward MNIST: 300 full-batch steps of layer 0 (20 ms each), then 300 of layer 1
+    # (10 ms) with the second optimizer, made up front. Stopped in layer 0, the trial said
+    # 25,600 samples/s of a run that goes at 2 x 512 / 30 ms = 34,133.
+    clock, now = _phased_clock(monkeypatch)
+    second = _Optimizer()
+    clock.unstepped.add(second)
+    _train(clock, now, 300, 0.020)
+    assert not clock.done, "an optimizer yet to step: the run has a phase to come"
+    clock.unstepped.discard(second)
+    clock.new_phase()
+    _train(clock, now, 300, 0.010)
+    assert not clock.done, "a run with phases is measured to its end"
+    now[0] += 0.5  # the script's predictions after training, no step
+    clock.finish()
+    m = clock.measurement()
+    assert m is not None and m.phases == 2 and m.converged
+    assert m.throughput == pytest.approx(2 * 512 / 0.030, rel=0.01)
+    assert m.ci95_low < m.throughput < m.ci95_high
+
+
+def test_without_an_optimizer_to_come_the_first_phase_converges_and_stops(monkeypatch) -> None:
+    clock, now = _phased_clock(monkeypatch)
+    with pytest.raises(TrialComplete):
+        _train(clock, now, 300, 0.020)
+    m = clock.measurement()
+    assert m is not None and m.phases == 1 and m.converged
+    assert m.throughput == pytest.approx(512 / 0.020, rel=1e-6)
+
+
+def test_optimizers_that_step_in_turn_are_one_phase_and_the_trial_stops(monkeypatch) -> None:
+    # A generator that stepped twice in a row took over as the counted optimizer, then the
+    # discriminator (which had handed over) stepped again: one loop, stopped once converged.
+    clock, now = _phased_clock(monkeypatch)
+    _train(clock, now, 10, 0.020)
+    clock.new_phase()
+    _train(clock, now, 1, 0.020)
+    clock.interleave()  # the harness: the first optimizer stepped again
+    with pytest.raises(TrialComplete):
+        _train(clock, now, 300, 0.020)
+    assert clock.converged and clock.measurement().phases == 1
