@@ -12,7 +12,10 @@ run from a working directory that ``make_data.py`` fills with their data) this r
   own throughput is read from its output by the parser its ``corpus.toml`` declares (a figure
   it prints, or its progress lines stamped as they arrive, or the time it ran for the samples
   it says it did). Both are repeated ``--repeats`` times: the median, and the spread
-  ((max - min) / median).
+  ((max - min) / median). Each repeat runs the trial and then the script back to back, so the
+  ratio within a pair is also printed (their median, and the lowest and highest): on a shared
+  machine whose speed drifts by 10 to 30% over the minutes a table takes, the drift moves both
+  runs of a pair alike, and the medians of each column apart.
 
 One row per script: the study's status and best, the trial's samples/s, the script's own, their
 ratio and the spreads. A trial that cannot measure a script, or a script whose figure cannot be
@@ -91,6 +94,8 @@ class Row:
     trial: Repeated
     own: Repeated
     samples_per_step: float | None = None
+    #: trial / own of each repeat whose two runs both gave a figure.
+    pairs: list[float] = field(default_factory=list)
 
     @property
     def ratio(self) -> float | None:
@@ -193,18 +198,29 @@ def bench(e: Entry, root: Path, args: argparse.Namespace, console: Console) -> R
     if not args.no_study:
         console.print(f"[bold]{e.name}[/bold]: autotune run --trials {args.trials} ...")
         study = run_study(e, root, args.trials, args.timeout)
-    trial, own, per_step = Repeated(), Repeated(), None
+    trial, own, per_step, pairs = Repeated(), Repeated(), None, []
     for i in range(args.repeats):
         console.print(f"[bold]{e.name}[/bold]: repeat {i + 1} of {args.repeats}: trial, then the script itself")
-        value, per_step, failure = run_trial(e, root / f"trial-{i}", args.max_seconds, args.timeout)
-        (trial.values.append(value) if value is not None else trial.failures.append(failure or "?"))
+        measured, per_step, failure = run_trial(e, root / f"trial-{i}", args.max_seconds, args.timeout)
+        (trial.values.append(measured) if measured is not None else trial.failures.append(failure or "?"))
         value, failure = run_script(e, root / f"script-{i}", args.timeout)
         (own.values.append(value) if value is not None else own.failures.append(failure or "?"))
-    return Row(e.name, e.target, study, trial, own, per_step)
+        if measured is not None and value:
+            pairs.append(measured / value)
+    return Row(e.name, e.target, study, trial, own, per_step, pairs)
 
 
 def _num(value: float | None, fmt: str) -> str:
     return "-" if value is None else format(value, fmt)
+
+
+def _pairs_text(pairs: list[float]) -> str:
+    """``0.991 (0.962..1.020)``: the median ratio of the pairs, and their range."""
+    if not pairs:
+        return "-"
+    if len(pairs) == 1:
+        return f"{pairs[0]:.3f}"
+    return f"{median(pairs):.3f} ({min(pairs):.3f}..{max(pairs):.3f})"
 
 
 def _study_text(study: StudyOutcome | None) -> str:
@@ -220,17 +236,19 @@ def _study_text(study: StudyOutcome | None) -> str:
 def render(rows: list[Row], console: Console) -> None:
     table = Table(title="corpus: the baseline's trial against the script's own throughput (plain python)")
     for name in ("script", "target", "study (autotune run)", "trial\nsamples/s", "trial\nspread",
-                 "samples\n/step", "script's own\nsamples/s", "own\nspread", "ratio\ntrial/own"):
+                 "samples\n/step", "script's own\nsamples/s", "own\nspread", "ratio\ntrial/own",
+                 "pairs: ratio\nmedian (range)"):
         table.add_column(name, justify="left" if name in ("script", "target", "study (autotune run)") else "right")
     for row in rows:
         table.add_row(row.name, row.target, _study_text(row.study), _num(row.trial.median, ".1f"),
                       _num(row.trial.spread, ".1%"), _num(row.samples_per_step, ".1f"), _num(row.own.median, ".1f"),
-                      _num(row.own.spread, ".1%"), _num(row.ratio, ".3f"))
+                      _num(row.own.spread, ".1%"), _num(row.ratio, ".3f"), _pairs_text(row.pairs))
     console.print(table)
     for row in rows:
         if row.ratio is not None and abs(row.ratio - 1) > FIDELITY:
             console.print(f"[yellow]{row.name}[/yellow]: the ratio {row.ratio:.3f} is more than {FIDELITY:.0%} from 1"
-                          f" (spreads: trial {_num(row.trial.spread, '.0%')}, own {_num(row.own.spread, '.0%')})",
+                          f" (spreads: trial {_num(row.trial.spread, '.0%')}, own {_num(row.own.spread, '.0%')};"
+                          f" pairs {_pairs_text(row.pairs)})",
                           highlight=False)
         for what, repeated in (("trial", row.trial), ("script", row.own)):
             for failure in dict.fromkeys(repeated.failures):
