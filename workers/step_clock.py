@@ -369,8 +369,7 @@ class StepClock:
                 # has merely queued it.
                 end = self._now(wait=True)
                 last = self.windows[-1]
-                self.windows[-1] = Window(last.steps, last.samples, last.seconds + (end - now), last.compiles,
-                                          last.start)
+                self.windows[-1] = dataclasses.replace(last, seconds=last.seconds + (end - now))
                 enough = self._enough(estimate(without_compiles(self.windows)))
             self.converged = bool(enough)
             self.done = True
@@ -385,8 +384,10 @@ class StepClock:
         p = self.protocol
         if est is None:
             return False
-        if in_this_phase and self.phase and sum(1 for w in self.windows if w.phase == self.phase and not w.compiles) < p.min_windows:
-            return False
+        if in_this_phase and self.phase:
+            quiet = sum(1 for w in self.windows if w.phase == self.phase and not w.compiles)
+            if quiet < p.min_windows:
+                return False
         return est.windows_used >= p.min_windows and est.rel_half_width <= p.rel_ci
 
     def _late_compile(self, now: float) -> bool:
@@ -452,11 +453,8 @@ class StepClock:
         a lazy device the window ends once the device has run the steps it was given."""
         if self.done or self.warming or self.window_start is None or self.steps <= self.window_first_step:
             return
-        if self.lazy or self.last_boundary is None or self.paused_at is not None:
-            now = self._now(wait=self.lazy)
-        else:
-            now = self.last_boundary
-        self._close_window(now)
+        end = self._now(wait=self.lazy) if self.lazy or self.last_boundary is None else self.last_boundary
+        self._close_window(end)
         self.done = True
         # A run measured to its end (it had phases) converged if its estimate is good enough, its
         # last phase however short.

@@ -8,7 +8,7 @@ from types import SimpleNamespace
 
 import pytest
 
-from autotune.records import MeasurementProtocol, TrialPlan
+from autotune.records import MeasurementProtocol, RuntimeKnobs, TrialPlan
 from autotune.workers.step_clock import StepClock, TrialComplete
 
 
@@ -312,13 +312,14 @@ class _Optimizer:
     """Stands for an optimizer the script made: the clock only holds it weakly."""
 
 
-def _phased_clock(monkeypatch) -> tuple[StepClock, list[float]]:
+def _phased_clock(monkeypatch, *, lazy: bool = False, cap: float = 30.0) -> tuple[StepClock, list[float]]:
     from autotune.workers import step_clock
 
     now = [0.0]
     monkeypatch.setattr(step_clock.time, "perf_counter", lambda: now[0])
-    protocol = MeasurementProtocol(max_measure_seconds=30.0)
-    spec = SimpleNamespace(protocol=protocol, plan=TrialPlan(target="inductor", params={}), ranks_dir=None)
+    protocol = MeasurementProtocol(max_measure_seconds=cap)
+    plan = TrialPlan(target="xla" if lazy else "inductor", params={}, knobs=RuntimeKnobs(lazy_device=lazy))
+    spec = SimpleNamespace(protocol=protocol, plan=plan, ranks_dir=None)
     runtime = SimpleNamespace(spec=spec, is_rank=False, spawned=False, training_thread=threading.current_thread(),
                               backends=_Compiler(), started_at=None, check_numerics=lambda: None)
     return StepClock(runtime), now  # type: ignore[arg-type]
@@ -327,6 +328,7 @@ def _phased_clock(monkeypatch) -> tuple[StepClock, list[float]]:
 def _train(clock: StepClock, now: list[float], steps: int, seconds: float) -> None:
     for _ in range(steps):
         now[0] += seconds
+        clock.on_sync()  # a lazy device's graph cut at each step (no-op otherwise)
         clock.boundary("optimizer", 512)
 
 
@@ -371,3 +373,19 @@ def test_optimizers_that_step_in_turn_are_one_phase_and_the_trial_stops(monkeypa
     with pytest.raises(TrialComplete):
         _train(clock, now, 300, 0.020)
     assert clock.converged and clock.measurement().phases == 1
+
+
+def test_a_later_phase_stopped_at_the_cap_on_a_lazy_device_keeps_its_last_window(monkeypatch) -> None:
+    # On a lazy device the last window is stretched to when the device has finished: still the
+    # later phase's, not the first's.
+    clock, now = _phased_clock(monkeypatch, lazy=True, cap=3.0)
+    second = _Optimizer()
+    clock.unstepped.add(second)
+    _train(clock, now, 100, 0.020)
+    clock.unstepped.discard(second)
+    clock.new_phase()
+    with pytest.raises(TrialComplete):
+        _train(clock, now, 1000, 0.010)
+    assert clock.windows[-1].phase == 1
+    m = clock.measurement()
+    assert m is not None and m.phases == 2
