@@ -21,6 +21,9 @@ What it intercepts, and why:
 - ``torch.compile``: a script that compiles its model itself gets the trial's options instead.
 - ``torch.autograd.backward`` (``Tensor.backward()`` calls it): also the first losses (for the
   numerics guard) and a NaN check at window edges.
+- ``torch.optim.Optimizer.__init__``: the optimizers the script made. One that has not stepped
+  yet keeps the trial going past a converged estimate (the run has a later phase); one that takes
+  over starts that phase (:meth:`~autotune.workers.step_clock.StepClock.new_phase`).
 
 The env vars of the plan were set by the launcher before this process started, since
 ``XLA_FLAGS``, ``PJRT_DEVICE`` and ``NEURON_CC_FLAGS`` are read when the backend loads.
