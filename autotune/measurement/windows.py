@@ -144,8 +144,8 @@ def estimate(windows: Sequence[Window]) -> Estimate | None:
         return _phased([e for e in map(estimate, runs) if e is not None])
     if not windows:
         return None
-    d = mser_truncation([w.rate for w in windows])
-    steady = windows[d:]
+    steady = steady_windows(windows)
+    d = len(windows) - len(steady)
     samples = sum(w.samples for w in steady)
     seconds = sum(w.seconds for w in steady)
     if seconds <= 0:

@@ -151,14 +151,15 @@ class _Compiler(_Backends):
         return self.graphs
 
 
-def _timed_clock(monkeypatch) -> tuple[StepClock, _Compiler, list[float]]:
-    """A clock on a fake time (``now[0]``) and a fake compiler, with a landscape's short cap."""
+def _timed_clock(monkeypatch, protocol: MeasurementProtocol | None = None,
+                 plan: TrialPlan | None = None) -> tuple[StepClock, _Compiler, list[float]]:
+    """A clock on a fake time (``now[0]``) and a fake compiler, by default with a landscape's short cap."""
     from autotune.workers import step_clock
 
     now = [0.0]
     monkeypatch.setattr(step_clock.time, "perf_counter", lambda: now[0])
-    protocol = MeasurementProtocol(run_to_end=True, max_measure_seconds=5.0, min_windows=4, quiet_steps=2)
-    spec = SimpleNamespace(protocol=protocol, plan=TrialPlan(target="xla", params={}), ranks_dir=None)
+    protocol = protocol or MeasurementProtocol(run_to_end=True, max_measure_seconds=5.0, min_windows=4, quiet_steps=2)
+    spec = SimpleNamespace(protocol=protocol, plan=plan or TrialPlan(target="xla", params={}), ranks_dir=None)
     compiler = _Compiler()
     runtime = SimpleNamespace(spec=spec, is_rank=False, spawned=False, training_thread=threading.current_thread(),
                               backends=compiler, started_at=None, check_numerics=lambda: None)
@@ -313,16 +314,9 @@ class _Optimizer:
 
 
 def _phased_clock(monkeypatch, *, lazy: bool = False, cap: float = 30.0) -> tuple[StepClock, list[float]]:
-    from autotune.workers import step_clock
-
-    now = [0.0]
-    monkeypatch.setattr(step_clock.time, "perf_counter", lambda: now[0])
-    protocol = MeasurementProtocol(max_measure_seconds=cap)
     plan = TrialPlan(target="xla" if lazy else "inductor", params={}, knobs=RuntimeKnobs(lazy_device=lazy))
-    spec = SimpleNamespace(protocol=protocol, plan=plan, ranks_dir=None)
-    runtime = SimpleNamespace(spec=spec, is_rank=False, spawned=False, training_thread=threading.current_thread(),
-                              backends=_Compiler(), started_at=None, check_numerics=lambda: None)
-    return StepClock(runtime), now  # type: ignore[arg-type]
+    clock, _compiler, now = _timed_clock(monkeypatch, MeasurementProtocol(max_measure_seconds=cap), plan)
+    return clock, now
 
 
 def _train(clock: StepClock, now: list[float], steps: int, seconds: float) -> None:
