@@ -158,8 +158,11 @@ class Study:
         write(study, loss_tolerance=self.o.loss_tolerance, numerics_guard=self.o.numerics_guard,
               constraints=list(self.o.constraint), prefer=self.o.prefer or names[0])
         if attrs.target is None:
-            write(study, target=self.target.name, metric=names[0], objectives=names, script=str(self.script),
-                  args=list(self.o.args), space=self.space.source)
+            # One attribute at a time, the target last: a driver that opens the study meanwhile
+            # sees no target (and writes the same), never a target without its objectives.
+            write(study, metric=names[0], objectives=names, script=str(self.script), args=list(self.o.args),
+                  space=self.space.source)
+            write(study, target=self.target.name)
         return study
 
     def _sampler(self) -> Any:

@@ -105,3 +105,42 @@ def test_a_held_trial_stays_alive_while_its_driver_is_stalled_and_goes_stale_onc
     time.sleep(4)  # the driver has ended: its trial goes stale like a killed driver's
     optuna.storages.fail_stale_trials(other)
     assert other.trials[held.number].state == optuna.trial.TrialState.FAIL
+
+
+
+def test_a_driver_that_opens_the_study_while_another_creates_it_is_not_refused(tmp_path, monkeypatch):
+    # Two drivers started together on one study: the second opens it between two of the first's
+    # writes of what the study is. Before the target was written last, a driver that came in after
+    # the target and before the objectives took the study for one that optimises something else.
+    import optuna
+
+    from autotune.study.loop import Study
+    from autotune.study.options import StudyOptions
+    from autotune.study.storage import open_storage
+
+    scripts = Path(__file__).resolve().parents[1] / "scripts"
+
+    def driver(url: str) -> Study:
+        study = Study(StudyOptions.checked(script=scripts / "tiny_train.py", target="inductor", study="shared",
+                                           out=str(tmp_path / "out"), storage=url))
+        study.storage = open_storage(url)
+        return study
+
+    original = optuna.study.Study.set_user_attr
+    written: list[str] = []
+    monkeypatch.setattr(optuna.study.Study, "set_user_attr",
+                        lambda self, key, value: (original(self, key, value), written.append(key)))
+    driver(f"sqlite:///{tmp_path / 'alone.db'}")._open_study()
+    assert {"target", "objectives", "metric"} <= set(written)
+
+    for position, key in enumerate(list(written)):
+        url, count = f"sqlite:///{tmp_path / f'{position}.db'}", iter(range(len(written)))
+
+        def then_another_opens(self, key, value, url=url, count=count):
+            original(self, key, value)
+            if next(count, None) == position:
+                driver(url)._open_study()  # raises if it takes the study for another one
+
+        monkeypatch.setattr(optuna.study.Study, "set_user_attr", then_another_opens)
+        driver(url)._open_study()
+        assert optuna.load_study(study_name="shared", storage=url).user_attrs["objectives"] == ["throughput"], key
