@@ -37,9 +37,10 @@ and the neighbours of the best) and proposes the best-scoring one:
   a handful of trials cannot tell which knob mattered when several changed at once. Near the best
   it changes one knob at a time, as a person tuning by hand does, but chooses the knob and its
   value by the model. On the surrogate of the whole inductor space (``bench/surrogate_bench.py``,
-  30 seeds) it took the median trials to within 5% of the best from 16 to 12 and the best after 8
-  trials from 0.74 to 0.86 of it; on the small xla landscape trials to within 2% from 9 to 7
-  (to 5%: 5 to 6); the small inductor landscape is unchanged (3).
+  30 seeds, before the surrogate had its residual process) it took the median trials to within 5%
+  of the best from 16 to 12 and the best after 8 trials from 0.74 to 0.86 of it; on the small xla
+  landscape trials to within 2% from 9 to 7 (to 5%: 5 to 6); the small inductor landscape is
+  unchanged (3).
 
 The study around it enqueues the baseline and the space's known-good configurations first, and
 prunes a measurement once it is clearly behind the best (``MeasurementProtocol.stop_below``).
