@@ -153,12 +153,13 @@ class Surrogate:
         y = np.log([r.throughput for r in self.ok_records])
         self.throughput = sk.ensemble.GradientBoostingRegressor(**BOOSTING, random_state=seed)
         self.throughput.fit(X[ok], y, sample_weight=_weights(sigma))
-        self.residuals = Residuals(self.levels[ok], y - self.throughput.predict(X[ok]), sigma) if RESIDUALS else None
+        self.ok_levels = self.levels[ok]
+        self.residuals = Residuals(_mismatches(self.ok_levels, self.ok_levels), y - self.throughput.predict(X[ok]),
+                                   sigma) if RESIDUALS else None
         self.noise = forest(n_estimators=TREES, random_state=seed, n_jobs=1).fit(X[ok], np.log(sigma))
         times = np.array([[math.log(r.compile_seconds + 0.1), math.log(max(r.wall_seconds - r.compile_seconds, 0) + 0.1)]
                           for r in records])
         self.times = forest(n_estimators=TREES, random_state=seed, n_jobs=1).fit(X, times)
-        self.ok_levels = self.levels[ok]
         self.reasons = {lab: next(r.reason for r in records if not r.ok and (r.category or "script_error") == lab)
                         for lab in self.labels if lab != OK}
 
@@ -167,11 +168,15 @@ class Surrogate:
         return cls(landscape.space, landscape.records, seed=seed)
 
     def predict_log_throughput(self, configs: list[dict[str, Any]]) -> np.ndarray:
-        return self._log_throughput(self.encoder.encode(configs), self.encoder.level_indices(configs))
+        return self._log_throughput(self.encoder.encode(configs), self._mismatches_ok(configs))
 
-    def _log_throughput(self, X: np.ndarray, levels: np.ndarray) -> np.ndarray:
+    def _mismatches_ok(self, configs: list[dict[str, Any]]) -> np.ndarray:
+        """How many parameters each configuration differs in from each recorded one that ran."""
+        return _mismatches(self.encoder.level_indices(configs), self.ok_levels)
+
+    def _log_throughput(self, X: np.ndarray, mismatches_ok: np.ndarray) -> np.ndarray:
         out = self.throughput.predict(X)
-        return out if self.residuals is None else out + self.residuals.predict(levels)
+        return out if self.residuals is None else out + self.residuals.predict(mismatches_ok)
 
     def predict_status(self, configs: list[dict[str, Any]]) -> list[str]:
         return self._status(self.encoder.encode(configs))
@@ -188,11 +193,13 @@ class Surrogate:
             return []
         X = self.encoder.encode(configs)
         status = self._status(X)
-        levels = self.encoder.level_indices(configs)
-        log_tp = self._log_throughput(X, levels)
+        mismatches = self._mismatches_ok(configs)
+        log_tp = self._log_throughput(X, mismatches)
         sigma = np.exp(_mean(self.noise, X))
         times = np.exp(_mean(self.times, X)) - 0.1
-        near = self._nearest_ok(levels)
+        # What no model predicts comes from the recorded configuration that ran with the fewest
+        # parameters different.
+        near = [self.ok_records[int(i)] for i in mismatches.argmin(axis=1)]
         out = []
         for c, st, lt, sd, (compile_s, rest_s), n in zip(configs, status, log_tp, sigma, times, near):
             compile_s, rest_s = max(float(compile_s), 0.0), max(float(rest_s), 0.0)
@@ -212,11 +219,6 @@ class Surrogate:
                 rec = replace(rec, category=st, reason=f"(surrogate) as recorded: {self.reasons.get(st) or st}")
             out.append(rec)
         return out
-
-    def _nearest_ok(self, levels: np.ndarray) -> list[ConfigRecord]:
-        """For each row, the recorded configuration that ran with the fewest parameters different."""
-        d = (levels[:, None, :] != self.ok_levels[None, :, :]).sum(axis=2)
-        return [self.ok_records[int(i)] for i in d.argmin(axis=1)]
 
 
 class Residuals:
@@ -244,9 +246,8 @@ class Residuals:
     LENGTHS = (0.5, 1.0, 2.0, 4.0)
     BETWEEN = (0.0, 0.03, 0.1, 0.2)
 
-    def __init__(self, levels: np.ndarray, residuals: np.ndarray, sigma: np.ndarray) -> None:
-        self.levels = levels
-        distance = (levels[:, None, :] != levels[None, :, :]).sum(axis=2)
+    def __init__(self, distance: np.ndarray, residuals: np.ndarray, sigma: np.ndarray) -> None:
+        """``distance``: how many parameters each recorded configuration differs in from each other."""
         best = -math.inf
         for spread, length, between in itertools.product(self.SPREADS, self.LENGTHS, self.BETWEEN):
             a = spread * np.exp(-distance / length) + np.diag(sigma ** 2 + between ** 2)
@@ -259,9 +260,14 @@ class Residuals:
             if fit > best:
                 best, self.spread, self.length, self.between, self.alpha = fit, spread, length, between, alpha
 
-    def predict(self, levels: np.ndarray) -> np.ndarray:
-        distance = (levels[:, None, :] != self.levels[None, :, :]).sum(axis=2)
+    def predict(self, distance: np.ndarray) -> np.ndarray:
+        """At configurations ``distance`` (parameters differing) from each recorded one it was fitted on."""
         return self.spread * np.exp(-distance / self.length) @ self.alpha
+
+
+def _mismatches(a: np.ndarray, b: np.ndarray) -> np.ndarray:
+    """How many parameters each row of level indices ``a`` differs in from each row of ``b``."""
+    return (a[:, None, :] != b[None, :, :]).sum(axis=2)
 
 
 def _weights(sigma: np.ndarray) -> np.ndarray:
