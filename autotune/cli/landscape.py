@@ -41,6 +41,9 @@ def record_cmd(
                                                     "configuration not recorded yet that a surrogate fitted on "
                                                     "everything recorded so far predicts best (needs "
                                                     "scikit-learn)."),
+    repeat: Optional[int] = typer.Option(None, help="Then measure again, one at a time, until the N configurations "
+                                                    "with the highest mean figure have each been measured at "
+                                                    "least twice."),
 ) -> None:
     """Run every configuration of SPACE once (or a sample of it, --sample N), one after the other,
     and store each as a line of OUT.
@@ -48,7 +51,8 @@ def record_cmd(
     Configurations already in OUT are skipped, so a killed recording continues where it stopped;
     a sample recorded again with the same seed and a larger N continues with the next ones.
     --refine puts measurements where a surrogate of the recording (bench/surrogate_bench.py) is
-    least trusted and a search ends: at the best it predicts.
+    least trusted and a search ends: at the best it predicts. --repeat measures the top again, so
+    that a lucky single run falls back and the noise between runs is on record.
     """
     from autotune.landscapes.landscape import (
         RecordOptions,
@@ -65,7 +69,7 @@ def record_cmd(
         raise InvalidConfigError("--trial-timeout and --max-seconds must be positive, --min-windows at least 1")
     options = RecordOptions(script=script, target=target, space=space, out=out, args=list(script_args or []),
                             trial_timeout=trial_timeout, cache=cache, limit=limit, sample=sample, seed=seed,
-                            refine=refine,
+                            refine=refine, repeat=repeat,
                             protocol=MeasurementProtocol(max_measure_seconds=max_seconds, min_windows=min_windows,
                                                          quiet_steps=quiet_steps))
     options.check()
@@ -75,11 +79,16 @@ def record_cmd(
     console = Console(stderr=True)
     of = f" (a sample, seed {seed}, of up to {grid_size(the_space):,})" if sample is not None else ""
     more = f", then {refine} chosen by a surrogate" if refine else ""
+    more += f", then the {repeat} best measured twice each" if repeat else ""
     console.print(f"{total} configurations{of}{more}, {before} recorded already", highlight=False)
+
+    seen = {r.key for r in load_landscape(out).records} if before else set()
 
     def show(rec, n: int) -> None:
         what = f"{rec.throughput:,.1f} samples/s" if rec.ok else f"failed ({rec.category})"
-        console.print(f"[{rec.index + 1}/{n}] {rec.key}  {what}  wall {rec.wall_seconds:.1f} s, "
+        again = " again" if rec.key in seen else ""
+        seen.add(rec.key)
+        console.print(f"[{rec.index + 1}/{n}{again}] {rec.key}  {what}  wall {rec.wall_seconds:.1f} s, "
                       f"compile {rec.compile_seconds:.1f} s", highlight=False, soft_wrap=True)
 
     landscape = record(options, on_config=show)

@@ -236,10 +236,15 @@ class RecordOptions:
     #: After the sample, record this many more: each the configuration not recorded yet that a
     #: surrogate fitted on everything recorded so far predicts best (:func:`_refinement`).
     refine: int | None = None
+    #: Then measure again until this many configurations with the highest mean figure have
+    #: each been measured at least twice (:func:`_repeat`).
+    repeat: int | None = None
 
     def check(self) -> None:
         if self.refine is not None and (self.sample is None or self.refine < 0):
             raise AutotuneError("--refine continues a sample (--sample N): give both, --refine at least 0")
+        if self.repeat is not None and self.repeat < 1:
+            raise AutotuneError("--repeat must be at least 1")
 
 
 #: A space with more configurations than this is recorded as a sample (``--sample``), not a grid.
@@ -289,6 +294,8 @@ def record(o: RecordOptions, on_config: Callable[[ConfigRecord, int], None] | No
             _rewrite_header(out, {**existing.header, "configurations": len(configs),
                                   "sample": {"n": o.sample, "seed": o.seed},
                                   **({"refine": o.refine} if o.refine else {})})
+        if (o.repeat or 0) > existing.header.get("repeat", 0):
+            _rewrite_header(out, {**load_landscape(out).header, "repeat": o.repeat})
     else:
         header = {
             "kind": "header", "format": FORMAT_VERSION, "target": target.name,
@@ -301,16 +308,17 @@ def record(o: RecordOptions, on_config: Callable[[ConfigRecord, int], None] | No
             "configurations": len(configs), "started_at": time.time(),
             **({"sample": {"n": o.sample, "seed": o.seed}} if o.sample is not None else {}),
             **({"refine": o.refine} if o.refine else {}),
+            **({"repeat": o.repeat} if o.repeat else {}),
             "provenance": provenance(target, script, o.args),
         }
         with open(out, "w") as fh:
             fh.write(json.dumps(header, sort_keys=True) + "\n")
     recorded = 0
 
-    def run(index: int, params: dict[str, Any]) -> None:
+    def run(index: int, params: dict[str, Any], run_name: str | None = None) -> None:
         nonlocal recorded
         plan = plan_for(target, space, params, cache_root=str(cache_root.resolve()))
-        result = run_trial(plan, script, o.args, trial_dir=trials_dir / f"{index:04d}",
+        result = run_trial(plan, script, o.args, trial_dir=trials_dir / (run_name or f"{index:04d}"),
                            limits=TrialLimits(timeout_s=o.trial_timeout), protocol=o.protocol)
         rec = ConfigRecord.from_result(index, params, result)
         with open(out, "a") as fh:  # one line per configuration, written whole: a kill loses one trial
@@ -329,14 +337,43 @@ def record(o: RecordOptions, on_config: Callable[[ConfigRecord, int], None] | No
         run(index, params)
     while o.refine and (o.limit is None or recorded < o.limit):
         landscape = load_landscape(out)
-        refined = sum(r.index >= len(configs) for r in landscape.records)
+        refined = len({r.key for r in landscape.records if r.index >= len(configs)})  # a repeat is no new one
         if refined >= o.refine:
             break
         params = _refinement(landscape)
         if params is None:
             break
         run(len(configs) + refined, params)
+    while o.repeat and (o.limit is None or recorded < o.limit):
+        landscape = load_landscape(out)
+        again = _repeat(landscape, o.repeat)
+        if again is None:
+            break
+        runs = sum(r.key == again.key for r in landscape.records)
+        run(again.index, canonical(space, again.params), run_name=f"{again.index:04d}-{runs + 1}")
     return load_landscape(out)
+
+
+def _repeat(landscape: Landscape, top: int) -> ConfigRecord | None:
+    """The configuration to measure again: of the ``top`` configurations with the highest mean
+    figure, the first measured only once; None when each of them has two measurements or more.
+
+    One measurement of a short run does not bound the next: the best of a recording is the
+    configuration whose single draw came out highest as much as the fastest one. Measuring again
+    what ranks first, until the first ``top`` by their means have each been measured twice, lets a
+    lucky draw fall back and the next come up, and shows the noise between runs beside the
+    interval within each (:mod:`autotune.landscapes.surrogate` fits both). A continued recording
+    picks up where it stopped; a failure of a configuration that ran before counts as a
+    measurement, never as its figure."""
+    space = landscape.space
+    runs: dict[str, list[ConfigRecord]] = {}
+    for r in landscape.records:  # by what the space calls the same run now (``unset_is``)
+        runs.setdefault(config_key(canonical(space, r.params)), []).append(r)
+    means = {k: statistics.fmean(r.throughput for r in rs if r.ok) for k, rs in runs.items() if any(r.ok for r in rs)}
+    for key in sorted(means, key=lambda k: -means[k])[:top]:
+        if len(runs[key]) < 2:
+            return runs[key][0]
+    return None
 
 
 def _refinement(landscape: Landscape) -> dict[str, Any] | None:

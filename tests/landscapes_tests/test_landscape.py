@@ -202,3 +202,46 @@ def test_a_refined_recording_measures_what_its_surrogate_predicts_best(tmp_path,
     assert len(record(options).records) == 12 and calls[11]["batch_size"] == 64
     with pytest.raises(AutotuneError, match="--refine continues a sample"):
         record(RecordOptions(script=TINY, target="inductor", space=space_file, out=tmp_path / "g.jsonl", refine=2))
+
+
+def test_a_repeated_recording_measures_its_top_again_until_the_top_by_mean_has_two_each(tmp_path, monkeypatch) -> None:
+    """--repeat: a lucky first draw that falls back on its second measurement makes room for the
+    next; a continued recording runs nothing twice; each repeat has a trial folder of its own."""
+    from autotune.records import CompileStats, Measurement, TrialResult
+
+    monkeypatch.chdir(tmp_path)
+    space_file = tmp_path / "wide.yaml"
+    space_file.write_text(WIDE)
+    first: dict[str, float] = {}
+    calls: list[tuple[str, Path]] = []
+
+    def run_trial(plan, script, args, *, trial_dir, **_):
+        key = json.dumps(dict(plan.params), sort_keys=True)
+        again = key in first
+        # each configuration's first figure is the order it ran in (100, 101, ...); measured again
+        # it gives that figure back, except the first one measured again, which falls to 1
+        value = first.setdefault(key, 100.0 + len(first))
+        if again and not any(c[0] == "again" for c in calls):
+            value = 1.0
+        calls.append(("again" if again else "first", Path(trial_dir)))
+        m = Measurement(throughput=value, ci95_low=0.9 * value, ci95_high=1.1 * value, step_time_median=0.1,
+                        step_time_p90=0.1, samples_per_step=8, steps_measured=10, windows=4, converged=True,
+                        warmup_steps=4, warmup_seconds=0.5)
+        return TrialResult(status="ok", plan=plan, wall_seconds=2.0, measurement=m,
+                           compile=CompileStats(graphs_compiled=1, compile_seconds=1.0))
+
+    monkeypatch.setattr("autotune.workers.launcher.run_trial", run_trial)
+    out = tmp_path / "wide.jsonl"
+    options = RecordOptions(script=TINY, target="inductor", space=space_file, out=out, sample=8, seed=5, repeat=2)
+    land = record(options)
+    # the top two are 107 (index 7) and 106 (6); 7 falls to 1 (mean 54), so 6 and then 5 are measured again
+    assert [r.index for r in land.records] == [*range(8), 7, 6, 5]
+    assert [r.throughput for r in land.records[8:]] == [1.0, 106.0, 105.0]
+    assert land.header["repeat"] == 2
+    assert len({d for _, d in calls}) == len(calls), "a repeat has a trial folder of its own"
+    assert len(record(options).records) == 11  # continued: the top two by mean have two measurements each
+    options.repeat = 3
+    land = record(options)
+    assert [r.index for r in land.records[11:]] == [4] and land.header["repeat"] == 3
+    with pytest.raises(AutotuneError, match="--repeat must be at least 1"):
+        record(RecordOptions(script=TINY, target="inductor", space=space_file, out=out, sample=8, seed=5, repeat=0))
