@@ -165,3 +165,38 @@ def test_the_trust_region_changes_one_knob_of_the_best_until_it_stops_improving(
     assert outside_trust_region(drive(AutotuneSampler(SPACE, seed=1, local_patience=2, local_gain=0.0), SPACE, 14), 2) == []
     assert outside_trust_region(drive(AutotuneSampler(SPACE, seed=1, local_patience=None), SPACE, 14), 2), \
         "without the trust region the sampler leaves it (else this test shows nothing)"
+
+
+def test_the_starting_points_do_not_use_up_the_trust_regions_patience() -> None:
+    """The baseline and a known-good configuration that does not beat it are the study's, not the
+    search's: the first trials the sampler chooses after them change one knob of the best, where
+    counting the starting points as trials without a gain had widened the region to two knobs."""
+    space = parse_space("""\
+target: xla
+parameters:
+  batch_size: {type: int, choices: [8, 16, 32, 64], default: 16}
+  precision: {type: categorical, choices: [fp32, bf16_model, bf16_autocast], default: fp32}
+  backend_opt_level: {type: int, choices: [0, 1, 2], default: 2}
+known_good:
+  - {backend_opt_level: 1}
+""")
+    from autotune.search.configurations import starting_points
+
+    baseline = space.defaults()
+
+    def flat(config: dict) -> float:  # nothing beats the baseline: the radius only grows by patience
+        return 100.0 if config == baseline else 50.0
+
+    def knobs_from_baseline(patience_after_start: bool, seed: int) -> list[int]:
+        sampler = AutotuneSampler(space, seed=seed, local_patience=2, patience_after_start=patience_after_start)
+        study = optuna.create_study(direction="maximize", sampler=sampler)
+        for config in starting_points(space):
+            study.enqueue_trial(config)
+        measured = drive(sampler, space, 5, objective=flat, study=study)
+        assert measured[:2] == starting_points(space)
+        return [sum(c.get(k) != baseline.get(k) for k in space.parameters) for c in measured[2:4]]
+
+    seeds = range(4)
+    assert all(knobs_from_baseline(True, seed) == [1, 1] for seed in seeds)
+    assert any(knobs_from_baseline(False, seed)[1] == 2 for seed in seeds), \
+        "counted as trials, the starting points widen the region by the fourth trial (else this shows nothing)"
