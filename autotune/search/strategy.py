@@ -44,10 +44,10 @@ and the neighbours of the best) and proposes the best-scoring one:
   study's starting points: a known-good configuration that does not beat the baseline had used
   up two trials' patience before the search began, so that the fourth trial could already change
   two knobs at once (in one seed a batch of 64 was first tried with bf16 autocast, 0.17 of the
-  best, and the model learnt that a batch of 64 is slow). On the surrogate of the whole inductor space recorded again
-  on the idle machine (2026-11-26), 30 seeds: trials to within 5% from 9.5 to 4, to within 2%
-  from 14.5 to 6, the best after 8 trials from 0.942 to 1.000 of the best; on the other three
-  surrogates every seed's trials to within 5% and the medians are unchanged.
+  best, and the model learnt that a batch of 64 is slow). On the surrogate of the whole inductor
+  space recorded again on the idle machine (2026-11-26), 30 seeds: trials to within 5% from 9.5
+  to 4, to within 2% from 14.5 to 6, the best after 8 trials from 0.942 to 1.000 of the best; on
+  the other three surrogates every seed's trials to within 5% and the medians are unchanged.
 
 The study around it enqueues the baseline and the space's known-good configurations first, and
 prunes a measurement once it is clearly behind the best (``MeasurementProtocol.stop_below``).
