@@ -101,7 +101,7 @@ def show_cmd(
     json_out: bool = typer.Option(False, "--json", help="Print the summary as JSON."),
 ) -> None:
     """Counts, failures by category and the best configuration of a recorded landscape."""
-    from autotune.landscapes.landscape import load_landscape, summary
+    from autotune.landscapes.landscape import by_configuration, load_landscape, summary
 
     landscape = load_landscape(path)
     s = summary(landscape)
@@ -109,12 +109,13 @@ def show_cmd(
         typer.echo(json.dumps(s))
         return
     out = Console()
-    out.print(f"[bold]{path}[/bold]: {s['configurations']} configurations ({s['ok']} ok), "
+    again = f", {s['measurements']} measurements" if s["measurements"] > s["configurations"] else ""
+    out.print(f"[bold]{path}[/bold]: {s['configurations']} configurations ({s['ok']} ok{again}), "
               f"failures {s['failures'] or 'none'}", highlight=False, soft_wrap=True)
-    ranked = sorted((r for r in landscape.records if r.ok), key=lambda r: -r.throughput)
-    for r in ranked[:10]:
+    for r, runs in by_configuration(landscape)[:10]:
+        again = f"  (mean of {len(runs)} runs: {', '.join(f'{v:,.1f}' for v in runs)})" if len(runs) > 1 else ""
         out.print(f"  {r.throughput:9.1f} samples/s  compile {r.compile_seconds:5.1f} s  wall {r.wall_seconds:5.1f} s"
-                  f"  {r.key}", highlight=False, soft_wrap=True)
+                  f"  {r.key}{again}", highlight=False, soft_wrap=True)
 
 
 @landscape_app.command("surrogate", context_settings={"help_option_names": ["-h", "--help"]})
