@@ -75,14 +75,15 @@ def record_cmd(
     options.check()
     the_space = load_space(space)
     total = len(recorded_configurations(the_space, options))
-    before = len(load_landscape(out).records) if out.exists() and out.stat().st_size else 0
+    existing = load_landscape(out).records if out.exists() and out.stat().st_size else []
+    before = len(existing)
     console = Console(stderr=True)
     of = f" (a sample, seed {seed}, of up to {grid_size(the_space):,})" if sample is not None else ""
     more = f", then {refine} chosen by a surrogate" if refine else ""
     more += f", then the {repeat} best measured twice each" if repeat else ""
     console.print(f"{total} configurations{of}{more}, {before} recorded already", highlight=False)
 
-    seen = {r.key for r in load_landscape(out).records} if before else set()
+    seen = {r.key for r in existing}
 
     def show(rec, n: int) -> None:
         what = f"{rec.throughput:,.1f} samples/s" if rec.ok else f"failed ({rec.category})"

@@ -289,13 +289,15 @@ def record(o: RecordOptions, on_config: Callable[[ConfigRecord, int], None] | No
         # What the space calls the same run now (``unset_is``) was recorded once already.
         done = {config_key(canonical(space, r.params)) for r in existing.records}
         _drop_torn_line(out)
+        header = dict(existing.header)
         if o.sample is not None and (existing.header.get("configurations") != len(configs)
                                      or (o.refine or 0) > existing.header.get("refine", 0)):  # extended
-            _rewrite_header(out, {**existing.header, "configurations": len(configs),
-                                  "sample": {"n": o.sample, "seed": o.seed},
-                                  **({"refine": o.refine} if o.refine else {})})
+            header.update({"configurations": len(configs), "sample": {"n": o.sample, "seed": o.seed},
+                           **({"refine": o.refine} if o.refine else {})})
         if (o.repeat or 0) > existing.header.get("repeat", 0):
-            _rewrite_header(out, {**load_landscape(out).header, "repeat": o.repeat})
+            header["repeat"] = o.repeat
+        if header != existing.header:
+            _rewrite_header(out, header)
     else:
         header = {
             "kind": "header", "format": FORMAT_VERSION, "target": target.name,
@@ -349,8 +351,7 @@ def record(o: RecordOptions, on_config: Callable[[ConfigRecord, int], None] | No
         again = _repeat(landscape, o.repeat)
         if again is None:
             break
-        runs = sum(r.key == again.key for r in landscape.records)
-        run(again.index, canonical(space, again.params), run_name=f"{again.index:04d}-{runs + 1}")
+        run(again.index, canonical(space, again.params), run_name=f"{again.index:04d}-2")  # its second run
     return load_landscape(out)
 
 
@@ -365,14 +366,11 @@ def _repeat(landscape: Landscape, top: int) -> ConfigRecord | None:
     interval within each (:mod:`autotune.landscapes.surrogate` fits both). A continued recording
     picks up where it stopped; a failure of a configuration that ran before counts as a
     measurement, never as its figure."""
-    space = landscape.space
-    runs: dict[str, list[ConfigRecord]] = {}
-    for r in landscape.records:  # by what the space calls the same run now (``unset_is``)
-        runs.setdefault(config_key(canonical(space, r.params)), []).append(r)
-    means = {k: statistics.fmean(r.throughput for r in rs if r.ok) for k, rs in runs.items() if any(r.ok for r in rs)}
-    for key in sorted(means, key=lambda k: -means[k])[:top]:
-        if len(runs[key]) < 2:
-            return runs[key][0]
+    runs = _runs_by_configuration(landscape)
+    for mean, _ in by_configuration(landscape)[:top]:
+        rs = runs[config_key(canonical(landscape.space, mean.params))]
+        if len(rs) < 2:
+            return rs[0]
     return None
 
 
@@ -440,16 +438,24 @@ def _drop_torn_line(path: Path) -> None:
         path.write_text(text[: text.rfind("\n") + 1])
 
 
-def by_configuration(landscape: Landscape) -> list[tuple[ConfigRecord, list[float]]]:
-    """Each configuration that ran, once, fastest first by its mean: (its first record with the
-    mean as its throughput, the figure of each run). A configuration measured again (``--repeat``)
-    is ranked by all its runs, not by its luckiest."""
+def _runs_by_configuration(landscape: Landscape) -> dict[str, list[ConfigRecord]]:
+    """Every record of each configuration, by what the space calls the same run now (``unset_is``)."""
+    space = landscape.space
     runs: dict[str, list[ConfigRecord]] = {}
     for r in landscape.records:
-        if r.ok:
-            runs.setdefault(r.key, []).append(r)
-    out = [(replace(rs[0], throughput=statistics.fmean(r.throughput for r in rs)), [r.throughput for r in rs])
-           for rs in runs.values()]
+        runs.setdefault(config_key(canonical(space, r.params)), []).append(r)
+    return runs
+
+
+def by_configuration(landscape: Landscape) -> list[tuple[ConfigRecord, list[float]]]:
+    """Each configuration that ran, once, fastest first by its mean: (its first record that ran with
+    the mean as its throughput, the figure of each run that ran). A configuration measured again
+    (``--repeat``) is ranked by all its runs, not by its luckiest."""
+    out = []
+    for rs in _runs_by_configuration(landscape).values():
+        ok = [r for r in rs if r.ok]
+        if ok:
+            out.append((replace(ok[0], throughput=statistics.fmean(r.throughput for r in ok)), [r.throughput for r in ok]))
     return sorted(out, key=lambda item: -item[0].throughput)
 
 
