@@ -196,6 +196,22 @@ def culprit_probability(X: np.ndarray, ok: np.ndarray, Xc: np.ndarray, sizes: Se
     return p
 
 
+def convicted(X: np.ndarray, ok: np.ndarray, Xc: np.ndarray, sizes: Sequence[int]) -> np.ndarray:
+    """Whether each candidate holds a parameter level that two or more configurations failed with
+    and none ran with: a flag that broke the compile twice and never compiled.
+
+    :func:`culprit_probability` shares the blame among a failure's suspects, pairs of levels
+    included, so a candidate far from the failures holds a small share of them. Late in a study,
+    when the expected improvement near the best is all but spent, the one level never measured
+    keeps the model's widest uncertainty, and a share-based discount did not stop it: a real xla
+    study proposed ``thunk_runtime=False`` four trials in a row after two compile errors with it.
+    """
+    A = one_hot(X, sizes)[:, 1:] > 0
+    failed, ran = A[ok == 0].sum(axis=0), A[ok > 0].sum(axis=0)
+    guilty = (failed >= 2) & (ran == 0)
+    return (one_hot(Xc, sizes)[:, 1:] > 0)[:, guilty].any(axis=1)
+
+
 def ridge_predict(X: np.ndarray, y: np.ndarray, Xc: np.ndarray, sizes: Sequence[int], l2: float = 1.0) -> np.ndarray:
     A, Ac = one_hot(X, sizes), one_hot(Xc, sizes)
     mean = float(np.mean(y))

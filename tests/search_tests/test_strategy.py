@@ -11,6 +11,7 @@ import pytest
 from autotune.search.configurations import enumerate_space
 from autotune.search.models import (
     CategoricalGP,
+    convicted,
     culprit_probability,
     success_probability,
 )
@@ -80,6 +81,33 @@ def test_two_failures_that_share_a_flag_convict_it() -> None:
     ok = np.array([1.0, 1.0, 1.0, 0.0, 0.0])
     p = culprit_probability(X, ok, np.array([[1, 1], [1, 0]]), sizes)
     assert p[0] > 0.6 and p[1] == 0.0
+
+
+def test_a_level_that_failed_twice_and_never_ran_is_convicted() -> None:
+    sizes = [3, 2]  # (batch size index, flag: 0 unset, 1 set)
+    X = np.array([[0, 0], [1, 0], [0, 1], [2, 1]])
+    ok = np.array([1.0, 1.0, 0.0, 0.0])
+    assert convicted(X, ok, np.array([[1, 1], [2, 0], [1, 0]]), sizes).tolist() == [True, False, False]
+    once = convicted(X[:3], ok[:3], np.array([[1, 1]]), sizes)
+    assert once.tolist() == [False], "one failure leaves the flag a suspect, not convicted"
+    cleared = convicted(np.vstack([X, [[1, 1]]]), np.append(ok, 1.0), np.array([[1, 1]]), sizes)
+    assert cleared.tolist() == [False], "a flag that ran once breaks only in combination"
+
+
+def test_a_flag_that_failed_twice_is_not_proposed_again_when_the_gains_run_out() -> None:
+    # The whole xla space, where thunk_runtime=False always fails and only the batch size and
+    # openxla matter: once those are found, the expected improvement elsewhere is all but spent,
+    # and the never-measured flag keeps the model's widest uncertainty. Without the conviction
+    # this seed proposed it at trials 8, 15 and 19 (and three times more by trial 25).
+    space = builtin_space("xla")
+
+    def speed(config: dict) -> float | None:
+        if config.get("thunk_runtime") is False:
+            return None
+        return 100.0 * (config.get("batch_size") or 16) ** 0.5 * (1.1 if config.get("openxla") else 1.0)
+
+    measured = drive(AutotuneSampler(space, seed=1), space, 20, objective=speed)
+    assert sum(c.get("thunk_runtime") is False for c in measured) == 2
 
 
 def test_the_failure_model_blames_the_combination_that_failed() -> None:
