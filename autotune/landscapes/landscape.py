@@ -172,10 +172,12 @@ class Landscape:
         return min(1.0, statistics.median(pairs)) if pairs else 0.0
 
     def best(self) -> ConfigRecord:
-        ok = [r for r in self.records if r.ok]
-        if not ok:
+        """The configuration with the highest mean figure (a record carrying the mean, where it was
+        measured more than once): a repeat's lucky first run is not the best."""
+        ranked = by_configuration(self)
+        if not ranked:
             raise AutotuneError(f"landscape {self.path} has no successful configuration")
-        return max(ok, key=lambda r: r.throughput)
+        return ranked[0][0]
 
     def get(self, params: dict[str, Any]) -> ConfigRecord:
         key = config_key(params)
