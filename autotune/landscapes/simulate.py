@@ -106,6 +106,8 @@ def simulate(landscape: Landscape, sampler: Any, *, starting_points: list[dict[s
             "compile": {"compile_seconds": charge.compile_seconds}}))
         measured[key] = rec.throughput if rec.ok else None
         write(trial, counted=True)
+        if not rec.ok:
+            write(trial, category=rec.category)
         if rec.ok:
             study.tell(trial, rec.throughput)
         else:

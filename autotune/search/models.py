@@ -196,9 +196,15 @@ def culprit_probability(X: np.ndarray, ok: np.ndarray, Xc: np.ndarray, sizes: Se
     return p
 
 
-def convicted(X: np.ndarray, ok: np.ndarray, Xc: np.ndarray, sizes: Sequence[int]) -> np.ndarray:
+def convicted(X: np.ndarray, ok: np.ndarray, Xc: np.ndarray, sizes: Sequence[int],
+              broke: np.ndarray | None = None) -> np.ndarray:
     """Whether each candidate holds a parameter level that two or more configurations failed with
     and none ran with: a flag that broke the compile twice and never compiled.
+
+    ``broke`` marks the failures that count (default: every one that did not run); the sampler
+    passes those that failed to compile or crashed, not a timeout or an out-of-memory, which
+    other settings of the configuration may cause. A parameter's first level (unset: the
+    script's own) is never convicted.
 
     :func:`culprit_probability` shares the blame among a failure's suspects, pairs of levels
     included, so a candidate far from the failures holds a small share of them. Late in a study,
@@ -206,9 +212,11 @@ def convicted(X: np.ndarray, ok: np.ndarray, Xc: np.ndarray, sizes: Sequence[int
     keeps the model's widest uncertainty, and a share-based discount did not stop it: a real xla
     study proposed ``thunk_runtime=False`` four trials in a row after two compile errors with it.
     """
+    broke = ok == 0 if broke is None else broke.astype(bool)
     A = one_hot(X, sizes)[:, 1:] > 0
-    failed, ran = A[ok == 0].sum(axis=0), A[ok > 0].sum(axis=0)
-    guilty = (failed >= 2) & (ran == 0)
+    unset = np.zeros(A.shape[1], dtype=bool)
+    unset[np.cumsum([0, *sizes[:-1]])] = True
+    guilty = (A[broke].sum(axis=0) >= 2) & (A[ok > 0].sum(axis=0) == 0) & ~unset
     return (one_hot(Xc, sizes)[:, 1:] > 0)[:, guilty].any(axis=1)
 
 

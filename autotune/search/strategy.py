@@ -268,8 +268,10 @@ class AutotuneSampler(BaseSampler):
                 gp = CategoricalGP(self.distances, self.positions if self.trend else None, self.theta_prior)
                 score = gp.prior_sd(X, Xc) + 1e-6
         if self.failure_model and len(X) and not ok.all():
-            runs = self._runs(X, ok, Xc)
-            score = score * runs if (score * runs).max() > 0 else score * np.maximum(runs, 1e-6)
+            runs = self._runs(X, ok, Xc, _broke(history))
+            if (score * runs).max() <= 0:  # every candidate holds a convicted level
+                runs = self._runs(X, ok, Xc)
+            score = score * runs
         if self.cost_power and len(X):
             score = score / self._predicted_cost(history, X, candidates, Xc) ** self.cost_power
         if self.local_patience and ok.any():
@@ -302,7 +304,7 @@ class AutotuneSampler(BaseSampler):
         X, Xc = self._encode([c for c, *_ in history]), self._encode(candidates)
         gain = self._expected_improvement(X, ok, values, Xc, maximize)
         if self.failure_model and not ok.all():
-            gain = gain * self._runs(X, ok, Xc)
+            gain = gain * self._runs(X, ok, Xc, _broke(history))
         return float(gain.max())
 
     def _near_best(self, X: np.ndarray, values: list[float | None], maximize: bool, Xc: np.ndarray,
@@ -343,12 +345,15 @@ class AutotuneSampler(BaseSampler):
         mu, sd = gp.predict(Xc)
         return expected_improvement(mu, sd, float(y.max()))
 
-    def _runs(self, X: np.ndarray, ok: np.ndarray, Xc: np.ndarray) -> np.ndarray:
-        """The chance each candidate runs, from the failures seen; none for one that holds a level
-        convicted by two failures (:func:`convicted`)."""
+    def _runs(self, X: np.ndarray, ok: np.ndarray, Xc: np.ndarray, broke: np.ndarray | None = None) -> np.ndarray:
+        """The chance each candidate runs, from the failures seen; with ``broke`` (the failures to
+        compile or run at all), none for one that holds a level two of them convict
+        (:func:`convicted`)."""
         runs = np.minimum(success_probability(X, ok.astype(float), Xc, self.sizes),
                           1 - 0.95 * culprit_probability(X, ok.astype(float), Xc, self.sizes))
-        return np.where(convicted(X, ok.astype(float), Xc, self.sizes), 0.0, runs)
+        if broke is None:
+            return runs
+        return np.where(convicted(X, ok.astype(float), Xc, self.sizes, broke), 0.0, runs)
 
     def _predicted_cost(self, history: list[tuple[dict[str, Any], float | None, dict[str, float]]],
                         X: np.ndarray, candidates: list[dict[str, Any]], Xc: np.ndarray) -> np.ndarray:
@@ -460,7 +465,8 @@ def _transform(value: float, maximize: bool) -> float:
 
 
 def measured_history(study: Any) -> tuple[list[tuple[dict[str, Any], float | None, dict[str, float]]], set[str]]:
-    """Each distinct finished configuration as (config, value or None if it failed, its costs),
+    """Each distinct finished configuration as (config, value or None if it failed, its costs:
+    ``wall`` and ``compile`` seconds, and ``convicting`` 1 for a failure of :data:`CONVICTING`),
     and the keys of the configurations in flight."""
     import optuna
 
@@ -481,10 +487,22 @@ def measured_history(study: Any) -> tuple[list[tuple[dict[str, Any], float | Non
         # counts as one that did not run: never a best, and its neighbours are suspect.
         feasible = all(v <= 0 for v in (getattr(t, "constraints", None) or {}).values())
         value = t.value if t.state == optuna.trial.TrialState.COMPLETE and feasible else None
-        found[config_key(config)] = (config, value, _costs(attrs.result))
+        facts = _costs(attrs.result)
+        if value is None and attrs.category in CONVICTING:
+            facts["convicting"] = 1.0
+        found[config_key(config)] = (config, value, facts)
     running = study.get_trials(deepcopy=False, states=(optuna.trial.TrialState.RUNNING,))
     in_flight = {TrialAttrs.of(t).config_key for t in running if TrialAttrs.of(t).config_key}
     return list(found.values()), in_flight
+
+
+#: Failures that say the configuration itself does not compile or run: two with one flag convict it.
+#: A timeout, an out-of-memory or a diverging loss may come from the other settings.
+CONVICTING = frozenset({"compile_error", "crash", "invalid_config"})
+
+
+def _broke(history: list[tuple[dict[str, Any], float | None, dict[str, float]]]) -> np.ndarray:
+    return np.array([h[1] is None and h[2].get("convicting", 0.0) > 0 for h in history])
 
 
 def _costs(result_json: str | None) -> dict[str, float]:

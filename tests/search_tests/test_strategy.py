@@ -54,6 +54,7 @@ def drive(sampler: AutotuneSampler, space, trials: int, objective=speed, study=N
         measured.append(config)
         value = objective(config)
         if value is None:
+            write(trial, category="compile_error")
             study.tell(trial, state=optuna.trial.TrialState.FAIL)
         else:
             study.tell(trial, value)
@@ -92,6 +93,10 @@ def test_a_level_that_failed_twice_and_never_ran_is_convicted() -> None:
     assert once.tolist() == [False], "one failure leaves the flag a suspect, not convicted"
     cleared = convicted(np.vstack([X, [[1, 1]]]), np.append(ok, 1.0), np.array([[1, 1]]), sizes)
     assert cleared.tolist() == [False], "a flag that ran once breaks only in combination"
+    timed_out = convicted(X, ok, np.array([[1, 1]]), sizes, broke=np.array([False, False, True, False]))
+    assert timed_out.tolist() == [False], "only the failures passed as broke count"
+    unset = convicted(np.array([[1, 0], [2, 0]]), np.array([0.0, 0.0]), np.array([[0, 0], [0, 1]]), sizes)
+    assert unset.tolist() == [False, False], "a parameter left unset (its first level) is never convicted"
 
 
 def test_a_flag_that_failed_twice_is_not_proposed_again_when_the_gains_run_out() -> None:
