@@ -8,8 +8,8 @@ steady-state throughput: the first steps (graph compiles, warm-up) are left out,
 and stops only once the device has finished its queued work, since XLA executes asynchronously.
 
 Three epochs by default: an epoch of 2,048 images is 32 steps at batch 64, under a second on two CPU
-cores, and a measurement that ends with the script then rests on some 25 steps (at batch 64 with
-openxla, one epoch measured to within +-32% at 95%, three epochs to within +-4%).
+cores, so that a measurement of one epoch, which ends with the script, rests on some 25 steps (at
+batch 64 with openxla, one epoch measured to within +-32% at 95%, three epochs to within +-4%).
 """
 
 from __future__ import annotations

@@ -131,7 +131,16 @@ class Landscape:
     path: str = "<memory>"
 
     def __post_init__(self) -> None:
-        self.by_key = {r.key: r for r in self.records}
+        # A configuration measured more than once (--repeat) answers with the mean of its runs, as
+        # best() ranks it.
+        runs: dict[str, list[ConfigRecord]] = {}
+        for r in self.records:
+            runs.setdefault(r.key, []).append(r)
+        self.by_key = {}
+        for key, rs in runs.items():
+            ok = [r for r in rs if r.ok]
+            self.by_key[key] = replace(ok[0], throughput=statistics.fmean(r.throughput for r in ok)) \
+                if len(ok) > 1 else (ok or rs)[-1]
 
     @property
     def name(self) -> str:

@@ -243,6 +243,7 @@ def test_a_repeated_recording_measures_its_top_again_until_the_top_by_mean_has_t
     s = summary(land)  # the best by its mean, not the luckiest single run (107, then 1)
     assert s["best"]["throughput"] == 106.0 and s["best"]["runs"] == 2
     assert land.best().throughput == 106.0 and land.best().index == 6, "the best a replay measures against"
+    assert land.get(land.records[7].params).throughput == 54.0, "and what a replay answers: the mean"
     assert (s["configurations"], s["measurements"], s["expected"]) == (8, 11, 8)
     options.repeat = 3
     land = record(options)
