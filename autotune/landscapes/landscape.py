@@ -139,8 +139,7 @@ class Landscape:
         self.by_key = {}
         for key, rs in runs.items():
             ok = [r for r in rs if r.ok]
-            self.by_key[key] = replace(ok[0], throughput=statistics.fmean(r.throughput for r in ok)) \
-                if len(ok) > 1 else (ok or rs)[-1]
+            self.by_key[key] = _mean_record(ok) if len(ok) > 1 else (ok or rs)[-1]
 
     @property
     def name(self) -> str:
@@ -458,6 +457,11 @@ def _runs_by_configuration(landscape: Landscape) -> dict[str, list[ConfigRecord]
     return runs
 
 
+def _mean_record(ok: list[ConfigRecord]) -> ConfigRecord:
+    """The first of a configuration's runs that ran, with the mean of their figures."""
+    return replace(ok[0], throughput=statistics.fmean(r.throughput for r in ok))
+
+
 def by_configuration(landscape: Landscape) -> list[tuple[ConfigRecord, list[float]]]:
     """Each configuration that ran, once, fastest first by its mean: (its first record that ran with
     the mean as its throughput, the figure of each run that ran). A configuration measured again
@@ -466,7 +470,7 @@ def by_configuration(landscape: Landscape) -> list[tuple[ConfigRecord, list[floa
     for rs in _runs_by_configuration(landscape).values():
         ok = [r for r in rs if r.ok]
         if ok:
-            out.append((replace(ok[0], throughput=statistics.fmean(r.throughput for r in ok)), [r.throughput for r in ok]))
+            out.append((_mean_record(ok), [r.throughput for r in ok]))
     return sorted(out, key=lambda item: -item[0].throughput)
 
 
