@@ -12,7 +12,8 @@ import math
 from typing import Any, Callable
 
 from autotune.cache import CacheRoot
-from autotune.objectives import Constraint, Objective, objective
+from autotune.errors import InvalidConfigError
+from autotune.objectives import BUILT_IN, Constraint, Objective, objective
 from autotune.records import Failure, FailureCategory, TrialPlan, TrialResult
 from autotune.study.numerics import constraint_value, loss_deviation
 from autotune.study.options import FinishedTrial, StudyOptions, StudyProgress
@@ -63,6 +64,7 @@ class TrialRecorder:
             return
         result = TrialResult.model_validate_json(result_json)
         write(trial, result=result_json)
+        self._check_reported(trial, result)
         if not from_cache and TrialAttrs.of(trial).result_key is not None:
             self.cache.put_result(TrialAttrs.of(trial).result_key, result)
         write(trial, env=_trial_env(result))
@@ -184,6 +186,21 @@ class TrialRecorder:
         """The objectives' values of a result, in the study's order; None if one is missing."""
         values = [o.read(result, self.usd_per_sample_second) for o in self.objectives]
         return None if any(v is None for v in values) else values  # type: ignore[return-value]
+
+    def _check_reported(self, trial: Any, result: TrialResult) -> None:
+        """A metric objective that the study's first complete run never reported is a typo, not a
+        configuration's failure: the study stops there, nothing remembered of it."""
+        import optuna
+
+        missing = [o.name for o in self.objectives if not o.unit and o.read(result, None) is None]
+        if not missing or not result.ok or (result.measurement and result.measurement.pruned) \
+                or self.study.get_trials(deepcopy=False, states=(optuna.trial.TrialState.COMPLETE,)):
+            return
+        reported = ", ".join(sorted(result.metrics)) or "nothing through autotune.report()"
+        write(trial, category="script_error", reason=f"the script reported no {missing[0]!r}")
+        self.study.tell(trial, state=optuna.trial.TrialState.FAIL)
+        raise InvalidConfigError(f"--objective {missing[0]!r}: the script reported {reported}; choose one of "
+                                 f"those or a built-in objective ({', '.join(BUILT_IN)})")
 
     def _failure(self, result: TrialResult) -> tuple[str, str]:
         """The category and reason of a trial that gave no value."""

@@ -5,6 +5,8 @@ from __future__ import annotations
 
 import csv
 import json
+import subprocess
+import sys
 from pathlib import Path
 
 import optuna
@@ -184,3 +186,31 @@ def test_cost_without_a_price_is_refused(tmp_path, monkeypatch) -> None:
     with pytest.raises(AutotuneError, match="--objective cost needs the instance's price"):
         tune(INFER, trials=1, target="inductor", objective=["cost"], out=tmp_path / "out",
              storage=f"sqlite:///{tmp_path / 'db.sqlite'}")
+
+
+REPORTS_ACCURACY = """
+import autotune, torch
+model = torch.nn.Linear(8, 2)
+for _ in range(400):
+    model(torch.randn(16, 8))
+autotune.report(accuracy=0.9, loss=0.1)
+"""
+
+
+def test_an_objective_the_script_never_reports_stops_the_study_at_its_first_trial(tmp_path, write_script) -> None:
+    script = write_script("reports.py", REPORTS_ACCURACY)
+    space = tmp_path / "space.yaml"
+    space.write_text(PRECISIONS)
+    cache = tmp_path / "cache"
+    proc = subprocess.run([sys.executable, "-m", "autotune.cli", "run", str(script), "--target", "inductor",
+                           "--space", str(space), "--trials", "3", "--objective", "acuracy", "--cache", str(cache),
+                           "--storage", f"sqlite:///{tmp_path / 'db.sqlite'}", "--out", str(tmp_path / "out")],
+                          cwd=tmp_path, capture_output=True, text=True, timeout=300)
+    assert proc.returncode == 2, (proc.returncode, proc.stderr[-3000:])
+    assert len(proc.stderr.strip().splitlines()) <= 2 and "Traceback" not in proc.stderr, proc.stderr[-3000:]
+    assert "--objective 'acuracy': the script reported accuracy, loss" in proc.stderr, proc.stderr
+    assert "throughput" in proc.stderr, "the built-in objectives are named"
+    study = optuna.load_study(study_name=optuna.get_all_study_names(f"sqlite:///{tmp_path / 'db.sqlite'}")[0],
+                              storage=f"sqlite:///{tmp_path / 'db.sqlite'}")
+    assert len(study.trials) == 1 and study.trials[0].state.name == "FAIL", "one trial, none left running"
+    assert not list((cache / "results").glob("*/*.json")), "nothing remembered of the typo"
