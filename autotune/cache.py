@@ -58,11 +58,13 @@ def open_cache(root: str | Path | None) -> CacheRoot:
 
 
 def result_key(*, model: dict[str, Any], environment: dict[str, Any], target: str,
-               params: dict[str, Any], protocol_version: int = PROTOCOL_VERSION) -> str:
+               params: dict[str, Any], protocol_version: int = PROTOCOL_VERSION,
+               devices_per_trial: int | None = None) -> str:
     """The key of a measured result. Any change of script, arguments, package or compiler version,
-    device, instance type, configuration or measurement protocol gives another key."""
+    device, instance type, the env vars the target reads, configuration, devices a trial holds or
+    measurement protocol gives another key."""
     doc = {"model": model, "environment": environment, "target": target, "params": params,
-           "protocol": protocol_version}
+           "protocol": protocol_version, "devices_per_trial": devices_per_trial}
     return hashlib.sha256(json.dumps(doc, sort_keys=True, default=str).encode()).hexdigest()
 
 
@@ -77,7 +79,13 @@ def artifact_key(*, model: dict[str, Any], environment: dict[str, Any], target: 
 
 def environment_of(provenance: dict[str, Any]) -> dict[str, Any]:
     """The part of a study's provenance that decides whether a result still holds."""
-    return {k: provenance.get(k) for k in ("versions", "device", "instance_type", "cpu_count")}
+    return {k: provenance.get(k) for k in ("versions", "device", "host_device", "instance_type", "cpu_count",
+                                           "env")}
+
+
+def environment_key(provenance: dict[str, Any]) -> str:
+    """:func:`environment_of` as one short text, for a study to compare with its earlier runs'."""
+    return hashlib.sha256(json.dumps(environment_of(provenance), sort_keys=True, default=str).encode()).hexdigest()
 
 
 def model_of(provenance: dict[str, Any]) -> dict[str, Any]:

@@ -25,6 +25,7 @@ from autotune.targets import TARGETS
 SAMPLERS = ("autotune", "tpe", "random", "qmc")
 DIRECTIONS = ("maximize", "minimize")
 _PARAMETER_NAME = re.compile(r"^[A-Za-z_][A-Za-z0-9_.]*$")
+_ENV_NAME = re.compile(r"^[A-Za-z_][A-Za-z0-9_]*$")
 _INSTANCE_TYPE = re.compile(r"^[a-z0-9-]+\.[a-z0-9-]+$")
 
 C = TypeVar("C", bound="JobConfig")
@@ -57,6 +58,10 @@ class JobConfig(BaseModel):
         "trial runs the script with FLAG VALUE (a value its arguments already hold is replaced; a bool "
         "parameter is the flag alone when true, no flag when false) instead of applying it the target's "
         "way; repeatable."))
+    env: list[str] = Field(default_factory=list, description=(
+        "An env var each trial runs with, KEY=VALUE, over the caller's environment; repeatable. The "
+        "variables a target reads (PJRT_DEVICE, XLA_FLAGS, NEURON_CC_FLAGS, CUDA_VISIBLE_DEVICES) are the "
+        "caller's already: a trial's compiler flags are added to the caller's, and they key its result."))
     workers: int | None = Field(None, ge=1, description="Trials at once (default: 1 on a small CPU machine; "
                                                         "NeuronCores / --cores-per-trial for Neuron).")
     cores_per_trial: int = Field(1, ge=1, description="NeuronCores each trial holds.")
@@ -187,6 +192,19 @@ class JobConfig(BaseModel):
     def script_flags(self) -> dict[str, str]:
         """``--arg`` as parameter -> flag of the script."""
         return dict(self._split_arg(item) for item in self.arg)
+
+    @field_validator("env")
+    @classmethod
+    def _env_assignments(cls, items: list[str]) -> list[str]:
+        for item in items:
+            name, sep, _ = item.partition("=")
+            if not sep or not _ENV_NAME.match(name):
+                raise ValueError(f"{item!r}: expected NAME=VALUE, for example PJRT_DEVICE=CUDA")
+        return items
+
+    def trial_env(self) -> dict[str, str]:
+        """``--env`` as a dict (the last of a name given twice wins)."""
+        return dict(item.partition("=")[::2] for item in self.env)
 
     @field_validator("sets")
     @classmethod

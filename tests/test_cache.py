@@ -78,6 +78,27 @@ def test_keys_change_with_every_part() -> None:
                         ("target", "inductor"), ("params", {"batch_size": 32})]:
         assert result_key(**{**base, part: other}) != k, part
     assert result_key(**base, protocol_version=99) != k
+    assert result_key(**base, devices_per_trial=2) != result_key(**base, devices_per_trial=1)
+
+
+def test_the_environment_key_holds_the_device_model_and_the_callers_variables(monkeypatch) -> None:
+    from autotune.cache import environment_key, environment_of
+    from autotune.host import host_device
+    from autotune.provenance import caller_env, provenance
+    from autotune.targets.inductor import InductorTarget
+
+    target = InductorTarget()
+    script = Path(__file__)
+    monkeypatch.delenv("CUDA_VISIBLE_DEVICES", raising=False)
+    plain = provenance(target, script, [], instance_type="inf2.xlarge", env=caller_env(target))
+    assert environment_of(plain)["host_device"] == host_device() != "cpu:"
+    monkeypatch.setenv("CUDA_VISIBLE_DEVICES", "1")
+    monkeypatch.setenv("HOME", "/elsewhere")  # a variable the target does not read keys nothing
+    assert caller_env(target) == {"CUDA_VISIBLE_DEVICES": "1"}
+    one = provenance(target, script, [], instance_type="inf2.xlarge", env=caller_env(target))
+    given = provenance(target, script, [], instance_type="inf2.xlarge",
+                       env=caller_env(target, {"OMP_NUM_THREADS": "2"}))
+    assert len({environment_key(p) for p in (plain, one, given)}) == 3
 
 
 def neuron_plan(flags: str) -> TrialPlan:

@@ -21,6 +21,7 @@ COMMAND = get_command(app)
 #: A value other than the default for every option, as ``autotune run`` parses it back.
 CHANGED = {"trials": 7, "target": "inductor", "space": "inductor", "platform": "inf2",
            "sets": {"batch_size": "16", "mode": "eager"}, "arg": ["batch_size=--batch_size", "fullgraph=-f"],
+           "env": ["PJRT_DEVICE=CUDA", "XLA_FLAGS=--xla_cpu_enable_fast_math=true --a=b"],
            "workers": 3, "cores_per_trial": 2, "nproc_per_node": 2, "compile_workers": 4, "compile_ahead": 8,
            "study": "s",
            "trial_timeout": 90.5, "timeout": 600.0, "sampler": "tpe", "seed": 4, "metric": "loss",
@@ -92,6 +93,10 @@ def test_bad_values_name_their_option() -> None:
             RunConfig.checked(price_per_hour=price)
     with pytest.raises(InvalidConfigError, match="^--instance-type 'INF2 xlarge': not an EC2 instance type"):
         RunConfig.checked(instance_type="INF2 xlarge")
+    for item in ("PJRT_DEVICE", "1X=2", "A B=1", "=CUDA"):
+        with pytest.raises(InvalidConfigError, match=r"^--env .*expected NAME=VALUE"):
+            RunConfig.checked(env=[item])
+    assert RunConfig.checked(env=["A=1=2", "B=", "A=3"]).trial_env() == {"A": "3", "B": ""}
 
 
 def test_a_run_options_default_is_written_once() -> None:

@@ -4,7 +4,7 @@ when there is none yet.
 The question "was this tuned before?" is keyed like the result cache (:func:`autotune.cache.result_key`):
 the script's hash and arguments (``model_of``) and the versions, device, instance type and CPU count
 (``environment_of``), plus what shapes the answer: target, search space, ``--set`` restrictions,
-platform, metric and direction, and the measurement protocol. The key names the study
+platform, processes and devices of each trial, metric and direction, and the measurement protocol. The key names the study
 (``<script>-<target>-<key>``), so the lookup is one study load, locally or in the daemon's storage,
 and tuning again tops the same study up. A stored study answers when it holds the wanted number of
 measured trials and has a best one.
@@ -61,12 +61,14 @@ def ensure_key(script: Path, args: list[str], target: Any, run: RunOptions, spac
     """The key of "this model tuned this way in this environment" (see the module docstring);
     ``space`` is the :func:`space_identity` of the search space."""
     from autotune.cache import environment_of, model_of
-    from autotune.provenance import provenance
+    from autotune.provenance import caller_env, provenance
     from autotune.records import PROTOCOL_VERSION
 
-    prov = provenance(target, script, args, instance_type=run.instance_type)
+    prov = provenance(target, script, args, instance_type=run.instance_type,
+                      env=caller_env(target, run.trial_env()))
     doc = {"model": model_of(prov), "environment": environment_of(prov), "target": target.name,
            "space": space, "platform": run.platform, "sets": dict(sorted(run.sets.items())),
+           "nproc_per_node": run.nproc_per_node, "cores_per_trial": run.cores_per_trial,
            "metric": run.metric, "direction": run.direction, "protocol": PROTOCOL_VERSION,
            "numerics": run.loss_tolerance if run.numerics_guard else None}
     # Only where given, so that the keys of the studies tuned for one metric stay as they were.

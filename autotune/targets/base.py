@@ -32,7 +32,8 @@ class Target(abc.ABC):
     #: person calls them; ``None`` for targets whose trials share the host's CPUs.
     device_resource: ClassVar[str | None] = None
     device_noun: ClassVar[str] = "devices"
-    #: Env vars a user may export that change this target's results (recorded with a landscape).
+    #: Env vars a user may export that change this target's results: each trial of a study gets the
+    #: caller's values, and they are part of a result's key (and recorded with a landscape).
     environment: ClassVar[tuple[str, ...]] = ()
 
     def default_space(self, platform: str | None = None) -> SearchSpace:
@@ -56,6 +57,10 @@ class Target(abc.ABC):
         ``base_env`` is the environment the trial would otherwise inherit; a target that appends to
         a variable the user already set (``XLA_FLAGS``, ``NEURON_CC_FLAGS``) reads it from there.
         """
+
+    def result_env(self, environ: Mapping[str, str]) -> dict[str, str]:
+        """The variables of :attr:`environment` that ``environ`` sets, sorted by name."""
+        return {k: environ[k] for k in sorted(self.environment) if k in environ}
 
     def cache_env(self, root: str, params: Mapping[str, Any]) -> tuple[dict[str, str], list[str]]:
         """Env vars that put this target's compiled artifacts under the cache ``root``, and notes."""

@@ -45,6 +45,7 @@ class InductorTarget(Target):
     name = "inductor"
     failure_patterns = INDUCTOR_FAILURES
     spaces = ("inductor",)
+    environment = ("CUDA_VISIBLE_DEVICES",)
 
     def check(self, params: Mapping[str, Any]) -> None:
         mode = params.get("mode")

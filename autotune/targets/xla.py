@@ -64,7 +64,7 @@ class XlaTarget(Target):
     name = "xla"
     failure_patterns = XLA_FAILURES
     spaces = ("xla",)
-    environment = ("PJRT_DEVICE", "XLA_FLAGS")
+    environment = ("PJRT_DEVICE", "XLA_FLAGS", "CUDA_VISIBLE_DEVICES")
 
     def check(self, params: Mapping[str, Any]) -> None:
         precision = params.get("precision")
