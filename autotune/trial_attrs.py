@@ -28,8 +28,10 @@ class TrialAttrs:
     counted: bool = False
     #: A re-measurement (``--confirm``): the number of the trial it measures again.
     confirms: int | None = None
-    #: The env vars the trial ran with.
+    #: The env vars the trial ran with, and where it was measured (the driver's
+    #: :func:`autotune.provenance.provenance`; the worker's host is in its result's placement).
     env: dict[str, str] | None = None
+    provenance: dict[str, Any] | None = None
     #: The key of its result in the cache root, and whether the result came from there.
     result_key: str | None = None
     cached: bool = False
@@ -60,6 +62,10 @@ class StudyAttrs:
     metric: str | None = None
     script: str | None = None
     args: list[str] | None = None
+    #: What its trials measured: the script's contents and :func:`autotune.cache.environment_key`
+    #: (with ``args``); a run that differs in one measures a study of its own.
+    script_sha256: str | None = None
+    environment_key: str | None = None
     space: str | None = None
     #: The key of the baseline configuration (every parameter at its default).
     baseline_key: str | None = None

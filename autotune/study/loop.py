@@ -104,6 +104,13 @@ class Study:
         from autotune.cache import open_cache
 
         self.cache = open_cache(options.cache)
+        from autotune.provenance import caller_env
+
+        #: The environment a trial would inherit from the caller, and what of it travels with each
+        #: trial and keys its result: the variables the target reads (the user's PJRT_DEVICE, XLA_FLAGS)
+        #: and those given with --env.
+        self.environ = {**os.environ, **options.trial_env()}
+        self.caller_env = caller_env(self.target, options.trial_env())
         optuna.logging.set_verbosity(optuna.logging.WARNING)
         warnings.filterwarnings("ignore", category=optuna.exceptions.ExperimentalWarning)
         # The driver beats for its in-flight trials itself (ask/tell has no optimize loop).
@@ -147,6 +154,23 @@ class Study:
         study, notes = open_study(self.storage, self.name, directions, self._sampler(), fresh=self.o.fresh)
         self.notes.extend(notes)
         attrs = StudyAttrs.of(study)
+        changed = self._changed(attrs)
+        if changed:
+            # Its trials measured another script or environment: they must not answer this one's
+            # configurations, nor share a best with its measurements.
+            old = self.name
+            self.name = f"{old}-{self._identity_hash()[:8]}"
+            if self.o.out is None:
+                self.out = DEFAULT_DIR / self.name
+                check_writable(self.out)
+            self.progress.study = self.name
+            study, _ = open_study(self.storage, self.name, directions, self._sampler(), fresh=False)
+            attrs = StudyAttrs.of(study)
+            if self._changed(attrs):
+                raise AutotuneError(f"study {self.name!r} measured another script or environment; "
+                                    "choose another --study name")
+            self.notes.append(f"{' and '.join(changed)} changed since study {old} was measured: "
+                              f"this run measures study {self.name}")
         if attrs.target not in (None, self.target.name):
             raise AutotuneError(f"study {self.name!r} tunes target {attrs.target!r}, not {self.target.name!r}; "
                                 "choose another --study name")
@@ -161,9 +185,36 @@ class Study:
             # One attribute at a time, the target last: a driver that opens the study meanwhile
             # sees no target (and writes the same), never a target without its objectives.
             write(study, metric=names[0], objectives=names, script=str(self.script), args=list(self.o.args),
-                  space=self.space.source)
+                  space=self.space.source, **self._identity())
             write(study, target=self.target.name)
+        elif attrs.script_sha256 is None:  # made before studies kept what they measured: from now on
+            write(study, **self._identity())
         return study
+
+    def _identity(self) -> dict[str, Any]:
+        """What the study's trials measured: the script's contents and the environment's key (with
+        its arguments, kept as ``args``)."""
+        from autotune.cache import environment_key
+
+        return {"script_sha256": self.provenance["script_sha256"], "environment_key": environment_key(self.provenance)}
+
+    def _identity_hash(self) -> str:
+        import hashlib
+        import json
+
+        doc = {**self._identity(), "args": list(self.o.args)}
+        return hashlib.sha256(json.dumps(doc, sort_keys=True).encode()).hexdigest()
+
+    def _changed(self, attrs: StudyAttrs) -> list[str]:
+        """What differs between the stored study's script, arguments and environment and this run's."""
+        if attrs.target is None or attrs.script_sha256 is None:
+            return []
+        mine = self._identity()
+        return [what for what, differs in (
+            (f"the script {self.script.name}", attrs.script_sha256 != mine["script_sha256"]),
+            ("its arguments", list(attrs.args or []) != list(self.o.args)),
+            ("the environment (versions, device, env vars)", attrs.environment_key != mine["environment_key"]),
+        ) if differs]
 
     def _sampler(self) -> Any:
         if len(self.objectives) > 1 and self.o.sampler == "autotune":
@@ -185,6 +236,8 @@ class Study:
             # Before the storage is touched: an unreachable cluster must leave nothing written.
             started_ray = connect(self.o.ray_address)
         try:
+            self.provenance = provenance(self.target, self.script, self.o.args, instance_type=self.instance_type,
+                                         env=self.caller_env)
             self.storage = open_storage(self.storage_url)
             self.study = self._open_study()
             self.claims = Claims(self.storage, self.study, self.storage_url)
@@ -198,7 +251,6 @@ class Study:
                                       self.notes, on_told=self.write_outputs, objectives=self.objectives,
                                       constraints=self.constraints, usd_per_sample_second=self.usd_per_sample_second,
                                       on_result=self._learn_from)
-        self.provenance = provenance(self.target, self.script, self.o.args, instance_type=self.instance_type)
         write(self.study, provenance=self.provenance, price=self.price.model_dump() if self.price else None,
               devices_per_trial=self.devices_per_trial)
         self._model_key, self._env_key = model_of(self.provenance), environment_of(self.provenance)
@@ -412,13 +464,16 @@ class Study:
         from autotune.cache import result_key
 
         rkey = result_key(model=self._model_key, environment=self._env_key, target=self.target.name,
-                          params=params, protocol_version=self.o.protocol.version)
+                          params=params, protocol_version=self.o.protocol.version,
+                          devices_per_trial=self.devices_per_trial)
         write(trial, result_key=rkey)
         remembered = None if self.o.fresh else self.cache.get_result(rkey)
+        if remembered is not None and not self.o.prune and remembered.measurement and remembered.measurement.pruned:
+            remembered = None  # stopped early by a run that pruned: --no-prune measures it whole
         if remembered is not None and (remembered.ok or not self.o.retry_failed):
             self._told.tell(trial, remembered.model_dump_json(), None, from_cache=True)
             return "reused"
-        plan = plan_for(self.target, self.space, params, cache_root=str(self.cache.path))
+        plan = self._plan(params)
         if self.o.retry_failed:
             self.target.retry_failed_compile(plan)
         else:
@@ -431,7 +486,7 @@ class Study:
             request = self._compile_first(trial.number, request)
         else:
             pool.submit(request, tag=trial.number)
-        write(trial, env=request.plan.env)
+        write(trial, env=request.plan.env, provenance=self.provenance)
         return "submitted"
 
     def _compile_first(self, number: int, request: TrialRequest) -> TrialRequest:
@@ -454,11 +509,20 @@ class Study:
                  plan: TrialPlan | None = None) -> TrialRequest:
         """What a worker needs to run one trial of ``params``."""
         return TrialRequest(
-            plan=plan or plan_for(self.target, self.space, params, cache_root=str(self.cache.path)),
+            plan=plan or self._plan(params),
             script=str(self.script),
             args=list(self.o.args), cwd=os.getcwd(), trial_dir=str(trial_dir.resolve()),
             timeout_s=self.o.trial_timeout, memory_bytes=self.memory_limit, protocol=protocol,
             seed=self.o.seed or 0)
+
+    def _plan(self, params: dict[str, Any]) -> TrialPlan:
+        """``params`` as a trial applies them in the caller's environment: the target adds its flags
+        to the caller's (theirs kept, its own winning on the same flag) and keeps a device the caller
+        chose; the caller's variables travel in the plan, to whichever worker runs it."""
+        plan = plan_for(self.target, self.space, params, cache_root=str(self.cache.path), base_env=self.environ)
+        for name, value in self.caller_env.items():
+            plan.env.setdefault(name, value)
+        return plan
 
     def _earlier_result(self, key: str, number: int) -> Any:
         for t in self.study.get_trials(deepcopy=False):

@@ -195,7 +195,7 @@ def best_config(study: Any, name: str, prov: dict[str, Any] | None = None) -> Be
                for p in pareto_front(study)] if len(study.directions) > 1 else [],
         throughput=m.throughput if m else None, ci95_low=m.ci95_low if m else None,
         ci95_high=m.ci95_high if m else None, baseline_value=base, speedup=ratio,
-        provenance=prov or stored.provenance or {},
+        provenance=attrs.provenance or prov or stored.provenance or {},
         cost=study_cost(stored, m.throughput if m else None),
     )
 
