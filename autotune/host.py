@@ -12,7 +12,7 @@ import os
 import platform
 from pathlib import Path
 
-from autotune.instance_metadata import imds_instance_type
+from autotune.instance_metadata import imds_instance_type, is_instance_type
 
 #: On EC2 (Nitro) the DMI product name is the instance type, e.g. ``trn1.32xlarge``: the answer
 #: where the metadata service is out of reach (a container beyond IMDSv2's default hop limit).
@@ -35,7 +35,7 @@ def instance_type(declared: str | None = None) -> str | None:
         name = DMI_PRODUCT_NAME.read_text(errors="replace").strip()
     except OSError:
         return None
-    return name if "." in name else None
+    return name if is_instance_type(name) else None
 
 
 def cpu_model() -> str:

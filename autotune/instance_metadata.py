@@ -16,6 +16,7 @@ for two requests.
 from __future__ import annotations
 
 import functools
+import http.client
 import os
 import re
 import time
@@ -52,9 +53,17 @@ def _ask(endpoint: str, timeout_s: float) -> str | None:
             base + TOKEN_PATH, method="PUT", headers={TOKEN_TTL_HEADER: "60"}), deadline)
         answer = _request(opener, urllib.request.Request(
             base + INSTANCE_TYPE_PATH, headers={TOKEN_HEADER: token}), deadline)
-    except (OSError, ValueError):  # URLError and timeouts are OSErrors; a garbled answer a ValueError
+    except (OSError, ValueError, http.client.HTTPException):
+        # URLError and timeouts are OSErrors; a garbled answer a ValueError; a reply that is not HTTP
+        # (a status line of another protocol, a body cut short) an HTTPException.
         return None
-    return answer if _INSTANCE_TYPE.match(answer) else None
+    return answer if is_instance_type(answer) else None
+
+
+def is_instance_type(name: str) -> bool:
+    """Whether ``name`` is written as an EC2 instance type (``inf2.xlarge``): a firmware's
+    placeholder such as ``To Be Filled By O.E.M.`` is not."""
+    return _INSTANCE_TYPE.match(name) is not None
 
 
 def _request(opener: urllib.request.OpenerDirector, request: urllib.request.Request, deadline: float) -> str:

@@ -130,6 +130,9 @@ def read_prices(path: Path) -> dict[str, float]:
         data = yaml.safe_load(Path(path).read_text())
     except OSError as exc:
         raise PricingError(f"prices file {path}: cannot read it ({exc.strerror or exc})") from None
+    except UnicodeDecodeError as exc:
+        raise PricingError(f"prices file {path}: not UTF-8 text (byte {exc.start}); save it as UTF-8 YAML or JSON") \
+            from None
     except yaml.YAMLError as exc:
         mark = getattr(exc, "problem_mark", None)
         where = f" line {mark.line + 1}" if mark is not None else ""

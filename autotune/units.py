@@ -6,6 +6,9 @@ import re
 
 from autotune.errors import InvalidConfigError
 
+#: The largest size accepted: an exbibyte.
+LARGEST = 1024 ** 6
+
 
 def parse_size(text: str) -> int:
     """``"8GiB"``, ``"512M"``, ``"1e9"`` as bytes; anything else is an error naming the form."""
@@ -18,4 +21,6 @@ def parse_size(text: str) -> int:
         value *= 1024 ** ("KMGT".index(unit) + 1)
     if value < 1:
         raise InvalidConfigError(f"memory size {text!r} must be positive")
+    if not value <= LARGEST:  # 1e400 is infinite as a float, and no limit of the kernel's takes over 2**63
+        raise InvalidConfigError(f"memory size {text!r} is larger than any machine's memory (at most 1EiB)")
     return int(value)

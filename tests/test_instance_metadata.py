@@ -127,3 +127,34 @@ def test_declared_then_environment_then_metadata_service_then_dmi(imds, monkeypa
     monkeypatch.delenv("AUTOTUNE_INSTANCE_TYPE")
     monkeypatch.setenv("AWS_EC2_METADATA_DISABLED", "true")
     assert host.instance_type() == "trn1.32xlarge", "out of the metadata service's reach: the DMI product name"
+
+
+def test_a_reply_that_is_not_http_is_no_answer(monkeypatch: pytest.MonkeyPatch) -> None:
+    # A service on the port that answers another protocol: http.client raises BadStatusLine, an
+    # HTTPException and no OSError.
+    server = socket.socket()
+    server.bind(("127.0.0.1", 0))
+    server.listen()
+
+    def answer() -> None:
+        conn, _ = server.accept()
+        with conn:
+            conn.recv(4096)
+            conn.sendall(b"SSH-2.0-OpenSSH_9.6\r\n\r\n")
+
+    threading.Thread(target=answer, daemon=True).start()
+    monkeypatch.setenv(ENDPOINT_ENV, f"http://127.0.0.1:{server.getsockname()[1]}")
+    monkeypatch.delenv("AWS_EC2_METADATA_DISABLED", raising=False)
+    try:
+        assert imds_instance_type() is None
+    finally:
+        server.close()
+
+
+def test_a_firmware_placeholder_is_no_instance_type(monkeypatch: pytest.MonkeyPatch, tmp_path: Path) -> None:
+    product = tmp_path / "product_name"
+    product.write_text("To Be Filled By O.E.M.\n")
+    monkeypatch.setattr(host, "DMI_PRODUCT_NAME", product)
+    monkeypatch.delenv("AUTOTUNE_INSTANCE_TYPE", raising=False)
+    monkeypatch.setenv("AWS_EC2_METADATA_DISABLED", "true")
+    assert host.instance_type() is None

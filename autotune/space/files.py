@@ -25,6 +25,8 @@ from autotune.space.parameters import FLAG, Parameter
 from autotune.space.search_space import SearchSpace
 
 _TYPES = ("categorical", "int", "float", "bool")
+#: A parameter's name: an identifier, as the environment variable it becomes must be.
+NAME = re.compile(r"[A-Za-z_][A-Za-z0-9_]*")
 
 
 class _At(ValueError):
@@ -95,6 +97,16 @@ class ParameterSpec(BaseModel):
                 raise _At(("type",), "a numeric range needs 'low' <= 'high'")
             if self.log and self.low <= 0:
                 raise _At(("log",), "a log range needs 'low' > 0")
+        if self.step is not None:
+            # Optuna refuses these only when the parameter is first asked for, mid-study.
+            if self.low is None:
+                raise _At(("step",), "'step' applies to a numeric range ('low'/'high'); remove it")
+            if not self.step > 0:
+                raise _At(("step",), f"'step' must be positive, not {self.step!r}")
+            if self.log:
+                raise _At(("step",), "'step' and 'log' cannot be combined; remove one of them")
+            if self.type == "int" and self.step != int(self.step):
+                raise _At(("step",), f"an int range's 'step' must be a whole number, not {self.step!r}")
         return self
 
     def parameter(self, name: str) -> Parameter:
@@ -124,6 +136,11 @@ class SpaceFile(BaseModel):
     def _some(cls, parameters: dict[str, ParameterSpec]) -> dict[str, ParameterSpec]:
         if not parameters:
             raise _At((), "'parameters' must be a non-empty mapping")
+        for name in parameters:
+            # A name becomes an environment variable (AUTOTUNE_<NAME>) in best.env, which a shell sources.
+            if not NAME.fullmatch(name):
+                raise _At((name,), f"parameter name {name!r} must be letters, digits and underscores, "
+                                   "not starting with a digit (e.g. batch_size)")
         return parameters
 
     @model_validator(mode="after")
@@ -261,6 +278,8 @@ def load_space(path: str | Path) -> SearchSpace:
         text = path.read_text()
     except OSError as exc:
         raise SpaceError(f"cannot read search space {path}: {exc.strerror}") from None
+    except UnicodeDecodeError as exc:
+        raise SpaceError(f"search space {path}: not UTF-8 text (byte {exc.start}); save it as UTF-8 YAML") from None
     return parse_space(text, str(path))
 
 

@@ -43,6 +43,15 @@ def work(tmp_path: Path) -> tuple[Path, set[str]]:
     (tmp_path / "corrupt.db").write_bytes(b"this is not a sqlite database" * 100)
     (tmp_path / "bad_prices.yaml").write_text("inf2.xlarge: cheap\n")
     (tmp_path / "not_prices.yaml").write_text("inf2.xlarge: [0.76\n")
+    for name, spec in (("zero_step", "{type: int, low: 1, high: 8, step: 0}"),
+                       ("negative_step", "{type: int, low: 1, high: 8, step: -2}"),
+                       ("log_step", "{type: float, low: 0.001, high: 1, log: true, step: 0.01}")):
+        (tmp_path / f"{name}.yaml").write_text(f"target: inductor\nparameters:\n  width: {spec}\n")
+    (tmp_path / "injecting_name.yaml").write_text(
+        "target: inductor\nparameters:\n  'x;touch pwned': {type: int, low: 1, high: 8}\n")
+    (tmp_path / "latin1_space.yaml").write_bytes(
+        b"target: inductor\nparameters:\n  mode: {type: categorical, choices: [caf\xe9]}\n")
+    (tmp_path / "latin1_prices.yaml").write_bytes(b"inf2.xlarge: 0.76  # \xff\n")
     return tmp_path, {p.name for p in tmp_path.iterdir()}
 
 
@@ -70,6 +79,20 @@ CASES = {
                               ["not a database URL"]),
     "unreachable storage": (["run", TINY, "--target", "inductor", "--storage", "postgresql://u:s%7Bx@127.0.0.1:9/db"],
                             ["cannot open storage", "u:***@127.0.0.1:9"]),
+    "zero step": (["run", TINY, "--target", "inductor", "--space", "zero_step.yaml"],
+                  ["zero_step.yaml: line 3", "'step' must be positive"]),
+    "negative step": (["run", TINY, "--target", "inductor", "--space", "negative_step.yaml"],
+                      ["line 3", "'step' must be positive, not -2"]),
+    "step with log": (["run", TINY, "--target", "inductor", "--space", "log_step.yaml"],
+                      ["line 3", "'step' and 'log' cannot be combined"]),
+    "parameter name that is no identifier": (["run", TINY, "--target", "inductor", "--space", "injecting_name.yaml"],
+                                             ["line 3", "parameter name 'x;touch pwned'"]),
+    "space file that is not UTF-8": (["run", TINY, "--target", "inductor", "--space", "latin1_space.yaml"],
+                                     ["latin1_space.yaml", "not UTF-8"]),
+    "prices file that is not UTF-8": (["run", TINY, "--target", "inductor", "--prices", "latin1_prices.yaml"],
+                                      ["latin1_prices.yaml", "not UTF-8"]),
+    "memory size beyond a float": (["run", TINY, "--target", "inductor", "--memory-limit", "1e400"],
+                                   ["memory size '1e400'", "larger than any machine"]),
     "unknown sampler": (["run", TINY, "--target", "inductor", "--sampler", "oracle"], ["sampler"]),
     "unknown objective": (["run", TINY, "--target", "inductor", "--objective", "p99 latency"],
                           ["unknown objective 'p99 latency'", "latency_p99"]),
