@@ -88,6 +88,10 @@ INTERCEPTIONS: dict[str, tuple[str, str | None]] = {
     "lazy_device": ("timing windows that wait for a lazy device", None),
     "threads": ("torch's intra-op threads", None),
 }
+#: The runtime knobs whose value is the library's own default: set to it, a knob changes nothing,
+#: so a script that gives it nothing to act on (a loop that moves its batches to the device itself,
+#: with no ``MpDeviceLoader``) still ran the configuration it names.
+NEUTRAL_KNOB_VALUES: dict[str, Any] = {"batches_per_execution": 1}
 
 
 class ScriptFlag(BaseModel):
@@ -291,6 +295,48 @@ class TrialSpec(BaseModel):
     rendezvous_timeout_s: float | None = None
 
 
+class ApplySpec(BaseModel):
+    """A tuned configuration as a production run applies it (``source best.env``, ``autotune
+    exec``): what a trial of it applied, without measuring anything, in every Python process of
+    the job (the hook on ``PYTHONPATH`` reads it from :data:`APPLY_ENV`).
+
+    Nothing of the machine that tuned it: no trial paths, placement or thread limits."""
+
+    study: str
+    trial: int
+    target: str
+    #: The file name of the study's script: a process running a script of that name gets the
+    #: configuration's :attr:`script_flags` in its arguments.
+    script: str
+    #: The configuration's env vars (also exported by ``best.env``), watched for a script that
+    #: replaces them itself.
+    env: dict[str, str] = Field(default_factory=dict)
+    flags_env: str | None = None
+    knobs: RuntimeKnobs = Field(default_factory=RuntimeKnobs)
+    script_flags: list[ScriptFlag] = Field(default_factory=list)
+    routes: dict[str, list[KnobRoute]] = Field(default_factory=dict)
+    params: dict[str, Any] = Field(default_factory=dict)
+    nproc_per_node: int = 1
+    launch: str | None = None
+    speedup: float | None = None
+
+    @classmethod
+    def of(cls, plan: TrialPlan, *, study: str, trial: int, script: str, env: dict[str, str],
+           speedup: float | None = None) -> ApplySpec:
+        """What of ``plan`` a production run applies; ``env``: its env vars without the tuning
+        machine's. The knobs that only serve a measurement (the trial's threads, waiting for a lazy
+        device at a window's edge) stay out."""
+        knobs = plan.knobs.model_copy(update={"threads": None, "lazy_device": False})
+        return cls(study=study, trial=trial, target=plan.target, script=script, env=env,
+                   flags_env=plan.flags_env if plan.flags_env in env else None, knobs=knobs,
+                   script_flags=plan.script_flags, routes=plan.routes, params=plan.params,
+                   nproc_per_node=plan.nproc_per_node, launch=plan.launch, speedup=speedup)
+
+
+#: The env var that holds an :class:`ApplySpec` as JSON in every process of a production run.
+APPLY_ENV = "AUTOTUNE_APPLY"
+
+
 class TimedWindow(BaseModel):
     """One timing window of one process, on the host's monotonic clock, so that the windows of
     the ranks of a trial can be laid side by side."""
@@ -394,6 +440,9 @@ class HarnessReport(BaseModel):
     #: Each runtime knob of the plan that needs something of the script (:data:`INTERCEPTIONS`),
     #: and whether the harness found it (a DataLoader for the batch size, the model for a cast).
     knobs_applied: dict[str, bool] = Field(default_factory=dict)
+    #: The configuration's env vars that the script replaced or removed itself
+    #: (``os.environ["NEURON_CC_FLAGS"] = ...``), each with where it did so (``train.py:12``).
+    env_overrides: dict[str, str] = Field(default_factory=dict)
 
 
 class KnobEffect(BaseModel):

@@ -31,7 +31,6 @@ The env vars of the plan were set by the launcher before this process started, s
 
 from __future__ import annotations
 
-import inspect
 import math
 import os
 import runpy
@@ -43,19 +42,20 @@ from typing import Any, Callable
 
 from autotune import api
 from autotune.records import (
-    CompileSpec,
     Failure,
     FailureCategory,
     HarnessReport,
     INTERCEPTIONS,
+    NEUTRAL_KNOB_VALUES,
     TrialSpec,
 )
 from autotune.workers import isa_probe
+from autotune.workers import knobs as runtime_knobs
 from autotune.workers import ranks
 from autotune.workers.backends import Backends
 from autotune.workers.ending import record_end, write_report
 from autotune.workers.step_clock import NumericsFailure, StepClock
-from autotune.workers.tensors import batch_len, cast_floats, input_dtype, module_device_type, to_float
+from autotune.workers.tensors import batch_len, to_float
 
 
 class TrialRuntime:
@@ -119,32 +119,19 @@ class TrialRuntime:
         self._install_root_hook(torch)
         if self.knobs.lazy_device or "torch_xla" in sys.modules:
             self._patch_xla()
+        runtime_knobs.watch_env(self.plan.env, self.plan.flags_env, self.on_env_override)
+
+    def on_env_override(self, name: str, value: str | None, where: str) -> None:
+        """The script replaced a variable of the configuration: the trial measures the script's own
+        value of whatever that variable carries."""
+        self.report.env_overrides[name] = where
+        sys.stderr.write(f"autotune: warning: {where} {'set' if value is not None else 'removed'} {name} itself, "
+                         "replacing the configuration's value: this trial measures the script's own\n")
 
     def _patch_dataloader(self, torch: Any) -> None:
-        from torch.utils.data import DataLoader
         from torch.utils.data.dataloader import _BaseDataLoaderIter
 
-        knobs = self.knobs
-        applied = self.applied
-        orig_init = DataLoader.__init__
-        signature = inspect.signature(orig_init)
-
-        def init(loader: Any, *args: Any, **kwargs: Any) -> None:
-            bound = signature.bind(loader, *args, **kwargs)
-            a = bound.arguments
-            if knobs.batch_size is not None and a.get("batch_sampler") is None:
-                a["batch_size"] = knobs.batch_size
-                applied.add("batch_size")
-            if knobs.num_workers is not None:
-                a["num_workers"] = knobs.num_workers
-                applied.add("num_workers")
-                if knobs.num_workers == 0:
-                    # These options are only valid with worker processes.
-                    a.pop("prefetch_factor", None)
-                    a.pop("persistent_workers", None)
-            orig_init(*bound.args, **bound.kwargs)
-
-        DataLoader.__init__ = init  # type: ignore[method-assign]
+        runtime_knobs.patch_loader(self.knobs, self.applied)
         orig_next = _BaseDataLoaderIter.__next__
         clock_batch = self._clock_batch
 
@@ -258,7 +245,6 @@ class TrialRuntime:
 
         self.backends.xla = xm
         clock = self.clock
-        runtime = self
         orig_sync = torch_xla.sync
 
         def sync(*args: Any, **kwargs: Any) -> Any:
@@ -271,17 +257,7 @@ class TrialRuntime:
         module = sys.modules.get("torch_xla.torch_xla")
         if module is not None:
             module.sync = sync
-        bpe = self.knobs.batches_per_execution
-        if bpe is not None:
-            orig_pl_init = pl.ParallelLoader.__init__
-
-            def pl_init(loader: Any, *args: Any, **kwargs: Any) -> None:
-                bound = inspect.signature(orig_pl_init).bind(loader, *args, **kwargs)
-                bound.arguments["batches_per_execution"] = bpe
-                runtime.applied.add("batches_per_execution")
-                orig_pl_init(*bound.args, **bound.kwargs)
-
-            pl.ParallelLoader.__init__ = pl_init
+        runtime_knobs.patch_device_loader(pl, self.knobs.batches_per_execution, self.applied)
         orig_dev_next = pl.PerDeviceLoader.__next__
         clock_batch = self._clock_batch
 
@@ -290,37 +266,13 @@ class TrialRuntime:
 
         pl.PerDeviceLoader.__next__ = dev_next
 
-    def _compile_kwargs(self, spec: CompileSpec) -> dict[str, Any]:
-        kwargs: dict[str, Any] = {"backend": spec.backend, "fullgraph": spec.fullgraph, "dynamic": spec.dynamic}
-        if spec.backend == "inductor":
-            if spec.options:
-                # torch.compile takes either a mode or options; a mode is a set of options.
-                import torch._inductor
-
-                # list_mode_options(None) returns every mode's table, not the default mode's.
-                mode_options = torch._inductor.list_mode_options(spec.mode or "default", spec.dynamic)
-                kwargs["options"] = {**mode_options, **spec.options}
-            elif spec.mode:
-                kwargs["mode"] = spec.mode
-        return kwargs
-
     def _patch_torch_compile(self, torch: Any) -> None:
-        spec = self.knobs.compile
-        assert spec is not None
-        orig_compile = torch.compile
-        runtime = self
+        assert self.knobs.compile is not None
 
-        def compile_(model: Any = None, **_user_kwargs: Any) -> Any:
-            if model is None:
-                return lambda m: compile_(m)
-            runtime.user_compiled = True
-            runtime.applied.add("compile")
-            if spec.backend == "eager":
-                return model
-            return orig_compile(model, **runtime._compile_kwargs(spec))
+        def compiled_by_script() -> None:
+            self.user_compiled = True
 
-        torch.compile = compile_
-        self._orig_torch_compile = orig_compile
+        self._orig_torch_compile = runtime_knobs.patch_torch_compile(self.knobs.compile, self.applied, compiled_by_script)
 
     def _install_root_hook(self, torch: Any) -> None:
         """Find the model: the first module with parameters called on the main thread."""
@@ -340,50 +292,12 @@ class TrialRuntime:
         Module.__call__ = call
 
     def _prepare_model(self, module: Any) -> None:
-        import torch
-
         target = getattr(module, "_orig_mod", module)  # a model the script compiled itself
         self.model = target
-        knobs = self.knobs
-        self.applied.update(("compile", "autocast_dtype", "autocast_device", "model_dtype"))
-        if knobs.model_dtype:
-            dtype = getattr(torch, knobs.model_dtype)
-            target.to(dtype)
-
-            input_dtypes: list[Any] = []
-
-            def cast_inputs(_mod: Any, args: tuple, kwargs: dict) -> tuple:
-                input_dtypes.append(input_dtype(args, kwargs))
-                return cast_floats(args, dtype), cast_floats(kwargs, dtype)
-
-            def cast_outputs(_mod: Any, _args: tuple, _kwargs: dict, out: Any) -> Any:
-                return cast_floats(out, input_dtypes.pop() if input_dtypes else None)
-
-            target.register_forward_pre_hook(cast_inputs, with_kwargs=True)
-            target.register_forward_hook(cast_outputs, with_kwargs=True)
-        if knobs.autocast_dtype:
-            device = knobs.autocast_device or module_device_type(target)
-            dtype = getattr(torch, knobs.autocast_dtype)
-            forward = target.forward
-
-            def autocast_forward(*args: Any, **kwargs: Any) -> Any:
-                with torch.autocast(device_type=device, dtype=dtype):
-                    out = forward(*args, **kwargs)
-                return cast_floats(out, input_dtype(args, kwargs))
-
-            target.forward = autocast_forward
-        spec = knobs.compile
+        runtime_knobs.prepare_model(target, self.knobs, self.applied)
+        spec = self.knobs.compile
         if spec is not None and spec.backend != "eager" and not self.user_compiled:
-            # Compiled in place, as Module.compile() does, so that the script keeps calling the
-            # object it holds. Module.compile() itself compiles Module._call_impl, a frame in
-            # torch/nn that dynamo skips: a built-in container (nn.Sequential) would then never
-            # be compiled. Starting from a frame of ours makes dynamo inline the module instead.
-            call_impl = target._call_impl
-
-            def run_model(*args: Any, **kwargs: Any) -> Any:
-                return call_impl(*args, **kwargs)
-
-            compiled = self._orig_torch_compile(run_model, **self._compile_kwargs(spec))
+            compiled = runtime_knobs.compiled_call(target, spec, self._orig_torch_compile)
             target._compiled_call_impl = TimedCall(self.clock, compiled)
             self.user_compiled = True
         else:
@@ -412,7 +326,8 @@ class TrialRuntime:
         r.compile.compile_seconds = self.backends.compile_seconds()
         r.compile.cache_hits, r.compile.cache_misses = self.backends.cache_counts()
         r.knobs_applied = {knob: knob in self.applied for knob, value in self.knobs.model_dump().items()
-                           if value not in (None, False) and INTERCEPTIONS.get(knob, ("", None))[1] is not None}
+                           if value not in (None, False) and NEUTRAL_KNOB_VALUES.get(knob) != value
+                           and INTERCEPTIONS.get(knob, ("", None))[1] is not None}
         if r.exit_code is not None and r.measurement is not None:
             # The script ran its steps and was measured, then exited with an error code of its own
             # (an accuracy target a short run cannot meet): the measurement stands.

@@ -16,7 +16,8 @@ from autotune.atomic_file import write_atomic
 from autotune.errors import AutotuneError
 from autotune.objectives import speedup
 from autotune.pricing import Cost
-from autotune.records import CompileStage
+from autotune.records import APPLY_ENV, ApplySpec, CompileStage
+from autotune.workers.multiprocess import HOOK_DIR
 
 
 class TrialSummary(BaseModel):
@@ -111,6 +112,9 @@ class BestConfig(BaseModel):
     #: What a million samples cost at the first measurement's throughput, with the price used and
     #: where it came from; ``None`` where no price is known.
     cost: Cost | None = None
+    #: What a production run applies (``source best.env``, ``autotune exec``): every knob as the
+    #: trial applied it, by the hook of :mod:`autotune.workers.apply`.
+    apply: ApplySpec | None = None
 
     def relative_spread(self) -> float | None:
         """Half the width of the first measurement's 95% interval over its throughput."""
@@ -126,12 +130,18 @@ class BestConfig(BaseModel):
         return batch * self.nproc_per_node if isinstance(batch, int) else None
 
     def env_lines(self) -> list[str]:
-        """``export`` lines: the env vars, the parameters as JSON for ``autotune.params()``, and
+        """``export`` lines: the env vars, the configuration for the hook that applies every other
+        knob in each Python process (:data:`~autotune.records.APPLY_ENV`, with the hook's folder
+        first on ``PYTHONPATH``), the parameters as JSON for ``autotune.params()``, and
         one ``AUTOTUNE_<KNOB>`` per runtime knob for scripts that read their own settings; where
         parameters are flags of the script, its arguments with them (``AUTOTUNE_SCRIPT_ARGS``,
         shell words: ``eval "python train.py $AUTOTUNE_SCRIPT_ARGS"``); for a job of several processes, how
         to start it (``AUTOTUNE_LAUNCH``), since the batch size is each process's."""
         lines = [f"export {k}={shlex.quote(str(v))}" for k, v in self.env.items()]
+        if self.apply is not None:
+            # Every Python process of the job finds the hook first and applies the configuration.
+            lines.append(f"export {APPLY_ENV}={shlex.quote(self.apply.model_dump_json(exclude_defaults=True))}")
+            lines.append(f"export PYTHONPATH={shlex.quote(str(HOOK_DIR))}${{PYTHONPATH:+:$PYTHONPATH}}")
         lines.append(f"export AUTOTUNE_PARAMS={shlex.quote(json.dumps(self.params, sort_keys=True))}")
         for name, value in self.params.items():
             lines.append(f"export AUTOTUNE_{name.upper()}={shlex.quote(_shell_value(value))}")

@@ -9,7 +9,7 @@ from typing import Any
 
 from autotune.config import JobConfig
 from autotune.pricing import Cost, Price
-from autotune.records import TrialResult
+from autotune.records import ApplySpec, TrialResult
 from autotune.space import SearchSpace
 from autotune.study.numerics import loss_deviation
 from autotune.study.outlook import search_outlook
@@ -180,10 +180,14 @@ def best_config(study: Any, name: str, prov: dict[str, Any] | None = None) -> Be
     ratio = speedup(value, base, maximizes(study))
     plan = result.plan if result else None
     m = result.measurement if result else None
+    # The configuration's own env vars: its placement on the tuning machine (NeuronCores) stays out.
+    env = dict(plan.env) if plan else {}
+    script = Path(stored.script or (prov or stored.provenance or {}).get("script") or "script.py").name
     return BestConfig(
         study=name, trial=t.number, target=stored.target or "",
         params=dict(plan.params) if plan else dict(t.params),
-        env=dict(attrs.env or (plan.env if plan else {})),
+        env=env,
+        apply=ApplySpec.of(plan, study=name, trial=t.number, script=script, env=env, speedup=ratio) if plan else None,
         flags_env=plan.flags_env if plan else None,
         compiler_flags=plan.compiler_flags if plan else None,
         knobs={k: v for k, v in (plan.knobs.model_dump() if plan else {}).items() if v not in (None, False)},

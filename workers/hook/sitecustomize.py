@@ -1,5 +1,7 @@
-"""Runs at the start of every Python process of a trial: the launcher puts this folder first on
-the trial's ``PYTHONPATH`` and names the trial's spec in ``AUTOTUNE_TRIAL_SPEC``.
+"""Runs at the start of every Python process of a trial, or of a production run of a tuned
+configuration. For a trial, the launcher puts this folder first on the trial's ``PYTHONPATH`` and
+names the trial's spec in ``AUTOTUNE_TRIAL_SPEC``; for a production run, ``best.env`` or ``autotune
+exec`` put it there and the configuration in ``AUTOTUNE_APPLY`` (``autotune/workers/apply.py``).
 
 A worker that the script starts with ``spawn`` (``torch_xla.launch``, ``xmp.spawn``,
 ``torch.multiprocessing.spawn``) is a fresh interpreter that imports the script again: nothing
@@ -24,7 +26,13 @@ def _shadowed() -> None:
 
 
 _shadowed()
-if "--multiprocessing-fork" in sys.argv and os.environ.get("AUTOTUNE_TRIAL_SPEC"):
-    from autotune.workers.ranks import install_in_spawned_workers
+if os.environ.get("AUTOTUNE_TRIAL_SPEC"):
+    if "--multiprocessing-fork" in sys.argv:
+        from autotune.workers.ranks import install_in_spawned_workers
 
-    install_in_spawned_workers(os.environ["AUTOTUNE_TRIAL_SPEC"])
+        install_in_spawned_workers(os.environ["AUTOTUNE_TRIAL_SPEC"])
+elif os.environ.get("AUTOTUNE_APPLY") and os.path.basename(sys.argv[0] if sys.argv else "") != "autotune":
+    # autotune's own commands, run from a shell that sourced best.env, tune or inspect: they apply nothing.
+    from autotune.workers.apply import install_from_env
+
+    install_from_env()

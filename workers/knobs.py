@@ -1,0 +1,199 @@
+"""The runtime knobs as they are applied inside the user's process: one implementation for a trial
+(``harness.py``, which also measures) and for a production run of the tuned configuration
+(``apply.py``, which only applies), so that the job that runs afterwards gets exactly what the
+trial measured.
+
+Each function changes one thing the script made (its DataLoader's arguments, its device loader's
+``batches_per_execution``, its model) and adds the knobs it found something to act on to
+``applied``: a knob that never found its object never reached the script.
+"""
+
+from __future__ import annotations
+
+import inspect
+import os
+import sys
+from typing import Any, Callable
+
+from autotune.records import CompileSpec, RuntimeKnobs
+from autotune.workers.tensors import cast_floats, input_dtype, module_device_type
+
+
+def set_loader_arguments(arguments: dict[str, Any], knobs: RuntimeKnobs, applied: set[str]) -> None:
+    """A ``DataLoader(...)`` call's bound arguments with the configuration's batch size and workers."""
+    if knobs.batch_size is not None and arguments.get("batch_sampler") is None:
+        arguments["batch_size"] = knobs.batch_size
+        applied.add("batch_size")
+    if knobs.num_workers is not None:
+        arguments["num_workers"] = knobs.num_workers
+        applied.add("num_workers")
+        if knobs.num_workers == 0:
+            # These options are only valid with worker processes.
+            arguments.pop("prefetch_factor", None)
+            arguments.pop("persistent_workers", None)
+
+
+def patch_loader(knobs: RuntimeKnobs, applied: set[str]) -> None:
+    """Every ``DataLoader`` made from now on takes the configuration's batch size and workers."""
+    from torch.utils.data import DataLoader
+
+    orig_init = DataLoader.__init__
+    signature = inspect.signature(orig_init)
+
+    def init(loader: Any, *args: Any, **kwargs: Any) -> None:
+        bound = signature.bind(loader, *args, **kwargs)
+        set_loader_arguments(bound.arguments, knobs, applied)
+        orig_init(*bound.args, **bound.kwargs)
+
+    DataLoader.__init__ = init  # type: ignore[method-assign]
+
+
+def patch_device_loader(parallel_loader: Any, batches_per_execution: int | None, applied: set[str]) -> None:
+    """torch-xla's ``ParallelLoader`` (and ``MpDeviceLoader``, which makes one) traces
+    ``batches_per_execution`` steps into one graph."""
+    if batches_per_execution is None:
+        return
+    orig_init = parallel_loader.ParallelLoader.__init__
+    signature = inspect.signature(orig_init)
+
+    def init(loader: Any, *args: Any, **kwargs: Any) -> None:
+        bound = signature.bind(loader, *args, **kwargs)
+        bound.arguments["batches_per_execution"] = batches_per_execution
+        applied.add("batches_per_execution")
+        orig_init(*bound.args, **bound.kwargs)
+
+    parallel_loader.ParallelLoader.__init__ = init
+
+
+def compile_kwargs(spec: CompileSpec) -> dict[str, Any]:
+    """``torch.compile``'s arguments for ``spec``."""
+    kwargs: dict[str, Any] = {"backend": spec.backend, "fullgraph": spec.fullgraph, "dynamic": spec.dynamic}
+    if spec.backend == "inductor":
+        if spec.options:
+            # torch.compile takes either a mode or options; a mode is a set of options.
+            import torch._inductor
+
+            # list_mode_options(None) returns every mode's table, not the default mode's.
+            mode_options = torch._inductor.list_mode_options(spec.mode or "default", spec.dynamic)
+            kwargs["options"] = {**mode_options, **spec.options}
+        elif spec.mode:
+            kwargs["mode"] = spec.mode
+    return kwargs
+
+
+def patch_torch_compile(spec: CompileSpec, applied: set[str], on_compile: Callable[[], None]) -> Callable[..., Any]:
+    """A script that compiles its model itself gets the configuration's options instead of its own
+    (``eager`` undoes its compile); returns torch's own ``torch.compile``."""
+    import torch
+
+    orig_compile = torch.compile
+
+    def compile_(model: Any = None, **_user_kwargs: Any) -> Any:
+        if model is None:
+            return lambda m: compile_(m)
+        on_compile()
+        applied.add("compile")
+        if spec.backend == "eager":
+            return model
+        return orig_compile(model, **compile_kwargs(spec))
+
+    torch.compile = compile_
+    return orig_compile
+
+
+def prepare_model(target: Any, knobs: RuntimeKnobs, applied: set[str]) -> None:
+    """Cast the model (its parameters, and its floating inputs and outputs back) and wrap its
+    forward in autocast, as the configuration says."""
+    import torch
+
+    applied.update(("compile", "autocast_dtype", "autocast_device", "model_dtype"))
+    if knobs.model_dtype:
+        dtype = getattr(torch, knobs.model_dtype)
+        target.to(dtype)
+
+        input_dtypes: list[Any] = []
+
+        def cast_inputs(_mod: Any, args: tuple, kwargs: dict) -> tuple:
+            input_dtypes.append(input_dtype(args, kwargs))
+            return cast_floats(args, dtype), cast_floats(kwargs, dtype)
+
+        def cast_outputs(_mod: Any, _args: tuple, _kwargs: dict, out: Any) -> Any:
+            return cast_floats(out, input_dtypes.pop() if input_dtypes else None)
+
+        target.register_forward_pre_hook(cast_inputs, with_kwargs=True)
+        target.register_forward_hook(cast_outputs, with_kwargs=True)
+    if knobs.autocast_dtype:
+        device = knobs.autocast_device or module_device_type(target)
+        dtype = getattr(torch, knobs.autocast_dtype)
+        forward = target.forward
+
+        def autocast_forward(*args: Any, **kwargs: Any) -> Any:
+            with torch.autocast(device_type=device, dtype=dtype):
+                out = forward(*args, **kwargs)
+            return cast_floats(out, input_dtype(args, kwargs))
+
+        target.forward = autocast_forward
+
+
+def compiled_call(target: Any, spec: CompileSpec, orig_compile: Callable[..., Any]) -> Callable[..., Any]:
+    """The model's call compiled with ``spec``, to set as its ``_compiled_call_impl``.
+
+    Compiled in place, as ``Module.compile()`` does, so that the script keeps calling the object it
+    holds. ``Module.compile()`` itself compiles ``Module._call_impl``, a frame in torch/nn that
+    dynamo skips: a built-in container (``nn.Sequential``) would then never be compiled. Starting
+    from a frame of ours makes dynamo inline the module instead."""
+    call_impl = target._call_impl
+
+    def run_model(*args: Any, **kwargs: Any) -> Any:
+        return call_impl(*args, **kwargs)
+
+    return orig_compile(run_model, **compile_kwargs(spec))
+
+
+def replaces(configured: str, value: str | None, is_flags: bool) -> bool:
+    """Whether writing ``value`` to a variable the configuration set to ``configured`` replaces the
+    configuration's value: a flag variable may gain flags around the configuration's, any other
+    must keep its value."""
+    if value is None:
+        return True
+    return configured not in value if is_flags else value != configured
+
+
+def watch_env(configured: dict[str, str], flags_env: str | None,
+              on_override: Callable[[str, str | None, str], None]) -> None:
+    """Call ``on_override(name, value, where)`` when code of the process replaces or removes one of
+    the ``configured`` env vars (``os.environ["NEURON_CC_FLAGS"] = "..."``, ``update``, ``pop``,
+    ``del``): the compiler or backend then reads the script's value, not the configuration's.
+    ``where`` is the file and line that did it."""
+    if not configured:
+        return
+    environ_type = type(os.environ)
+    orig_set, orig_del = environ_type.__setitem__, environ_type.__delitem__
+
+    def check(name: str, value: str | None) -> None:
+        if name in configured and replaces(configured[name], value, name == flags_env):
+            on_override(name, value, _caller())
+
+    def setitem(mapping: Any, key: str, value: str) -> None:
+        orig_set(mapping, key, value)
+        if mapping is os.environ:
+            check(key, value)
+
+    def delitem(mapping: Any, key: str) -> None:
+        orig_del(mapping, key)
+        if mapping is os.environ:
+            check(key, None)
+
+    environ_type.__setitem__ = setitem  # type: ignore[method-assign]
+    environ_type.__delitem__ = delitem  # type: ignore[method-assign]
+
+
+def _caller() -> str:
+    """The first frame outside ``os``, the mapping ABCs and this module: who wrote the variable."""
+    skipped = {os.__file__, __file__, getattr(sys.modules.get("_collections_abc"), "__file__", "")}
+    frame = sys._getframe(2)
+    while frame is not None and frame.f_code.co_filename in skipped:
+        frame = frame.f_back  # type: ignore[assignment]
+    if frame is None:
+        return "unknown"
+    return f"{os.path.basename(frame.f_code.co_filename)}:{frame.f_lineno}"
