@@ -49,6 +49,8 @@ class TrialRecorder:
         or ``None`` with ``error`` when the worker itself failed."""
         import optuna
 
+        if result_json is not None and not from_cache:
+            self._remember(trial, TrialResult.model_validate_json(result_json))
         write(trial, counted=True)
         if from_cache:
             write(trial, cached=True)
@@ -65,8 +67,6 @@ class TrialRecorder:
         result = TrialResult.model_validate_json(result_json)
         write(trial, result=result_json)
         self._check_reported(trial, result)
-        if not from_cache and TrialAttrs.of(trial).result_key is not None:
-            self.cache.put_result(TrialAttrs.of(trial).result_key, result)
         write(trial, env=_trial_env(result))
         idle = [k.param for k in result.idle_knobs]
         if idle:
@@ -102,6 +102,15 @@ class TrialRecorder:
         if self.on_result is not None:
             self.on_result(trial.number, result)
         self.on_told()
+
+    def _remember(self, trial: Any, result: TrialResult) -> None:
+        """Keep a measured result in the cache root before anything is written to its trial: a
+        driver that took the trial for lost has finished it, and every write to it fails, yet the
+        measurement still answers its configuration next time. A result that lacks an objective
+        the script reports is not kept (a typo of the objective's name is no measurement of it)."""
+        key = TrialAttrs.of(trial).result_key
+        if key is not None and (not result.ok or self.values(result) is not None):
+            self.cache.put_result(key, result)
 
     def tell_known_failure(self, trial: Any, plan: TrialPlan, reason: str) -> None:
         """A configuration whose compile failed before (the target's compile cache says so)."""

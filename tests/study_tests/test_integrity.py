@@ -67,3 +67,86 @@ def test_an_edited_script_is_measured_in_a_study_of_its_own(tmp_path, monkeypatc
     longer = tune(script, "--steps", "350", trials=1, target="inductor", space="space.yaml", seed=0,
                   pool_factory=lambda study: pool, protocol=SHORT)
     assert longer.ran == 1 and any("and its arguments changed" in n for n in longer.notes), longer.notes
+
+
+def test_trials_run_in_the_callers_environment_and_their_results_key_it(tmp_path, monkeypatch) -> None:
+    monkeypatch.chdir(tmp_path)
+    monkeypatch.setenv("NEURON_CC_FLAGS", "--optlevel 1 --enable-saturate-infinity")
+    pool = InProcessPool(None)
+    sets = {"model_type": "transformer", "optlevel": 3}
+
+    def run():
+        return tune(SCRIPTS / "sleepy_train.py", trials=1, target="neuron", platform="trn1", sets=sets, seed=0,
+                    pool_factory=lambda study: pool, protocol=SHORT)
+
+    first = run()
+    # The user's flags are kept, the configuration's win on the same flag, and they travel in the plan.
+    assert pool.results[0].plan.env["NEURON_CC_FLAGS"] == \
+        "--target=trn1 --model-type=transformer --optlevel=3 --enable-saturate-infinity"
+    assert first.trials[0].env["NEURON_CC_FLAGS"] == pool.results[0].plan.env["NEURON_CC_FLAGS"]
+    import optuna
+
+    stored = optuna.load_study(study_name=first.study, storage=first.storage).trials[0].user_attrs["provenance"]
+    assert stored["env"] == {"NEURON_CC_FLAGS": "--optlevel 1 --enable-saturate-infinity"}
+
+    # Other flags of the user's: another result, in a study of its own.
+    monkeypatch.setenv("NEURON_CC_FLAGS", "--enable-saturate-infinity --verbose=35")
+    again = run()
+    assert again.ran == 1 and again.study != first.study
+    assert [n for n in again.notes if "changed since" in n] == [
+        f"the environment (versions, device, env vars) changed since study {first.study} was measured: "
+        f"this run measures study {again.study}"]
+    assert "--verbose=35" in pool.results[1].plan.env["NEURON_CC_FLAGS"]
+
+
+def test_a_result_that_was_pruned_does_not_answer_a_run_that_does_not_prune(tmp_path, monkeypatch) -> None:
+    monkeypatch.chdir(tmp_path)
+    (tmp_path / "space.yaml").write_text(EAGER)
+    pool = InProcessPool(None)
+
+    def run(study: str, prune: bool):
+        return tune(SCRIPTS / "tiny_train.py", "--steps", "300", trials=1, target="inductor", space="space.yaml",
+                    seed=0, study=study, prune=prune, pool_factory=lambda s: pool, protocol=SHORT)
+
+    assert run("pruning", True).ran == 1
+    # As a run that pruned it would have left it: stopped early, below the best of its study.
+    (entry,) = (tmp_path / "xdg-cache" / "autotune" / "results").glob("*/*.json")
+    kept = json.loads(entry.read_text())
+    kept["measurement"]["pruned"] = True
+    entry.write_text(json.dumps(kept))
+    assert run("pruning-again", True).reused == 1, "a run that prunes takes it"
+    whole = run("whole", False)
+    assert (whole.ran, whole.reused) == (1, 0)
+    assert not json.loads(entry.read_text())["measurement"]["pruned"], "the whole measurement replaces it"
+
+
+@pytest.mark.filterwarnings("ignore:Heartbeat of storage")  # the driver's loop beats itself
+def test_a_measurement_is_remembered_when_another_driver_took_its_trial_for_lost(tmp_path) -> None:
+    import optuna
+
+    from autotune.cache import open_cache
+    from autotune.objectives import objective
+    from autotune.records import Measurement, TrialPlan, TrialResult
+    from autotune.study.options import StudyOptions, StudyProgress
+    from autotune.study.record import TrialRecorder
+    from autotune.study.storage import open_storage
+    from autotune.trial_attrs import write
+
+    storage = open_storage(f"sqlite:///{tmp_path / 'db.sqlite'}")
+    study = optuna.create_study(storage=storage, study_name="s", direction="maximize")
+    cache = open_cache(tmp_path / "cache")
+    recorder = TrialRecorder(study, StudyOptions.checked(script=SCRIPTS / "tiny_train.py"), cache,
+                             StudyProgress("s", "inductor", 1), {}, [], on_told=lambda: None,
+                             objectives=[objective("throughput")], constraints=[], usd_per_sample_second=None)
+    trial = study.ask()
+    write(trial, result_key="k")
+    # What another driver does to a trial whose heartbeats stopped reaching the database.
+    storage.set_trial_state_values(trial._trial_id, optuna.trial.TrialState.FAIL)
+    result = TrialResult(status="ok", plan=TrialPlan(target="inductor", params={}),
+                         measurement=Measurement(throughput=120.0, ci95_low=118.0, ci95_high=122.0,
+                                                 step_time_median=0.01, step_time_p90=0.012, samples_per_step=1,
+                                                 steps_measured=100, windows=5, converged=True, warmup_steps=3,
+                                                 warmup_seconds=1.0))
+    with pytest.raises(optuna.exceptions.UpdateFinishedTrialError):
+        recorder.tell(trial, result.model_dump_json(), None)
+    assert cache.get_result("k").measurement.throughput == 120.0
