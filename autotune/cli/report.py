@@ -61,6 +61,7 @@ def dashboard(
 
     from autotune.daemon.listening import is_loopback
     from autotune.report import require
+    from autotune.study.database import redacted
     from autotune.study.options import default_storage
     from autotune.study.storage import open_existing_storage
 
@@ -92,7 +93,7 @@ def dashboard(
         threading.Thread(target=annotate_all, name="dashboard-notes", daemon=True).start()
     shown = f"[{host}]" if ":" in host else host
     typer.echo(f"optuna-dashboard: http://{shown}:{server.server_port}/dashboard "
-               f"({len(names())} studies in {url}; Ctrl-C stops it)")
+               f"({len(names())} studies in {redacted(url)}; Ctrl-C stops it)")
     try:
         server.serve_forever()
     except KeyboardInterrupt:

@@ -17,6 +17,7 @@ from typing import Any
 from pydantic import BaseModel, Field
 
 from autotune.pricing import Price, file_price, instance_rate, resolve_price
+from autotune.study.database import ShownURL
 from autotune.study.options import default_storage
 from autotune.study.results import best_config, study_cost
 from autotune.study.storage import load_study
@@ -32,7 +33,7 @@ class ComparisonRow(BaseModel):
     """One study's best configuration and what it costs."""
 
     study: str
-    storage: str
+    storage: ShownURL
     instance_type: str | None = None
     target: str
     trial: int | None = None

@@ -14,8 +14,11 @@ Two choices are autotune's own:
 from __future__ import annotations
 
 import importlib.util
+import re
 from pathlib import Path
-from typing import Any
+from typing import Annotated, Any
+
+from pydantic import AfterValidator
 
 from autotune.errors import InvalidConfigError
 
@@ -30,11 +33,12 @@ def parse_url(url: str) -> Any:
     import sqlalchemy as sa
 
     if "://" not in url:
-        raise InvalidConfigError(f"storage {url!r} is not a database URL; {_EXAMPLE}")
+        raise InvalidConfigError(f"storage {_hide_password(url)!r} is not a database URL; {_EXAMPLE}")
     try:
         parsed = sa.engine.make_url(url)
     except (sa.exc.ArgumentError, ValueError) as exc:
-        raise InvalidConfigError(f"storage {url!r} is not a database URL ({exc}); {_EXAMPLE}") from None
+        raise InvalidConfigError(f"storage {_hide_password(url)!r} is not a database URL ({exc}); {_EXAMPLE}") \
+            from None
     if parsed.drivername == "postgresql" and importlib.util.find_spec("psycopg2") is None \
             and importlib.util.find_spec("psycopg") is not None:
         parsed = parsed.set(drivername="postgresql+psycopg")
@@ -42,11 +46,29 @@ def parse_url(url: str) -> Any:
 
 
 def redacted(url: str) -> str:
-    """``url`` with its password hidden, for messages."""
+    """``url`` with its password hidden: every message, output and file that shows a storage URL
+    shows this. Where SQLAlchemy cannot read the URL it is hidden by pattern, since a malformed
+    URL (a port that is no number) still holds the password."""
     try:
-        return parse_url(url).render_as_string(hide_password=True)
+        parsed = parse_url(url)
     except InvalidConfigError:
-        return url
+        return _hide_password(url)
+    # Rendered only when there is a password to hide: rendering quotes a path's braces and the like.
+    return _hide_password(url if parsed.password is None else parsed.render_as_string(hide_password=True))
+
+
+#: A storage URL in a record that is printed or written (``run --json``, ``compare``): hidden.
+ShownURL = Annotated[str, AfterValidator(redacted)]
+
+#: ``scheme://user:PASSWORD@``, up to the last ``@`` (a password may hold an unencoded ``@``).
+_USERINFO = re.compile(r"(://[^:/@]*:).*@")
+#: ``?password=...`` (psycopg and most drivers take the password in the query as well).
+_QUERY_PASSWORD = re.compile(r"([?&](?:password|passwd|sslpassword)=)[^&#]*", re.IGNORECASE)
+
+
+def _hide_password(url: str) -> str:
+    """``url`` with the password of its user part and its query replaced by ``***``, by pattern."""
+    return _QUERY_PASSWORD.sub(r"\1***", _USERINFO.sub(r"\1***@", url, count=1))
 
 
 def sqlite_path(url: str) -> Path | None:

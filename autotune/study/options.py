@@ -13,6 +13,7 @@ from pydantic import BaseModel, ConfigDict, Field
 from autotune.config import RunConfig
 from autotune.records import MeasurementProtocol
 from autotune.objectives import speedup
+from autotune.study.database import ShownURL
 from autotune.study.outlook import SearchOutlook
 from autotune.study.outputs import BestConfig, TrialSummary
 
@@ -34,7 +35,7 @@ class StudyResult(BaseModel):
     """What :func:`tune` returns and ``autotune run --json`` prints."""
 
     study: str
-    storage: str
+    storage: ShownURL
     target: str
     out_dir: str
     #: What the values are: ``throughput`` (samples/s) or a metric the script reports.

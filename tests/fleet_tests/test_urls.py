@@ -2,10 +2,12 @@
 
 from __future__ import annotations
 
+import json
 import socket
 import subprocess
 import sys
 import time
+import urllib.parse
 from pathlib import Path
 
 import optuna
@@ -30,6 +32,14 @@ def test_urls_are_parsed_by_sqlalchemy() -> None:
     assert redacted("postgresql://u:p%40ss@h/db") == "postgresql+psycopg://u:***@h/db"
     with pytest.raises(InvalidConfigError, match="not a database URL"):
         engine_url("autotune.db")
+    # A URL SQLAlchemy cannot read (a port that is no number) still hides its password, even one
+    # with an unencoded @, and so does a password in the query.
+    assert redacted("postgresql://u:se@cret@h:port/db") == "postgresql://u:***@h:port/db"
+    with pytest.raises(InvalidConfigError) as refused:
+        engine_url("postgresql://u:se@cret@h:port/db")
+    assert "cret" not in str(refused.value) and "u:***@h:port" in str(refused.value)
+    assert redacted("postgresql://h/db?sslmode=require&password=secret") == \
+        "postgresql://h/db?sslmode=require&password=***"
 
 
 def test_a_study_on_postgresql_with_a_password_of_special_characters_and_a_query(postgres_url) -> None:
@@ -69,3 +79,50 @@ def test_a_wrong_password_is_a_short_error(postgres_url) -> None:
     proc, _ = _run("best", "s", "--storage", url)
     assert proc.returncode == 2 and len(proc.stderr.strip().splitlines()) <= 2, proc.stderr
     assert "password authentication failed" in proc.stderr, proc.stderr
+
+
+EAGER = "target: inductor\nparameters:\n  mode: {type: categorical, choices: [eager], default: eager}\n"
+
+
+def test_no_output_or_file_of_a_postgresql_study_shows_its_password(postgres_url, tmp_path) -> None:
+    from tests.conftest import POSTGRES_PASSWORD
+
+    secrets = (POSTGRES_PASSWORD, urllib.parse.quote(POSTGRES_PASSWORD, safe=""), "rd{1}", "rd%7B1%7D")
+    (tmp_path / "space.yaml").write_text(EAGER)
+    base = ["--storage", postgres_url]
+    shown: list[str] = []
+
+    def cli(*args: str, code: int = 0) -> subprocess.CompletedProcess:
+        proc = subprocess.run([sys.executable, "-m", "autotune.cli", *args], cwd=tmp_path, capture_output=True,
+                              text=True, timeout=300)
+        assert proc.returncode == code, (args, proc.returncode, proc.stderr[-3000:])
+        shown.extend([proc.stdout, proc.stderr])
+        return proc
+
+    ran = json.loads(cli("run", TINY, "--target", "inductor", "--space", "space.yaml", "--trials", "1", "--study", "s",
+                         "--cache", "cache", "--out", "out", "--json", *base).stdout)
+    assert ran["storage"].startswith("postgresql") and ":***@127.0.0.1" in ran["storage"], ran["storage"]
+    cli("show", "s", *base, "--json")
+    cli("best", "s", *base)
+    cli("compare", "s", *base, "--json")
+    cli("compare", "s", *base, "--csv")
+    cli("compare", f"{postgres_url}#s")
+    cli("report", "s", *base, "--out", "report")
+    cli("best", "nowhere", *base, code=2)
+    cli("run", TINY, "--target", "inductor", "--storage", postgres_url.replace("@127.0.0.1:", "@127.0.0.1:port"),
+        code=2)
+    dashboard = subprocess.Popen([sys.executable, "-m", "autotune.cli", "dashboard", *base, "--port", "0",
+                                  "--no-notes"], cwd=tmp_path, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    try:
+        shown.append(dashboard.stdout.readline())
+        assert shown[-1].startswith("optuna-dashboard: http://127.0.0.1:"), shown[-1]
+    finally:
+        dashboard.terminate()
+        shown.append(dashboard.communicate(timeout=30)[1])
+    files = [p for p in tmp_path.rglob("*") if p.is_file()]
+    assert len(files) > 5, files
+    for secret in secrets:
+        for text in shown:
+            assert secret not in text, (secret, text[-2000:])
+        for path in files:
+            assert secret.encode() not in path.read_bytes(), (secret, path)
