@@ -101,16 +101,19 @@ class Study:
         check_instance_type(options.instance_type, price_per_hour=options.price_per_hour, prices_file=options.prices)
         self.instance_type = instance_type(options.instance_type)
         self.price = resolve_price(self.instance_type, price_per_hour=options.price_per_hour, prices_file=options.prices)
-        from autotune.cache import open_cache
+        from autotune.cache import environment_of, model_of, open_cache
 
         self.cache = open_cache(options.cache)
-        from autotune.provenance import caller_env
+        from autotune.provenance import caller_env, provenance
 
         #: The environment a trial would inherit from the caller, and what of it travels with each
         #: trial and keys its result: the variables the target reads (the user's PJRT_DEVICE, XLA_FLAGS)
         #: and those given with --env.
         self.environ = {**os.environ, **options.trial_env()}
         self.caller_env = caller_env(self.target, options.trial_env())
+        #: Where it measures, and the parts of that which key remembered results (and the study).
+        self.provenance: dict[str, Any] = provenance(self.target, self.script, options.args,
+                                                     instance_type=self.instance_type, env=self.caller_env)
         optuna.logging.set_verbosity(optuna.logging.WARNING)
         warnings.filterwarnings("ignore", category=optuna.exceptions.ExperimentalWarning)
         # The driver beats for its in-flight trials itself (ask/tell has no optimize loop).
@@ -126,14 +129,12 @@ class Study:
                                                 devices_per_trial=self.devices_per_trial) if costed else None
         self.progress = StudyProgress(self.name, self.target.name, options.trials, metric=self.objectives[0].name,
                                       maximize=self.objectives[0].maximize)
-        # What run() opens and learns: the Optuna storage and study, where it measures (and the
-        # parts of that which key remembered results), and what this invocation measured.
+        # What run() opens: the Optuna storage and study.
         self.storage: Any = None
         self.study: Any = None
         self.claims: Any = None
-        self.provenance: dict[str, Any] = {}
-        self._model_key: dict[str, Any] = {}
-        self._env_key: dict[str, Any] = {}
+        self._model_key: dict[str, Any] = model_of(self.provenance)
+        self._env_key: dict[str, Any] = environment_of(self.provenance)
         #: Tells Optuna each outcome; made once the study is open.
         self.recorder: TrialRecorder | None = None
         #: The compile stage (``--compile-workers``), while the study runs with one.
@@ -227,17 +228,13 @@ class Study:
     def run(self) -> StudyResult:
         import optuna
 
-        from autotune.cache import environment_of, model_of
         from autotune.execution.scheduler import connect
-        from autotune.provenance import provenance
 
         started_ray = False
         if self.o.pool_factory is None and self.o.ray_address:
             # Before the storage is touched: an unreachable cluster must leave nothing written.
             started_ray = connect(self.o.ray_address)
         try:
-            self.provenance = provenance(self.target, self.script, self.o.args, instance_type=self.instance_type,
-                                         env=self.caller_env)
             self.storage = open_storage(self.storage_url)
             self.study = self._open_study()
             self.claims = Claims(self.storage, self.study, self.storage_url)
@@ -253,7 +250,6 @@ class Study:
                                       on_result=self._learn_from)
         write(self.study, provenance=self.provenance, price=self.price.model_dump() if self.price else None,
               devices_per_trial=self.devices_per_trial)
-        self._model_key, self._env_key = model_of(self.provenance), environment_of(self.provenance)
         note = self.target.availability_note()
         if note:
             self.notes.append(note)
