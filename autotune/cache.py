@@ -26,6 +26,7 @@ from typing import Any, Iterator
 
 from autotune.atomic_file import write_atomic
 from autotune.errors import AutotuneError
+from autotune.published import PUBLISHED_DIR, Published
 from autotune.records import FailureCategory, PROTOCOL_VERSION, TrialResult
 from autotune.targets import all_targets
 from autotune.targets.base import directory_usage
@@ -178,12 +179,13 @@ def prune(cache: CacheRoot, *, max_size: int | None = None, older_than: float | 
     """
     units = sorted(_prunable(cache))
     now = time.time()
-    removed = freed = 0
+    gone: list[Path] = []
+    freed = 0
     keep: list[tuple[float, int, Path]] = []
     for mtime, size, path in units:
         if older_than is not None and now - mtime > older_than:
             _remove(path)
-            removed, freed = removed + 1, freed + size
+            gone, freed = gone + [path], freed + size
         else:
             keep.append((mtime, size, path))
     if max_size is not None:
@@ -193,15 +195,36 @@ def prune(cache: CacheRoot, *, max_size: int | None = None, older_than: float | 
                 break
             _remove(path)
             total -= size
-            removed, freed = removed + 1, freed + size
-    return removed, freed
+            gone, freed = gone + [path], freed + size
+    if any(cache.results_dir not in path.parents for path in gone):
+        # A manifest does not list its graphs, so any compiled artifact removed may be one of any
+        # configuration's: none may still say "compiled". A compile job asked for one again finds
+        # the graphs that are left in the target's cache and compiles only the missing ones.
+        Published(cache.path).withdraw_all()
+    return len(gone), freed
+
+
+def own_sections(cache: CacheRoot) -> list[Path]:
+    """The folders under the root that autotune made: its results and manifests, and each target's
+    compiled artifacts (the top folder of every piece the target can remove). Nothing else is
+    autotune's to remove: the root may be any folder (``--cache ~``)."""
+    own = {cache.results_dir, cache.path / PUBLISHED_DIR}
+    for target in all_targets():
+        for _, _, path in target.cache_units(cache.path):
+            try:
+                own.add(cache.path / path.relative_to(cache.path).parts[0])
+            except ValueError:  # outside the root (never here: the targets' units are under it)
+                continue
+    return sorted(p for p in own if p.exists())
 
 
 def clear(cache: CacheRoot) -> int:
-    """Remove everything under the cache root; returns the bytes freed."""
-    _, size = directory_usage(cache.path)
-    for child in cache.path.iterdir():
-        _remove(child)
+    """Remove autotune's sections of the cache root (:func:`own_sections`), nothing else in it;
+    returns the bytes freed."""
+    size = 0
+    for section in own_sections(cache):
+        size += directory_usage(section)[1]
+        _remove(section)
     (cache.results_dir).mkdir(parents=True, exist_ok=True)
     return size
 

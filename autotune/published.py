@@ -66,6 +66,11 @@ class Published:
         them missing): the next compile job compiles it again."""
         self._path(key, ".json").unlink(missing_ok=True)
 
+    def withdraw_all(self) -> None:
+        """Forget every configuration compiled under this root (some of their graphs were pruned)."""
+        for manifest in self.root.glob("*/*.json"):
+            manifest.unlink(missing_ok=True)
+
     @contextmanager
     def lock(self, key: str, timeout_s: float, poll_s: float = 0.2) -> Iterator[float]:
         """Hold the lock of ``key``; yields the seconds spent waiting for it. Raises

@@ -13,6 +13,7 @@ import pytest
 
 from autotune.cache import cache_stats, clear, open_cache, parse_age, prune, result_key
 from autotune.errors import AutotuneError
+from autotune.published import Published
 from autotune.records import Failure, FailureCategory, Measurement, TrialPlan, TrialResult
 from autotune.targets.neuron import NeuronTarget
 from autotune.targets.neuron.cache import XLA_CACHE_DIR, neuron_cache_entries
@@ -139,6 +140,41 @@ def test_prune_and_clear(tmp_path) -> None:
     prune(cache, max_size=0)
     assert cache.get_result(new) is None
     assert clear(cache) >= 0 and not any(cache.results_dir.iterdir())
+
+
+def test_clear_removes_autotune_sections_and_nothing_else(tmp_path) -> None:
+    home = tmp_path / "home"  # autotune cache clear --cache ~ --yes
+    (home / "Documents").mkdir(parents=True)
+    (home / "Documents" / "thesis.tex").write_text("years of work")
+    (home / ".bashrc").write_text("export PATH")
+    cache = open_cache(home)
+    cache.put_result("aa" + "0" * 62, ok_result())
+    (home / "inductor" / "fxgraph").mkdir(parents=True)
+    (home / "inductor" / "fxgraph" / "graph.py").write_text("compiled")
+    make_neuron_tree(home, ["--target=trn1"])
+    Published(home).publish("cc" + "0" * 62, {"seconds": 1.0})
+    out = subprocess.run([sys.executable, "-m", "autotune.cli", "cache", "clear", "--cache", str(home), "--yes"],
+                         capture_output=True, text=True, timeout=60)
+    assert out.returncode == 0, out.stderr
+    assert (home / "Documents" / "thesis.tex").read_text() == "years of work" and (home / ".bashrc").exists()
+    assert sorted(p.name for p in home.iterdir()) == [".bashrc", "Documents", "results"]
+
+
+def test_prune_withdraws_the_manifests_of_compiled_graphs(tmp_path) -> None:
+    cache = open_cache(tmp_path / "c")
+    published, key = Published(cache.path), "cc" + "0" * 62
+    graph = cache.path / "inductor" / "fxgraph" / "graph.py"
+    graph.parent.mkdir(parents=True)
+    graph.write_text("compiled")
+    published.publish(key, {"seconds": 1.0})
+    cache.put_result("aa" + "0" * 62, ok_result())
+    t = time.time() - 10 * 86400
+    os.utime(cache.results_dir / "aa" / f"{'aa' + '0' * 62}.json", (t, t))
+    prune(cache, older_than=parse_age("7d"))
+    assert published.manifest(key) is not None, "a pruned result takes no compiled graph with it"
+    os.utime(graph, (t, t))
+    prune(cache, older_than=parse_age("7d"))
+    assert not graph.exists() and published.manifest(key) is None, "its graphs may be gone: compile again"
 
 
 def test_parse_age_and_unwritable_root(tmp_path) -> None:

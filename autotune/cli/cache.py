@@ -61,14 +61,17 @@ def cache_clear_cmd(
     cache: Optional[Path] = typer.Option(None, help="Cache root (default: ~/.cache/autotune)."),
     yes: bool = typer.Option(False, "--yes", "-y", help="Do not ask for confirmation."),
 ) -> None:
-    """Remove every compiled artifact and remembered result under the cache root."""
-    from autotune.cache import clear, open_cache
+    """Remove every compiled artifact and remembered result under the cache root (autotune's own
+    folders there, nothing else)."""
+    from autotune.cache import clear, open_cache, own_sections
     from autotune.rendering import fmt_bytes
 
     root = open_cache(cache)
     if not yes:
         if not sys.stdin.isatty():
-            raise InvalidConfigError("autotune cache clear removes everything under the cache; pass --yes")
-        typer.confirm(f"remove everything under {root.path}?", abort=True)
+            raise InvalidConfigError("autotune cache clear removes the compiled artifacts and results in the cache; "
+                                     "pass --yes")
+        names = ", ".join(p.name for p in own_sections(root))
+        typer.confirm(f"remove {names} under {root.path}?", abort=True)
     typer.echo(f"cleared {root.path}, freed {fmt_bytes(clear(root))}")
 
