@@ -1,7 +1,7 @@
 """The ``autotune`` command line.
 
 :mod:`.app` holds the Typer app; each module beside it registers a group of commands on it:
-:mod:`.commands` (trial, run, best, show), :mod:`.compare`, :mod:`.cache`, :mod:`.landscape`,
+:mod:`.commands` (trial, run, best, show), :mod:`.apply` (exec, verify), :mod:`.compare`, :mod:`.cache`, :mod:`.landscape`,
 :mod:`.report` (report, dashboard) and :mod:`.daemon` (serve, submit, status, cancel, logs, ensure,
 and ``best --server``). This is the top layer: it may import every other part of autotune, and
 nothing imports it.
@@ -9,16 +9,21 @@ nothing imports it.
 
 from __future__ import annotations
 
+import os
 import sys
 
 from rich.markup import escape
 
-from autotune.cli import cache, commands, compare, daemon, landscape, report  # noqa: F401  (each registers its commands)
+from autotune.cli import apply, cache, commands, compare, daemon, landscape, report  # noqa: F401  (each registers its commands)
 from autotune.cli.app import app, err
 from autotune.errors import AutotuneError
+from autotune.records import APPLY_ENV
 
 
 def main() -> None:
+    # A shell that sourced best.env names a configuration for production runs: autotune's own work
+    # (its studies, Ray workers, trials) applies none.
+    os.environ.pop(APPLY_ENV, None)
     try:
         app()
     except AutotuneError as exc:

@@ -115,6 +115,10 @@ class BestConfig(BaseModel):
     #: What a production run applies (``source best.env``, ``autotune exec``): every knob as the
     #: trial applied it, by the hook of :mod:`autotune.workers.apply`.
     apply: ApplySpec | None = None
+    #: The study's search space (a file or a built-in name) and its baseline configuration: what
+    #: ``autotune verify`` measures the best against again.
+    space: str | None = None
+    baseline_params: dict[str, Any] | None = None
 
     def relative_spread(self) -> float | None:
         """Half the width of the first measurement's 95% interval over its throughput."""
@@ -129,27 +133,38 @@ class BestConfig(BaseModel):
         batch = self.params.get("batch_size")
         return batch * self.nproc_per_node if isinstance(batch, int) else None
 
-    def env_lines(self) -> list[str]:
-        """``export`` lines: the env vars, the configuration for the hook that applies every other
-        knob in each Python process (:data:`~autotune.records.APPLY_ENV`, with the hook's folder
-        first on ``PYTHONPATH``), the parameters as JSON for ``autotune.params()``, and
-        one ``AUTOTUNE_<KNOB>`` per runtime knob for scripts that read their own settings; where
+    def variables(self) -> dict[str, str]:
+        """The env vars of a production run, but ``PYTHONPATH``: the configuration's own, the
+        configuration for the hook that applies every other knob in each Python process
+        (:data:`~autotune.records.APPLY_ENV`), the parameters as JSON for ``autotune.params()``, and
+        one ``AUTOTUNE_<KNOB>`` per parameter for scripts that read their own settings; where
         parameters are flags of the script, its arguments with them (``AUTOTUNE_SCRIPT_ARGS``,
-        shell words: ``eval "python train.py $AUTOTUNE_SCRIPT_ARGS"``); for a job of several processes, how
-        to start it (``AUTOTUNE_LAUNCH``), since the batch size is each process's."""
-        lines = [f"export {k}={shlex.quote(str(v))}" for k, v in self.env.items()]
+        shell words); for a job of several processes, how to start it (``AUTOTUNE_LAUNCH``), since
+        the batch size is each process's."""
+        out = {k: str(v) for k, v in self.env.items()}
         if self.apply is not None:
-            # Every Python process of the job finds the hook first and applies the configuration.
-            lines.append(f"export {APPLY_ENV}={shlex.quote(self.apply.model_dump_json(exclude_defaults=True))}")
-            lines.append(f"export PYTHONPATH={shlex.quote(str(HOOK_DIR))}${{PYTHONPATH:+:$PYTHONPATH}}")
-        lines.append(f"export AUTOTUNE_PARAMS={shlex.quote(json.dumps(self.params, sort_keys=True))}")
+            out[APPLY_ENV] = self.apply.model_dump_json(exclude_defaults=True)
+        out["AUTOTUNE_PARAMS"] = json.dumps(self.params, sort_keys=True)
         for name, value in self.params.items():
-            lines.append(f"export AUTOTUNE_{name.upper()}={shlex.quote(_shell_value(value))}")
+            out[f"AUTOTUNE_{name.upper()}"] = _shell_value(value)
         if self.script_args is not None:
-            lines.append(f"export AUTOTUNE_SCRIPT_ARGS={shlex.quote(shlex.join(self.script_args))}")
+            out["AUTOTUNE_SCRIPT_ARGS"] = shlex.join(self.script_args)
         if self.launch:
-            lines.append(f"export AUTOTUNE_LAUNCH={shlex.quote(self.launch)}")
-            lines.append(f"export AUTOTUNE_NPROC_PER_NODE={self.nproc_per_node}")
+            out["AUTOTUNE_LAUNCH"] = self.launch
+            out["AUTOTUNE_NPROC_PER_NODE"] = str(self.nproc_per_node)
+        return out
+
+    @staticmethod
+    def hook_path() -> str:
+        """The folder put first on ``PYTHONPATH``: its ``sitecustomize`` applies the configuration."""
+        return str(HOOK_DIR)
+
+    def env_lines(self) -> list[str]:
+        """``export`` lines of :meth:`variables`, and the hook's folder first on ``PYTHONPATH``
+        where there is a configuration to apply."""
+        lines = [f"export {k}={shlex.quote(v)}" for k, v in self.variables().items()]
+        if self.apply is not None:
+            lines.append(f"export PYTHONPATH={shlex.quote(self.hook_path())}${{PYTHONPATH:+:$PYTHONPATH}}")
         return lines
 
     def env_file(self) -> str:

@@ -140,15 +140,21 @@ def _best(study: Any) -> tuple[Any, float, list[float]] | None:
     return t, sum(values) / len(values), values
 
 
-def baseline_value(study: Any) -> float | None:
-    """The measured value of the baseline configuration, if it completed."""
+def baseline_trial(study: Any) -> Any | None:
+    """The completed trial that measured the baseline configuration, if any."""
     import optuna
 
     key = StudyAttrs.of(study).baseline_key
     for t in study.get_trials(deepcopy=False, states=[optuna.trial.TrialState.COMPLETE]):
         if TrialAttrs.of(t).config_key == key and TrialAttrs.of(t).duplicate_of is None:
-            return _value(t, _preferred(study))
+            return t
     return None
+
+
+def baseline_value(study: Any) -> float | None:
+    """The measured value of the baseline configuration, if it completed."""
+    t = baseline_trial(study)
+    return _value(t, _preferred(study)) if t is not None else None
 
 
 def pareto_front(study: Any) -> list[Any]:
@@ -188,6 +194,7 @@ def best_config(study: Any, name: str, prov: dict[str, Any] | None = None) -> Be
         params=dict(plan.params) if plan else dict(t.params),
         env=env,
         apply=ApplySpec.of(plan, study=name, trial=t.number, script=script, env=env, speedup=ratio) if plan else None,
+        space=stored.space, baseline_params=_params(base_trial) if (base_trial := baseline_trial(study)) else None,
         flags_env=plan.flags_env if plan else None,
         compiler_flags=plan.compiler_flags if plan else None,
         knobs={k: v for k, v in (plan.knobs.model_dump() if plan else {}).items() if v not in (None, False)},
