@@ -15,6 +15,7 @@ from contextlib import contextmanager
 from pathlib import Path
 from typing import Any, Iterator
 
+from autotune.host import host_device
 from autotune.targets import get_target
 
 #: Where the trials measuring on a node say so (one file per measuring process): compile jobs on
@@ -29,9 +30,11 @@ class TrialWorker:
         import ray
 
         self.worker_id = worker_id
-        # Several Ray nodes can share a host name (or a machine): the node id tells them apart.
+        # Several Ray nodes can share a host name (or a machine): the node id tells them apart. The
+        # machine's device and CPUs are this node's, which the driver's provenance does not describe.
         self.placement: dict[str, str] = {"node": socket.gethostname(),
                                           "ray_node": ray.get_runtime_context().get_node_id(),
+                                          "host_device": host_device(), "cpu_count": str(os.cpu_count()),
                                           "worker": str(worker_id), **get_target(target).claim_devices(os.environ)}
 
     def info(self) -> dict[str, str]:
