@@ -8,6 +8,7 @@ from pathlib import Path
 
 import pytest
 
+from autotune.host import host_device
 from autotune.study.loop import tune
 from autotune.targets.neuron import NeuronTarget
 
@@ -33,6 +34,8 @@ def test_results_are_reused_then_measured_again_with_compiled_graphs_from_the_ca
     first = tune(script, trials=1, target="inductor", space=str(space), cache=cache, seed=0)
     assert first.ran == 1 and first.exit_code == 0
     assert (first.trials[0].cache_misses or 0) >= 1, "a cold cache compiles"
+    # Where it was measured: the worker's machine, which on a cluster is not the driver's.
+    assert first.trials[0].placement["host_device"] == host_device() == first.best.provenance["host_device"]
 
     # A new study database, the same cache root: every result is answered, no trial process starts.
     shutil.rmtree(tmp_path / ".autotune")
