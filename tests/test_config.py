@@ -110,3 +110,17 @@ def test_a_run_options_default_is_written_once() -> None:
         assert hits and all(h.startswith("autotune/config.py:") for h in hits), (pattern, hits)
     samplers = [p.relative_to(ROOT) for p in sources if '"autotune", "tpe", "random", "qmc"' in p.read_text()]
     assert samplers == [Path("autotune/config.py")]
+
+
+def test_a_daemon_job_carries_the_callers_env_vars_that_a_target_reads(monkeypatch) -> None:
+    # The job runs in the daemon's environment: the caller's PJRT_DEVICE and XLA_FLAGS travel in
+    # its options, as data, down to the job's command line.
+    from autotune.cli.daemon import _run_options
+
+    monkeypatch.setenv("PJRT_DEVICE", "CUDA")
+    monkeypatch.setenv("XLA_FLAGS", "--xla_cpu_enable_fast_math=true")
+    monkeypatch.setenv("AUTOTUNE_UNRELATED", "1")
+    run, _ = _run_options(JobConfig.checked(env=["PJRT_DEVICE=TPU", "OMP_NUM_THREADS=2"]))
+    assert run.trial_env() == {"PJRT_DEVICE": "TPU", "XLA_FLAGS": "--xla_cpu_enable_fast_math=true",
+                               "OMP_NUM_THREADS": "2"}
+    assert "--env=XLA_FLAGS=--xla_cpu_enable_fast_math=true" in RunOptions.model_validate_json(run.model_dump_json()).argv()

@@ -64,8 +64,12 @@ def serve(
 def _run_options(config: JobConfig) -> tuple[Any, Path | None]:
     """The job's :class:`RunOptions`, and the search-space file whose text travels in it."""
     from autotune.daemon.records import RunOptions
+    from autotune.provenance import caller_env
 
     values = dict(config)
+    # The env vars of the caller's that a target reads travel with the job: the daemon's, where
+    # the job runs, are not the caller's.
+    values["env"] = [f"{k}={v}" for k, v in caller_env(None, config.trial_env()).items()]
     space_file = None
     space = values.pop("space")
     if space and (Path(space).suffix in (".yaml", ".yml") or Path(space).exists()):
