@@ -28,14 +28,21 @@ CONTEXT = {"help_option_names": ["-h", "--help"]}
 
 @app.command(context_settings=CONTEXT)
 def serve(
-    host: str = typer.Option("127.0.0.1", help="Address to listen on; anything but loopback needs --token-file."),
+    host: str = typer.Option("127.0.0.1", help="Address to listen on."),
     port: int = typer.Option(8765, help="Port to listen on."),
     storage: Optional[str] = typer.Option(None, help="Database of the job queue and the studies "
                                                      "(default: sqlite under .autotune/; postgresql://... for a fleet)."),
     ray_address: Optional[str] = typer.Option(None, help="The Ray cluster every job joins (default: each job "
                                                          "starts a local Ray)."),
     cache: Optional[Path] = typer.Option(None, help="Cache root the jobs share (default: ~/.cache/autotune)."),
-    token_file: Optional[Path] = typer.Option(None, help="File holding the token that every request must carry."),
+    token_file: Optional[Path] = typer.Option(None, help="File holding the token that every request must carry "
+                                                         "(made when missing, mode 0600; default: "
+                                                         "~/.config/autotune/token)."),
+    no_token: bool = typer.Option(False, "--no-token", help="Ask no token: any user of this machine may submit "
+                                                            "jobs (127.0.0.1 only)."),
+    allow_host: Optional[list[str]] = typer.Option(None, "--allow-host", help="A name the clients reach the "
+                                                   "daemon by (a DNS alias, a load balancer) besides its "
+                                                   "addresses; repeatable."),
     max_concurrent_jobs: Optional[int] = typer.Option(None, min=1, help="Jobs running at once (default: the "
                                                                         "cluster's trial slots, at most 4)."),
     slots: Optional[int] = typer.Option(None, min=1, help="Trials the cluster runs at once, shared by the running "
@@ -47,17 +54,26 @@ def serve(
     """Run the autotune daemon: an HTTP API over a persistent job queue, and at its root a page of
     the jobs (progress, best so far, each one's report) for a browser.
 
-    A job runs the code it is given, with this process's rights. Stopping the daemon leaves its
-    running jobs running; the next start adopts them, keeps queued jobs queued, and resumes jobs
-    whose process is gone.
+    A job runs the code it is given, with this process's rights: every request carries the token,
+    which the clients of the same user on this machine read from its file by themselves. Stopping
+    the daemon leaves its running jobs running; the next start adopts them, keeps queued jobs
+    queued, and resumes jobs whose process is gone.
     """
-    from autotune.daemon.client import read_token
+    from autotune.daemon.listening import check_exposure, default_token_file, ensure_token_file
     from autotune.daemon.server import DaemonConfig, serve as run_server
     from autotune.units import parse_size
 
-    token = read_token(token_file) if token_file is not None else None
+    if no_token and token_file is not None:
+        raise InvalidConfigError("--no-token and --token-file: give one of them")
+    if no_token:
+        check_exposure(host, None)
+        token = None
+    else:
+        token_file = token_file or default_token_file()
+        token = ensure_token_file(token_file)
     run_server(DaemonConfig(host=host, port=port, storage=storage, ray_address=ray_address, cache=cache,
-                            jobs_dir=jobs_dir, token=token, max_concurrent_jobs=max_concurrent_jobs, slots=slots,
+                            jobs_dir=jobs_dir, token=token, token_file=token_file,
+                            allow_hosts=tuple(allow_host or ()), max_concurrent_jobs=max_concurrent_jobs, slots=slots,
                             max_upload_bytes=parse_size(max_upload)))
 
 

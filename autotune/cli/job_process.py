@@ -3,12 +3,17 @@
 ``python -m autotune.cli.job_process EXIT_FILE run SCRIPT ...``. The daemon that started the
 job may be gone when it ends (a restarted daemon adopts running jobs, and cannot ``wait()`` for a
 process that is not its child), so the exit code goes to ``EXIT_FILE``. A job killed by a signal
-writes nothing, which is how the daemon tells "ended" from "died".
+writes nothing, which is how the daemon tells "ended" from "died". While it lives it writes a
+heartbeat in its row of the job queue: a daemon on another host (which cannot see its pid) knows
+from it that the job is alive, and never starts it again meanwhile.
 """
 
 from __future__ import annotations
 
+import os
+import signal
 import sys
+import threading
 from pathlib import Path
 
 from autotune.atomic_file import write_atomic
@@ -19,6 +24,10 @@ def main() -> None:
         sys.exit("usage: python -m autotune.cli.job_process EXIT_FILE run SCRIPT [OPTIONS]")
     exit_file = Path(sys.argv[1])
     exit_file.unlink(missing_ok=True)
+    storage = os.environ.pop("AUTOTUNE_JOB_STORAGE", None)  # a URL with a password: not for the trials
+    if storage and os.environ.get("AUTOTUNE_JOB_ID"):
+        threading.Thread(target=_heartbeat, args=(os.environ["AUTOTUNE_JOB_ID"], storage),
+                         name="autotune-job-heartbeat", daemon=True).start()
     sys.argv = ["autotune", *sys.argv[2:]]
     code = 1
     try:
@@ -31,6 +40,25 @@ def main() -> None:
     finally:
         write_atomic(exit_file, f"{code}\n")
     sys.exit(code)
+
+
+def _heartbeat(job_id: str, storage: str) -> None:
+    """Beat every ``JOB_BEAT_S`` until the process ends; a cancel that no daemon on this host
+    can carry out arrives here, as the SIGINT the daemon would have sent."""
+    import time
+
+    from autotune.daemon.jobs import JOB_BEAT_S, JobStore
+
+    store = None
+    while True:
+        time.sleep(JOB_BEAT_S)
+        try:
+            store = store or JobStore(storage)
+            if store.beat(job_id):
+                os.kill(os.getpid(), signal.SIGINT)
+                return
+        except Exception:  # a database hiccup: the next beat tries again
+            pass
 
 
 if __name__ == "__main__":

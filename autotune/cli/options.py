@@ -36,7 +36,7 @@ TOKEN_FILE = typer.Option(None, "--token-file", help="File holding the daemon's 
 def daemon_client(server: str, token_file: Path | None) -> Any:
     from autotune.daemon.client import DaemonClient, read_token
 
-    return DaemonClient(server, read_token(token_file))
+    return DaemonClient(server, read_token(token_file, server))
 
 
 F = TypeVar("F", bound=Callable[..., Any])

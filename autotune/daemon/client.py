@@ -6,9 +6,11 @@ import os
 import time
 from pathlib import Path
 from typing import Any, Callable
+from urllib.parse import urlsplit
 
 import httpx
 
+from autotune.daemon.listening import default_token_file, is_loopback, read_token_file
 from autotune.daemon.records import DaemonHealth, EnsureReply, JobInfo, JobSpec, UploadInfo
 from autotune.errors import AutotuneError
 from autotune.study.outputs import BestConfig
@@ -24,17 +26,18 @@ class NoResultYet(DaemonError):
     exit_code = 3
 
 
-def read_token(token_file: Path | None) -> str | None:
-    """The token from ``--token-file``, else from ``AUTOTUNE_TOKEN``, else none."""
+def read_token(token_file: Path | None, server: str | None = None) -> str | None:
+    """The token from ``--token-file``, else from ``AUTOTUNE_TOKEN``, else, for a daemon on this
+    machine (``server`` on loopback), from the file where ``autotune serve`` made it. A daemon
+    elsewhere is never sent this machine's token unasked."""
     if token_file is not None:
-        try:
-            token = token_file.read_text().strip()
-        except OSError as exc:
-            raise AutotuneError(f"cannot read the token file {token_file}: {exc.strerror}") from None
-        if not token:
-            raise AutotuneError(f"the token file {token_file} is empty")
-        return token
-    return os.environ.get("AUTOTUNE_TOKEN") or None
+        return read_token_file(token_file)
+    if os.environ.get("AUTOTUNE_TOKEN"):
+        return os.environ["AUTOTUNE_TOKEN"]
+    local = default_token_file()
+    if server is not None and is_loopback(urlsplit(server).hostname or "") and local.exists():
+        return read_token_file(local)
+    return None
 
 
 class DaemonClient:
@@ -59,8 +62,9 @@ class DaemonClient:
             raise DaemonError(f"cannot reach the autotune daemon at {self.server} ({type(exc).__name__}: "
                               f"{str(exc)[:200] or 'no answer'}); start it with autotune serve, or pass --server") from None
         if response.status_code == 401:
-            raise DaemonError(f"the daemon at {self.server} refused the request: missing or wrong token "
-                              "(--token-file FILE or AUTOTUNE_TOKEN)")
+            raise DaemonError(f"the daemon at {self.server} refused the request: missing or wrong token; pass "
+                              "--token-file FILE or AUTOTUNE_TOKEN (autotune serve keeps it in "
+                              f"{_home_relative(default_token_file())} on its machine)")
         if response.status_code == 409:
             raise NoResultYet(_detail(response))
         if response.status_code >= 400:
@@ -111,6 +115,13 @@ class DaemonClient:
             if info.state.final:
                 return info
             time.sleep(poll_s)
+
+
+def _home_relative(path: Path) -> str:
+    try:
+        return "~/" + path.relative_to(Path.home()).as_posix()
+    except ValueError:
+        return str(path)
 
 
 def _detail(response: httpx.Response) -> str:

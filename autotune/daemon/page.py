@@ -1,4 +1,5 @@
-"""The daemon's page (``GET /``): its jobs, their state and progress, each linking to its report.
+"""The daemon's page (``GET /``): its jobs, their state and progress, each linking to its report;
+and the page where a browser signs in with the daemon's token (``GET /login``).
 
 Plain HTML written here, no script: a table is all it shows, and the browser's own refresh
 (``<meta http-equiv="refresh">``) keeps it current while a job is queued or running.
@@ -8,6 +9,7 @@ from __future__ import annotations
 
 import html
 import time
+from pathlib import Path
 
 from autotune.daemon.records import JobInfo, JobState
 from autotune.rendering import fmt_seconds, format_value
@@ -66,4 +68,17 @@ def jobs_page(jobs: list[JobInfo], now: float | None = None) -> str:
     return (f"<!DOCTYPE html><html lang='en'><head><meta charset='utf-8'>{refresh}<link rel='icon' href='data:,'><title>autotune jobs</title>"
             f"<style>{_STYLE}</style></head><body><h1>autotune jobs</h1>"
             f"<table id='jobs'>{head}{rows}</table><p class='note'>{note} "
-            "The API is described at <a href='docs'>docs</a>.</p></body></html>")
+            "The API is described by <a href='openapi.json'>its OpenAPI schema</a>.</p></body></html>")
+
+
+def login_page(token_file: Path | None, wrong: bool = False) -> str:
+    """A form for the daemon's token; the daemon answers it with a cookie for its pages."""
+    where = f"in <code>{_e(token_file)}</code> on the daemon's machine" if token_file else "given to autotune serve"
+    error = "<p class='error' role='alert'>That is not the daemon's token.</p>" if wrong else ""
+    return (f"<!DOCTYPE html><html lang='en'><head><meta charset='utf-8'><link rel='icon' href='data:,'>"
+            f"<title>autotune: sign in</title><style>{_STYLE} .error {{ color: #b00; }}</style></head><body>"
+            f"<h1>autotune</h1>{error}<form method='post' action='login'>"
+            f"<label>Token <input type='password' name='token' autocomplete='current-password' autofocus></label> "
+            f"<button type='submit'>Sign in</button></form>"
+            f"<p class='note'>The token is {where}. Signing in keeps it in a cookie that only this "
+            "daemon's own pages send.</p></body></html>")

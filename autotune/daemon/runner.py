@@ -7,7 +7,9 @@ daemon that started it: a daemon that is killed and started again *adopts* the j
 are still alive (same pid, same start time, same command line), finalises those that ended while it
 was down, and queues again those whose process is gone; rerunning ``autotune run`` on the same
 study resumes it with its measured trials kept (stale trials are failed and re-queued by Optuna's
-heartbeats).
+heartbeats). A job that runs on another host (a daemon moved to another machine, the old one
+killed) is never queued again while its process still writes its heartbeat in the job's row: it
+is watched through that heartbeat until it stops.
 
 Fair share: the cluster offers ``slots`` trials at once (:func:`trial_slots`). A job that starts
 while ``n`` jobs share the daemon (running ones, plus queued ones that may start now, at most
@@ -19,6 +21,7 @@ from __future__ import annotations
 
 import os
 import signal
+import socket
 import subprocess
 import sys
 import threading
@@ -29,7 +32,7 @@ from typing import Callable
 
 import psutil
 
-from autotune.daemon.jobs import JobRecord, JobStore
+from autotune.daemon.jobs import JOB_STALE_S, JobRecord, JobStore
 from autotune.daemon.records import EXIT_CANCELLED, JobState
 from autotune.execution.scheduler import cpu_trial_slots
 from autotune.log_tail import log_tail
@@ -184,8 +187,12 @@ class _JobProcess:
     pid: int
     popen: subprocess.Popen[bytes] | None = None
     stopping: bool = False
+    #: Another host's: alive while its heartbeat in the job's row is fresh.
+    host: str | None = None
 
-    def alive(self) -> bool:
+    def alive(self, job: JobRecord | None = None) -> bool:
+        if self.host is not None:
+            return job is not None and beating(job)
         if self.popen is not None:
             return self.popen.poll() is None
         try:
@@ -197,6 +204,11 @@ class _JobProcess:
         """The signal that ended a process this daemon started (None if it exited, or unknown)."""
         rc = self.popen.returncode if self.popen is not None else None
         return -rc if rc is not None and rc < 0 else None
+
+
+def beating(job: JobRecord) -> bool:
+    """Whether the job's process wrote its heartbeat within ``JOB_STALE_S``."""
+    return job.heartbeat_at is not None and time.time() - job.heartbeat_at < JOB_STALE_S
 
 
 def process_of(job: JobRecord, files: JobFiles) -> _JobProcess | None:
@@ -254,15 +266,22 @@ class JobRunner:
 
     # -- lifecycle ---------------------------------------------------------------------------
     def recover(self) -> None:
-        """After a (re)start: adopt live job processes, settle the rest."""
+        """After a (re)start: adopt live job processes, watch those alive on another host,
+        settle the rest."""
+        here = socket.gethostname()
         for job in self.store.find([JobState.running]):
             files = JobFiles(Path(job.directory))
-            proc = process_of(job, files)
+            elsewhere = job.host not in (None, here)
+            if elsewhere and beating(job):
+                self._procs[job.id] = _JobProcess(job.pid or 0, host=job.host)
+                self.log(f"job {job.id}: runs on {job.host} (pid {job.pid}), watched through its heartbeat")
+                continue
+            proc = None if elsewhere else process_of(job, files)
             if proc is not None:
                 self._procs[job.id] = proc
                 self.log(f"job {job.id}: still running (pid {job.pid}), adopted")
             elif files.read_exit_code() is not None or job.attempts >= MAX_ATTEMPTS:
-                self._settle(job, _JobProcess(job.pid or 0))
+                self._settle(job, _JobProcess(job.pid or 0, host=job.host if elsewhere else None))
             else:
                 self.store.requeue(job.id, "its process was gone when the daemon started again: resumed")
                 self._append_log(files, "the job process was gone when the daemon started again; it is queued "
@@ -292,9 +311,12 @@ class JobRunner:
         running = {job.id: job for job in self.store.find([JobState.running])}
         for job_id, proc in list(self._procs.items()):
             job = running.get(job_id)
-            if proc.alive():
+            if proc.alive(job):
                 if job is not None and job.cancel_requested and not proc.stopping:
                     proc.stopping = True
+                    if proc.host is not None:  # its pid means nothing here; it stops itself (job_process)
+                        self.log(f"job {job_id}: cancel asked of its process on {proc.host}")
+                        continue
                     self.log(f"job {job_id}: cancelling")
                     threading.Thread(target=stop_process_tree, args=(proc.pid,), daemon=True).start()
                 continue
@@ -327,7 +349,8 @@ class JobRunner:
         files.exit_code.unlink(missing_ok=True)
         _, workdir = job_workdir(job, files)
         argv = job_argv(job, self.settings, workers)
-        env = {**os.environ, "AUTOTUNE_JOB_ID": job.id, "PYTHONUNBUFFERED": "1"}
+        env = {**os.environ, "AUTOTUNE_JOB_ID": job.id, "AUTOTUNE_JOB_STORAGE": self.settings.storage,
+               "PYTHONUNBUFFERED": "1"}
         try:
             with open(files.log, "ab") as log, open(files.result, "wb") as result:
                 shown = [f"--storage={self.store.redacted_url}" if a.startswith("--storage=") else a for a in argv[4:]]
@@ -356,7 +379,8 @@ class JobRunner:
         if job.cancel_requested:
             state, code, message = JobState.cancelled, EXIT_CANCELLED, "cancelled"
         elif code is None:
-            why = f"killed by signal {sig}" if sig else "ended without an exit code"
+            why = (f"killed by signal {sig}" if sig else f"silent on {proc.host} for {JOB_STALE_S:g} s" if proc.host
+                   else "ended without an exit code")
             if job.attempts < MAX_ATTEMPTS:
                 self.store.requeue(job.id, f"its process was {why}: resumed (attempt {job.attempts + 1})")
                 self._append_log(files, f"the job process was {why}; it is queued again to resume its study")

@@ -1,8 +1,9 @@
 """``autotune serve``: the HTTP API (FastAPI, served by uvicorn) over the persistent job queue.
 
-Endpoints (the OpenAPI schema is at ``/openapi.json``, browsable at ``/docs``)::
+Endpoints (the OpenAPI schema is at ``/openapi.json``)::
 
     GET  /                         a page of the jobs with their progress (HTML, refreshed while they run)
+    GET  /login, POST /login       a browser signs in with the token (a cookie for the pages)
     GET  /health                   version, storage, slots, limits, jobs by state
     POST /uploads                  a tar.gz snapshot as the request body -> its upload id
     POST /jobs                     a JobSpec -> the queued job
@@ -14,14 +15,19 @@ Endpoints (the OpenAPI schema is at ``/openapi.json``, browsable at ``/docs``)::
     GET  /jobs/{id}/report         the report of the job's study (HTML, as ``autotune report`` writes)
     POST /ensure                   a JobSpec -> the stored best configuration, or the job tuning it
 
-With a token every request, these pages included, must carry ``Authorization: Bearer <token>``.
+Every request passes :class:`~autotune.daemon.listening.RequestGuard` first: its Host, its
+Origin, its token (``Authorization: Bearer <token>``, or a signed-in browser's cookie), its body's
+type and size. There is no ``/docs``: Swagger's page would load its script from a CDN into the
+daemon's origin, where the token's cookie lives.
 """
 
 from __future__ import annotations
 
 import hmac
+import os
 import secrets
 import shutil
+import signal
 import sys
 import threading
 import time
@@ -31,12 +37,20 @@ from typing import Any
 
 from fastapi import Body, FastAPI, HTTPException, Path as PathParam, Query, Request
 from fastapi.concurrency import run_in_threadpool
-from fastapi.responses import HTMLResponse, JSONResponse, PlainTextResponse
+from fastapi.responses import HTMLResponse, JSONResponse, PlainTextResponse, RedirectResponse
 
 import autotune
 from autotune.daemon.archive import ArchiveError, extract_snapshot
-from autotune.daemon.jobs import JobRecord, JobStore
-from autotune.daemon.listening import bind, check_exposure
+from autotune.daemon.jobs import DaemonLease, JobRecord, JobStore
+from autotune.daemon.listening import (
+    SESSION_COOKIE,
+    RequestGuard,
+    bind,
+    check_exposure,
+    form_field,
+    host_names,
+    session_value,
+)
 from autotune.daemon.records import (
     NAME_PATTERN,
     DaemonHealth,
@@ -54,6 +68,11 @@ from autotune.study.storage import rdb_storage
 
 #: Uploads that no job claimed within this time are removed.
 UPLOAD_TTL_S = 3600.0
+#: Uploads waiting for their job, at most: each ``submit`` claims its own at once, so more are a
+#: client gone wrong or someone filling the disk. Together they hold at most this many times
+#: ``--max-upload``.
+MAX_PENDING_UPLOADS = 16
+PENDING_UPLOAD_FACTOR = 4
 LOG_LIMIT_BYTES = 2 * 1024 ** 2
 
 
@@ -66,6 +85,10 @@ class DaemonConfig:
     cache: Path | None = None
     jobs_dir: Path | None = None
     token: str | None = None
+    #: Where the token was read, for the line that tells a browser's user how to sign in.
+    token_file: Path | None = None
+    #: Names a request's Host may give besides the addresses it listens on.
+    allow_hosts: tuple[str, ...] = ()
     max_concurrent_jobs: int | None = None
     slots: int | None = None
     max_upload_bytes: int = 64 * 1024 ** 2
@@ -74,7 +97,8 @@ class DaemonConfig:
 class Daemon:
     """The daemon's state: its settings, the job queue, the runner, a reader of the studies."""
 
-    def __init__(self, config: DaemonConfig) -> None:
+    def __init__(self, config: DaemonConfig, url: str = "") -> None:
+        """``url``: where it listens, named to a second daemon that finds this one on the database."""
         import optuna
 
         from autotune.cache import open_cache
@@ -88,6 +112,8 @@ class Daemon:
             raise AutotuneError(f"cannot write to {jobs_dir}: {exc.strerror}; choose another --jobs-dir") from None
         storage = config.storage or default_storage()
         self.store = JobStore(storage)  # it makes a SQLite file's folder (autotune.study.storage)
+        self.lease = DaemonLease(self.store, url)
+        self.lease.acquire()
         optuna.logging.set_verbosity(optuna.logging.WARNING)
         try:
             self.studies = rdb_storage(storage)
@@ -122,6 +148,35 @@ class Daemon:
                 shutil.rmtree(p, ignore_errors=True)
             else:
                 p.unlink(missing_ok=True)
+
+    def pending_uploads(self, besides: str | None = None) -> tuple[int, int]:
+        """How many uploads wait for their job (``besides`` this one), and the bytes they hold: an
+        upload being received counts as its archive so far, one being unpacked as the most it may
+        hold."""
+        count = held = 0
+        for p in self.uploads_dir.iterdir():
+            if besides is not None and p.name.startswith(besides):
+                continue
+            count += 1
+            try:
+                held += int((p / "bytes").read_text()) if p.is_dir() else p.stat().st_size
+            except (OSError, ValueError):
+                held += self.config.max_upload_bytes
+        return count, held
+
+    def check_room_for_upload(self, upload_id: str | None = None, adding: int = 0) -> None:
+        """An :class:`HTTPException` when the uploads waiting for their job are too many for
+        another, or hold too much for ``adding`` more bytes (those of ``upload_id``, unpacked)."""
+        count, held = self.pending_uploads(besides=upload_id)
+        if upload_id is None and count >= MAX_PENDING_UPLOADS:
+            raise HTTPException(429, f"{count} uploads are waiting for their job (at most {MAX_PENDING_UPLOADS}; "
+                                     f"an unclaimed upload is removed after {UPLOAD_TTL_S / 3600:g} h): submit "
+                                     "their jobs, or try again later")
+        limit = PENDING_UPLOAD_FACTOR * self.config.max_upload_bytes
+        if held + adding > limit or held >= limit:
+            raise HTTPException(413, f"the uploads waiting for their job would hold {(held + adding) / 1024 ** 2:.1f} "
+                                     f"MiB, over the daemon's limit of {limit / 1024 ** 2:g} MiB for all of them: "
+                                     "submit their jobs, or try again later")
 
     def script_of(self, spec: JobSpec) -> Path:
         """The script a spec names, checked: inside its upload, or an existing absolute path."""
@@ -226,6 +281,14 @@ class Daemon:
         return EnsureReply(source="job", study=name, job=self.info(job))
 
 
+def _exit(signum: int, _frame: Any) -> None:
+    raise SystemExit(128 + signum)
+
+
+def _bytes_under(root: Path) -> int:
+    return sum(os.lstat(os.path.join(d, f)).st_size for d, _, files in os.walk(root) for f in files)
+
+
 def _json_object(text: str) -> dict[str, Any]:
     import json
 
@@ -242,21 +305,16 @@ def log(line: str) -> None:
 
 # -- the app ---------------------------------------------------------------------------------
 
-def create_app(daemon: Daemon) -> FastAPI:
-    app = FastAPI(title="autotune", version=autotune.__version__,
+def create_app(daemon: Daemon, port: int) -> FastAPI:
+    """The API of ``daemon``, behind its :class:`RequestGuard` for requests to ``port``."""
+    app = FastAPI(title="autotune", version=autotune.__version__, docs_url=None, redoc_url=None,
                   description="Tuning jobs for the compiler flags and runtime knobs of PyTorch scripts. "
                               "A job runs the code it is given, with the daemon's rights.")
-    token = daemon.config.token
+    config = daemon.config
+    token = config.token
+    app.add_middleware(RequestGuard, token=token, port=port,
+                       names=host_names(config.host, config.allow_hosts))
     JobId = PathParam(..., pattern=NAME_PATTERN)
-
-    @app.middleware("http")
-    async def require_token(request: Request, call_next: Any) -> Any:
-        if token is not None:
-            scheme, _, given = request.headers.get("authorization", "").partition(" ")
-            if scheme.lower() != "bearer" or not hmac.compare_digest(given.strip().encode(), token.encode()):
-                return JSONResponse({"detail": "missing or wrong token"}, status_code=401,
-                                    headers={"WWW-Authenticate": "Bearer"})
-        return await call_next(request)
 
     @app.exception_handler(AutotuneError)
     async def _bad_input(_: Request, exc: AutotuneError) -> JSONResponse:
@@ -274,6 +332,29 @@ def create_app(daemon: Daemon) -> FastAPI:
         return HTMLResponse(jobs_page([daemon.info(j) for j in daemon.store.find(None, limit=limit,
                                                                                   newest_first=True)]))
 
+    @app.get("/login", response_class=HTMLResponse, include_in_schema=False)
+    def login_form() -> Any:
+        from autotune.daemon.page import login_page
+
+        if token is None:
+            return RedirectResponse("/", status_code=303)
+        return HTMLResponse(login_page(config.token_file))
+
+    @app.post("/login", include_in_schema=False)
+    async def login(request: Request) -> Any:
+        """The form's token, checked: the page, with a cookie that only this site's own requests
+        carry (SameSite=Strict) and no script can read (HttpOnly)."""
+        from autotune.daemon.page import login_page
+
+        if token is None:
+            return RedirectResponse("/", status_code=303)
+        given = form_field(await request.body(), "token").strip()
+        if not hmac.compare_digest(given.encode(), token.encode()):
+            return HTMLResponse(login_page(config.token_file, wrong=True), status_code=401)
+        response = RedirectResponse("/", status_code=303)
+        response.set_cookie(SESSION_COOKIE, session_value(token), httponly=True, samesite="strict", path="/")
+        return response
+
     @app.get("/health", response_model=DaemonHealth)
     def health() -> DaemonHealth:
         return DaemonHealth(version=autotune.__version__, storage=daemon.store.redacted_url,
@@ -290,6 +371,7 @@ def create_app(daemon: Daemon) -> FastAPI:
         if declared and declared.isdigit() and int(declared) > limit:
             raise HTTPException(413, f"the snapshot is over the daemon's limit of {limit / 1024 ** 2:g} MiB")
         daemon.prune_uploads()
+        daemon.check_room_for_upload()
         upload_id = secrets.token_hex(16)
         archive = daemon.uploads_dir / f"{upload_id}.tar.gz"
         size = 0
@@ -304,9 +386,12 @@ def create_app(daemon: Daemon) -> FastAPI:
             dest = daemon.upload_dir(upload_id) / "src"
             try:
                 files = await run_in_threadpool(extract_snapshot, archive, dest, limit)
-            except ArchiveError:
+                unpacked = _bytes_under(dest)
+                daemon.check_room_for_upload(upload_id, unpacked)
+            except (ArchiveError, HTTPException):
                 shutil.rmtree(daemon.upload_dir(upload_id), ignore_errors=True)
                 raise
+            (daemon.upload_dir(upload_id) / "bytes").write_text(str(unpacked))
         finally:
             archive.unlink(missing_ok=True)
         return UploadInfo(upload=upload_id, bytes=size, files=files)
@@ -387,20 +472,37 @@ def serve(config: DaemonConfig) -> None:
 
     check_exposure(config.host, config.token)
     sock = bind(config.host, config.port)
-    daemon = Daemon(config)
-    daemon.runner.recover()
-    app = create_app(daemon)
+    port = sock.getsockname()[1]
+    url = f"http://{f'[{config.host}]' if ':' in config.host else config.host}:{port}"
+    daemon = Daemon(config, url)
+    try:
+        daemon.runner.recover()
+        app = create_app(daemon, port)
+    except BaseException:
+        daemon.lease.release()
+        raise
     daemon.runner.start()
-    url_host = f"[{config.host}]" if ":" in config.host else config.host
-    log(f"autotune serve: listening on http://{url_host}:{sock.getsockname()[1]} "
-        f"(storage {daemon.store.redacted_url}, {daemon.slots.for_job(1)} slot(s), "
-        f"at most {daemon.runner.max_concurrent_jobs} job(s) at once{', token required' if config.token else ''})")
+    log(f"autotune serve: listening on {url} (storage {daemon.store.redacted_url}, {daemon.slots.for_job(1)} "
+        f"slot(s), at most {daemon.runner.max_concurrent_jobs} job(s) at once, "
+        f"{'token required' if config.token else 'no token: any local user may submit jobs'})")
+    if config.token:
+        log(f"autotune serve: a browser signs in at {url}/login with the token in {config.token_file}")
     server = uvicorn.Server(uvicorn.Config(app, host=config.host, port=config.port, log_level="warning",
                                            access_log=False, lifespan="off"))
+
+    def lost(why: str) -> None:
+        log(f"autotune serve: {why}; stopping (its jobs go on, watched by the other daemon)")
+        daemon.runner.stop()
+        server.should_exit = True
+
+    daemon.lease.keep(lost)
+    # uvicorn stops on SIGTERM and then raises it again: as an exit, so that the database is given up.
+    signal.signal(signal.SIGTERM, _exit)
     try:
         server.run(sockets=[sock])
     finally:
         daemon.runner.stop()
+        daemon.lease.release()
 
 
 __all__ = ["Daemon", "DaemonConfig", "create_app", "serve"]

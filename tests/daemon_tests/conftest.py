@@ -1,5 +1,8 @@
 """A real daemon: ``python -m autotune.cli serve`` on a free loopback port, with its own storage,
-cache and jobs directory, spoken to over real HTTP and through the real CLI."""
+cache and jobs directory, spoken to over real HTTP and through the real CLI.
+
+Each test has its own ``XDG_CONFIG_HOME``: the daemons it starts make their token there, and the
+CLI it runs finds it there, as a user's would in ``~/.config/autotune``."""
 
 from __future__ import annotations
 
@@ -33,6 +36,14 @@ def autotune(*args: str | Path, cwd: Path, timeout: float = 300,
              env: dict[str, str] | None = None) -> subprocess.CompletedProcess[str]:
     return subprocess.run([sys.executable, "-m", "autotune.cli", *map(str, args)], cwd=cwd, capture_output=True,
                           text=True, timeout=timeout, env={**os.environ, **(env or {})})
+
+
+@pytest.fixture(autouse=True)
+def config_home(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Path:
+    """This test's ``XDG_CONFIG_HOME``, where the daemon's token file goes by default."""
+    home = tmp_path / "config"
+    monkeypatch.setenv("XDG_CONFIG_HOME", str(home))
+    return home
 
 
 @dataclass
@@ -79,8 +90,17 @@ class DaemonProcess:
             time.sleep(0.3)
         pytest.fail(f"autotune serve did not answer within {timeout} s:\n{self.log.read_text()}")
 
+    def own_token(self) -> str | None:
+        """The daemon's token: given, or the one it made in its default file."""
+        from autotune.daemon.listening import default_token_file
+
+        if self.token is None and default_token_file().exists():
+            return default_token_file().read_text().strip()
+        return self.token
+
     def http(self, token: str | None = None) -> httpx.Client:
-        token = self.token if token is None else token
+        """A client with ``token``, else with the daemon's own."""
+        token = self.own_token() if token is None else token
         headers = {"Authorization": f"Bearer {token}"} if token else {}
         return httpx.Client(base_url=self.url, headers=headers, timeout=60)
 

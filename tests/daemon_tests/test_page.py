@@ -1,5 +1,5 @@
-"""The daemon's page in a real Chromium: the jobs with their progress, refreshed while one runs,
-each linking to the report of its study."""
+"""The daemon's page in a real Chromium, signed in with the daemon's token: the jobs with their
+progress, refreshed while one runs, each linking to the report of its study."""
 
 from __future__ import annotations
 
@@ -12,7 +12,7 @@ from playwright.sync_api import expect
 from autotune.daemon.page import REFRESH_S
 from autotune.report.page import SECTIONS
 
-from .conftest import SCRIPTS, autotune
+from .conftest import SCRIPTS, DaemonProcess, autotune
 
 pytestmark = pytest.mark.slow
 
@@ -27,6 +27,16 @@ known_good:
 """
 
 
+def _signed_in(open_page, d: DaemonProcess):
+    """The jobs page, opened in a new browser that signs in at the page it is sent to."""
+    opened = open_page(d.url + "/")
+    assert opened.page.url == d.url + "/login"
+    opened.page.fill("input[name=token]", d.own_token())
+    opened.page.click("button[type=submit]")
+    opened.page.wait_for_url(d.url + "/")
+    return opened
+
+
 def test_the_page_follows_a_job_and_links_to_its_report(start_daemon, open_page, tmp_path: Path) -> None:
     d = start_daemon()
     space = tmp_path / "faults.yaml"
@@ -37,7 +47,7 @@ def test_the_page_follows_a_job_and_links_to_its_report(start_daemon, open_page,
     job_id = submitted.stdout.strip()
 
     d.wait_for(job_id, lambda i: i["state"] != "queued")
-    live = open_page(d.url + "/")
+    live = _signed_in(open_page, d)
     row = live.page.locator(f"tr[data-job='{job_id}']")
     assert row.locator(".state").inner_text() == "running"
     assert re.fullmatch(r"[0-9.]+ m?s", row.locator("td.elapsed").inner_text())
@@ -49,7 +59,7 @@ def test_the_page_follows_a_job_and_links_to_its_report(start_daemon, open_page,
     assert info["state"] == "succeeded" and info["done"] == 2 and info["failed"] == 1, info
     # the page that was left open refreshes itself and shows the end
     expect(row.locator(".state")).to_have_text("succeeded", timeout=(REFRESH_S + 10) * 1000)
-    done = open_page(d.url + "/")
+    done = _signed_in(open_page, d)
     row = done.page.locator(f"tr[data-job='{job_id}']")
     assert row.locator(".state").inner_text() == "succeeded" and row.locator(".done").inner_text() == "2/2"
     assert row.locator(".best").inner_text().startswith(f"{info['best_value']:,.1f} samples/s")

@@ -13,10 +13,10 @@ from .conftest import SCRIPTS, autotune, free_port
 
 
 def test_listening_beyond_loopback_needs_a_token(tmp_path: Path) -> None:
-    proc = autotune("serve", "--host", "0.0.0.0", "--port", str(free_port()), cwd=tmp_path, timeout=60)
+    proc = autotune("serve", "--host", "0.0.0.0", "--port", str(free_port()), "--no-token", cwd=tmp_path, timeout=60)
     assert proc.returncode == 2
     lines = proc.stderr.strip().splitlines()
-    assert len(lines) == 1 and "without a token" in lines[0] and "--token-file" in lines[0], proc.stderr
+    assert len(lines) == 1 and "without a token" in lines[0] and "--no-token" in lines[0], proc.stderr
     assert not (tmp_path / ".autotune").exists(), "nothing is created before the refusal"
 
 
@@ -34,6 +34,7 @@ def test_a_port_in_use_is_a_clear_error(tmp_path: Path) -> None:
 def test_with_a_token_every_request_without_it_is_refused(start_daemon, tmp_path: Path) -> None:
     token_file = tmp_path / "token"
     token_file.write_text("s3cret-token\n")
+    token_file.chmod(0o600)
     d = start_daemon("--token-file", str(token_file), token="s3cret-token")
     for path in ("/health", "/jobs", "/openapi.json", "/docs", "/jobs/job-1234"):
         with d.http(token="") as anonymous:

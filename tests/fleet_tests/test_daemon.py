@@ -21,7 +21,9 @@ class PostgresDaemon(DaemonProcess):
         return self.database
 
 
-def test_the_daemon_keeps_its_queue_and_studies_on_postgresql(postgres_url: str, tmp_path: Path) -> None:
+def test_the_daemon_keeps_its_queue_and_studies_on_postgresql(postgres_url: str, tmp_path: Path,
+                                                              monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setenv("XDG_CONFIG_HOME", str(tmp_path / "config"))  # the daemon's token, and the CLI's
     daemon = PostgresDaemon(home=tmp_path, port=free_port(), database=postgres_url)
     try:
         daemon.start()
