@@ -9,6 +9,7 @@ failure category and the tail of its log: this function does not raise for a fai
 
 from __future__ import annotations
 
+import math
 import os
 import re
 import shutil
@@ -113,24 +114,30 @@ def run_trial(
                                                reason=f"cannot start {command[0]} on this node: {exc.strerror}"))
         tree = _Tree(proc.pid)
         limit = limits.memory_limit()
-        held = _Pause(proc.pid, pause)
-        while proc.poll() is None:
-            used = tree.memory(limit)
-            peak = max(peak, used)
-            elapsed = time.monotonic() - started - held.poll()
-            if used > limit:
-                watchdog = Failure(category=FailureCategory.host_oom,
-                                   reason=f"the trial used {_gib(used)} of host memory, over its limit of {_gib(limit)}")
-            elif elapsed > limits.timeout_s:
-                watchdog = Failure(category=FailureCategory.timeout,
-                                   reason=f"the trial ran longer than its timeout of {limits.timeout_s:g} s")
-            if watchdog is not None:
-                tree.kill()
-                proc.wait()
-                break
-            time.sleep(limits.poll_s)
-        held.release()
-        tree.kill()  # children left behind by a finished trial (DataLoader workers, compilers)
+        # Stopped for at most its own timeout in all: a measurement that never ends (or a mark
+        # that never goes) delays a compile job, never stops it for good.
+        held = _Pause(proc.pid, pause, cap_s=limits.timeout_s)
+        try:
+            while proc.poll() is None:
+                used = tree.memory(limit)
+                peak = max(peak, used)
+                elapsed = time.monotonic() - started - held.poll()
+                if used > limit:
+                    watchdog = Failure(category=FailureCategory.host_oom,
+                                       reason=f"the trial used {_gib(used)} of host memory, over its limit of "
+                                              f"{_gib(limit)}")
+                elif elapsed > limits.timeout_s:
+                    watchdog = Failure(category=FailureCategory.timeout,
+                                       reason=f"the trial ran longer than its timeout of {limits.timeout_s:g} s")
+                if watchdog is not None:
+                    held.release()
+                    tree.kill()
+                    proc.wait()
+                    break
+                time.sleep(limits.poll_s)
+        finally:
+            held.release()  # whatever ended the wait (an error here too): no stopped process is left
+            tree.kill()  # children left behind by a finished trial (DataLoader workers, compilers)
     wall = time.monotonic() - started
     log_tail = log_tail_of(log_path, lines=LOG_TAIL_LINES)[-LOG_TAIL_CHARS:]
     ranks = multiprocess.read_rank_reports(ranks_dir)
@@ -274,21 +281,26 @@ def _gib(n: int) -> str:
 class _Pause:
     """Stops and continues a trial's process group as ``wanted`` says; counts the time stopped."""
 
-    def __init__(self, pgid: int, wanted: Callable[[], bool] | None) -> None:
+    def __init__(self, pgid: int, wanted: Callable[[], bool] | None, cap_s: float = math.inf) -> None:
         self.pgid = pgid
         self.wanted = wanted
+        #: Seconds it may be stopped in all; past them it runs on whatever ``wanted`` says.
+        self.cap_s = cap_s
         self.since: float | None = None
         self.total = 0.0
 
     def poll(self) -> float:
         """Seconds the trial has been stopped so far."""
         if self.wanted is not None:
-            wanted = self.wanted()
+            wanted = self.stopped() < self.cap_s and self.wanted()
             if wanted and self.since is None:
                 self._signal(signal.SIGSTOP)
                 self.since = time.monotonic()
             elif not wanted:
                 self.release()
+        return self.stopped()
+
+    def stopped(self) -> float:
         return self.total + (time.monotonic() - self.since if self.since is not None else 0.0)
 
     def release(self) -> None:

@@ -10,17 +10,22 @@ from __future__ import annotations
 
 import os
 import socket
+import stat
 import tempfile
 from contextlib import contextmanager
 from pathlib import Path
 from typing import Any, Iterator
 
+import psutil
+
 from autotune.host import host_device
 from autotune.targets import get_target
 
-#: Where the trials measuring on a node say so (one file per measuring process): compile jobs on
-#: that node stop while one is there (see :class:`CompileWorker`).
-MEASURING_DIR = Path(tempfile.gettempdir()) / "autotune-measuring"
+#: The folder, under ``$XDG_RUNTIME_DIR`` (else the temporary folder), where the trials measuring
+#: on a node say so, one file per measuring process: compile jobs on that node stop while one is
+#: there (see :class:`CompileWorker`). Its name carries the user's id: each user's Ray workers
+#: have their own, so that no other user can stop this user's compile jobs or fail its trials.
+MEASURING_NAME = "autotune-measuring-{uid}"
 
 
 class TrialWorker:
@@ -97,35 +102,61 @@ class CompileWorker(TrialWorker):
             return CompileOutcome(stage=stage, result=failed).model_dump_json()
 
 
+def measuring_dir() -> Path | None:
+    """This user's folder of measuring marks, made with mode 0700; ``None`` where there is none to
+    trust (another user made one of that name first, or nothing can be written): the trials then
+    measure unmarked and the compile jobs run on, which costs a measurement's precision, never a
+    trial."""
+    runtime = os.environ.get("XDG_RUNTIME_DIR")
+    base = Path(runtime) if runtime and os.path.isdir(runtime) else Path(tempfile.gettempdir())
+    path = base / MEASURING_NAME.format(uid=os.getuid())
+    try:
+        path.mkdir(mode=0o700, exist_ok=True)
+        st = path.lstat()
+    except OSError:
+        return None
+    if not stat.S_ISDIR(st.st_mode) or st.st_uid != os.getuid() or st.st_mode & 0o077:
+        return None
+    return path
+
+
+def _started(pid: int) -> str:
+    """When process ``pid`` started, as a mark holds it: a mark names its process by id and start,
+    since a dead process's id is soon another's."""
+    return repr(psutil.Process(pid).create_time())
+
+
 @contextmanager
 def measuring(on: bool = True) -> Iterator[None]:
     """Say, while the block runs, that this process measures on this node's CPUs."""
-    if not on:
-        yield
-        return
-    MEASURING_DIR.mkdir(parents=True, exist_ok=True)
-    mark = MEASURING_DIR / str(os.getpid())
-    mark.touch()
+    folder = measuring_dir() if on else None
+    mark = folder / str(os.getpid()) if folder is not None else None
+    if mark is not None:
+        try:
+            mark.write_text(_started(os.getpid()))
+        except OSError:
+            mark = None
     try:
         yield
     finally:
-        mark.unlink(missing_ok=True)
+        if mark is not None:
+            mark.unlink(missing_ok=True)
 
 
 def measuring_here() -> bool:
     """Whether a trial measures on this node's CPUs now (a mark left by a dead process is removed)."""
+    folder = measuring_dir()
     try:
-        marks = list(MEASURING_DIR.iterdir())
+        marks = list(folder.iterdir()) if folder is not None else []
     except OSError:
         return False
     for mark in marks:
         try:
-            os.kill(int(mark.name), 0)
-            return True
-        except (ValueError, ProcessLookupError):
-            mark.unlink(missing_ok=True)
-        except PermissionError:
-            return True  # alive, another user's
+            if mark.read_text() == _started(int(mark.name)):
+                return True
+        except (OSError, ValueError, psutil.Error):
+            pass
+        mark.unlink(missing_ok=True)  # its process is gone, or the id is another process's now
     return False
 
 
