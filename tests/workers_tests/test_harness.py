@@ -446,6 +446,52 @@ def test_bf16_model_casts_the_model(manual_sync_bf16_trial: TrialResult) -> None
     assert "after step 1 the parameters are torch.bfloat16" in full_log(manual_sync_bf16_trial)
 
 
+def test_a_knob_at_its_neutral_value_needs_nothing_to_act_on(run_script: RunScript, write_script) -> None:
+    """A loop that moves each batch to the device itself and syncs (no MpDeviceLoader) runs the same
+    at batches_per_execution 1, the loader's own default: it is measured as that configuration,
+    where 2, which such a loop cannot take, never reached it."""
+    script = write_script("manual_sync.py", MANUAL_SYNC)
+    one = run_script(script, target="xla", sets={"batches_per_execution": 1})
+    assert_measured(one)
+    assert one.idle_knobs == []
+    two = run_script(script, target="xla", sets={"batches_per_execution": 2})
+    assert [k.param for k in two.idle_knobs] == ["batches_per_execution"]
+
+
+SETS_ITS_OWN_FLAGS = """
+    import os
+
+    os.environ["{variable}"] = "{value}"  # as the seeds' hand-tuned scripts do
+    import torch
+    import torch_xla
+
+    device = torch_xla.device()
+    model = torch.nn.Linear(16, 4).to(device)
+    optimizer = torch.optim.SGD(model.parameters(), lr=0.01)
+    while True:
+        optimizer.zero_grad()
+        model(torch.randn(8, 16).to(device)).sum().backward()
+        optimizer.step()
+        torch_xla.sync()
+"""
+
+
+@pytest.mark.parametrize("target, sets, variable, value, knob", [
+    ("xla", {"fast_math": True}, "XLA_FLAGS", "--xla_cpu_enable_fast_math=false", "fast_math"),
+    # A contract for Neuron: setting the variable needs no Neuron device.
+    ("neuron", {"optlevel": 3}, "NEURON_CC_FLAGS", "--model-type=transformer --optlevel 1", "optlevel"),
+])
+def test_a_script_that_sets_a_configured_variable_itself_measured_its_own(
+        run_script: RunScript, write_script, target: str, sets: dict, variable: str, value: str, knob: str) -> None:
+    script = write_script(f"own_{variable}.py", SETS_ITS_OWN_FLAGS.format(variable=variable, value=value))
+    result = run_script(script, target=target, sets=sets)
+    assert result.status == "ok", result.log_tail
+    idle = {k.param: k.detail for k in result.idle_knobs}
+    assert knob in idle, result.knobs
+    assert f"the script set {variable} itself (own_{variable}.py:3)" in idle[knob]
+    assert f"own_{variable}.py:3 set {variable} itself, replacing the configuration's value" in full_log(result)
+
+
 def test_xla_flags_reach_the_trial_process(manual_sync_bf16_trial: TrialResult) -> None:
     m = re.search(r"^XLA_FLAGS=(.*)$", full_log(manual_sync_bf16_trial), re.MULTILINE)
     assert m, manual_sync_bf16_trial.log_tail
