@@ -9,11 +9,13 @@ import os
 import shutil
 import socket
 import stat
+import subprocess
 import tarfile
 import time
 from pathlib import Path
 
 import httpx
+import pytest
 
 from autotune.daemon.jobs import JobRecord, JobStore
 from autotune.daemon.listening import MAX_JSON_BYTES
@@ -285,3 +287,38 @@ def test_a_job_alive_on_another_host_is_never_run_again(tmp_path: Path) -> None:
         assert gone.state == JobState.failed and "silent on trn1-node-7" in (gone.message or ""), gone
     finally:
         d.stop()
+
+
+@pytest.mark.slow
+def test_a_jobs_process_beats_and_takes_a_cancel_from_a_daemon_elsewhere(tmp_path: Path) -> None:
+    """The daemon that holds the database is on another host: it cannot signal the job's process
+    here, which learns of the cancel from its own heartbeat and stops as that SIGINT would."""
+    from autotune.daemon.records import EXIT_CANCELLED, RunOptions
+    from autotune.daemon.runner import DaemonSettings, JobFiles, job_argv, stop_process_tree
+
+    storage = f"sqlite:///{tmp_path / 'autotune.db'}"
+    store = JobStore(storage)
+    _lease_from(storage, "trn1-node-7", seen_ago=1)
+    run = RunOptions(trials=50, target="inductor", sets={"mode": "eager", "num_workers": "0"})
+    files = JobFiles(tmp_path / "jobs" / "job-remote")
+    files.root.mkdir(parents=True)
+    job = JobRecord(id="job-remote", state=JobState.running, study="remote", directory=str(files.root),
+                    spec=JobSpec(script=str(SCRIPTS / "tiny_train.py"), run=run), created_at=time.time(),
+                    host=socket.gethostname(), workers=1, attempts=1)
+    store.add(job)
+    argv = job_argv(job, DaemonSettings(storage=storage, cache=tmp_path / "cache", jobs_dir=tmp_path / "jobs"), 1)
+    env = {**os.environ, "AUTOTUNE_JOB_ID": job.id, "AUTOTUNE_JOB_STORAGE": storage}
+    with open(files.log, "wb") as log:
+        proc = subprocess.Popen(argv, cwd=SCRIPTS, env=env, stdout=subprocess.DEVNULL, stderr=log,
+                                stdin=subprocess.DEVNULL, start_new_session=True)
+    try:
+        deadline = time.monotonic() + 60
+        while store.get(job.id).heartbeat_at is None:
+            assert proc.poll() is None, files.log.read_text()[-2000:]
+            assert time.monotonic() < deadline, "no heartbeat"
+            time.sleep(0.5)
+        store.request_cancel(job.id)
+        assert proc.wait(timeout=90) == EXIT_CANCELLED, files.log.read_text()[-2000:]
+        assert files.read_exit_code() == EXIT_CANCELLED
+    finally:
+        stop_process_tree(proc.pid, grace_s=2)
