@@ -150,3 +150,26 @@ def test_a_measurement_is_remembered_when_another_driver_took_its_trial_for_lost
     with pytest.raises(optuna.exceptions.UpdateFinishedTrialError):
         recorder.tell(trial, result.model_dump_json(), None)
     assert cache.get_result("k").measurement.throughput == 120.0
+
+
+def test_two_projects_train_py_on_one_postgresql_database_never_share_a_study(postgres_url, tmp_path,
+                                                                              monkeypatch) -> None:
+    import optuna
+
+    (tmp_path / "space.yaml").write_text(EAGER)
+    pool = InProcessPool(None)
+    studies = []
+    for project, width in (("vision", "128"), ("speech", "96")):
+        folder = tmp_path / project
+        folder.mkdir()
+        script = folder / "train.py"
+        script.write_text((SCRIPTS / "tiny_train.py").read_text().replace("128", width))
+        monkeypatch.chdir(folder)
+        result = tune(script, "--steps", "300", trials=1, target="inductor", space=str(tmp_path / "space.yaml"),
+                      seed=0, storage=postgres_url, pool_factory=lambda study: pool, protocol=SHORT)
+        assert (result.ran, result.reused) == (1, 0), project
+        studies.append(result.study)
+    assert studies[0] == "train-inductor" != studies[1]
+    stored = {s.study_name: s.user_attrs["script"] for s in optuna.get_all_study_summaries(postgres_url)}
+    assert stored == {studies[0]: str(tmp_path / "vision" / "train.py"),
+                      studies[1]: str(tmp_path / "speech" / "train.py")}
