@@ -290,6 +290,10 @@ def ensure(
                                                                  "(default: the script's)."),
     no_upload: bool = typer.Option(False, "--no-upload", help="With --server: the script is on shared storage."),
     json_out: bool = typer.Option(False, "--json", help="Print the outcome as JSON."),
+    exec_: bool = typer.Option(False, "--exec", help="Then run the command given after -- (instead of the "
+                                                     "script's arguments) with the result applied, as `autotune "
+                                                     "exec` does; a command that runs SCRIPT gives its arguments "
+                                                     "to the tuning too."),
     *,
     config: RunConfig,
 ) -> None:
@@ -297,9 +301,17 @@ def ensure(
     before, else after tuning it (through the daemon with --server, here otherwise).
 
     A pipeline's pre-step: exit code 0 and a usable env file either way; 3 when every trial
-    failed.
+    failed. With --exec, the pipeline's next step too: `ensure train.py --exec -- python train.py`
+    tunes if needed, then runs the job with every knob applied and exits with its code.
     """
     from autotune.daemon.ensure import EnsureFailed, EnsureResult, ensure_local, write_best
+    from autotune.study.production import check_command, run_production, script_arguments
+
+    command: list[str] = []
+    if exec_:
+        # Checked before any tuning: a pipeline's typo must not cost a study first.
+        command = check_command(list(script_args or []))
+        script_args = script_arguments(script, command)
 
     run, space_file = _run_options(config.job_config())
     storage, ray_address, cache = config.storage, config.ray_address, config.cache
@@ -332,6 +344,8 @@ def ensure(
         how = "stored result" if result.source == "stored" else f"tuned ({result.ran} trials run)"
         speed = f", {result.best.speedup:.2f}x the baseline" if result.best.speedup else ""
         err.print(f"{how}: study {result.study}, trial {result.best.trial}{speed} -> {result.env_file}")
+    if exec_ and code == 0:
+        run_production(result.best, command, lambda line: err.print(f"autotune: {line}", highlight=False))
     raise typer.Exit(code)
 
 

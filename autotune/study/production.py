@@ -73,10 +73,7 @@ def production_command(best: BestConfig, command: list[str]) -> ProductionComman
     """``command`` started as the best was measured: ``python SCRIPT ...`` under the measured
     torchrun launch; a command that is a launcher already is kept, with a warning where its process
     count differs; any other command is kept, with a warning where the best needs a launch."""
-    if not command:
-        raise InvalidConfigError("no command to run: give it after --, for example -- python train.py")
-    if shutil.which(command[0]) is None:
-        raise InvalidConfigError(f"{command[0]}: command not found")
+    check_command(command)
     wanted = best.nproc_per_node if best.launch else 1
     given = launcher_processes(command)
     if given is not None:
@@ -93,6 +90,23 @@ def production_command(best: BestConfig, command: list[str]) -> ProductionComman
     return ProductionCommand(command, [
         f"the best was measured as `{best.launch}`, and {command[0]} is not a python script autotune can start "
         "so: start it that way yourself"])
+
+
+def check_command(command: list[str]) -> list[str]:
+    """``command``, or an error where there is none or its program is not found."""
+    if not command:
+        raise InvalidConfigError("no command to run: give it after --, for example -- python train.py")
+    if shutil.which(command[0]) is None:
+        raise InvalidConfigError(f"{command[0]}: command not found")
+    return command
+
+
+def script_arguments(script: Path, command: list[str]) -> list[str]:
+    """The arguments ``command`` gives ``script``, where it runs that script; else none."""
+    found = script_of(command)
+    if found is None or found[0].resolve() != Path(script).resolve():
+        return []
+    return found[1]
 
 
 def is_python_script(command: list[str]) -> bool:

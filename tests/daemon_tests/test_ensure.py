@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import sys
 import time
 from pathlib import Path
 
@@ -97,3 +98,32 @@ def test_ensure_without_a_daemon_tunes_here(tmp_path: Path) -> None:
     assert answer["source"] == "stored" and answer["ran"] == 0
     assert (tmp_path / "again.env").read_text() == (tmp_path / "best.env").read_text()
     assert (tmp_path / ".autotune" / "autotune.db").exists(), "the local default storage"
+
+
+def test_ensure_exec_tunes_then_runs_the_job_with_the_result_applied(tmp_path: Path) -> None:
+    """A pipeline in one command: tune if no study answers, then run the job with every knob applied
+    (its batch size by the DataLoader) and its own exit code."""
+    script = tmp_path / "train.py"
+    script.write_text((SCRIPTS / "tiny_train.py").read_text() + '\nprint(f"last batch {x.shape[0]}")\n')
+    args = ["ensure", script, "--trials", "1", "--workers", "1", *FAST, "--set", "batch_size=64",
+            "--cache", tmp_path / "cache", "--out", tmp_path / "best.env", "--exec", "--"]
+    job = [sys.executable, script]
+    first = autotune(*args, *job, cwd=tmp_path, env={"AUTOTUNE_APPLY": ""})
+    assert first.returncode == 0, first.stderr
+    assert "tuned (1 trials run)" in first.stderr
+    assert "last batch 64" in first.stdout  # the script asked for 32
+    assert "autotune: applying study" in first.stderr
+
+    # A job that is not the script itself gives the tuning no arguments: the same question, answered.
+    second = autotune(*args, "sh", "-c", "exit 5", cwd=tmp_path)
+    assert "stored result" in second.stderr
+    assert second.returncode == 5, second.stderr  # the job's exit code
+
+    # The tuning runs the script with the job's own arguments: another question.
+    third = autotune(*args, *job, "--steps", "40", cwd=tmp_path)
+    assert third.returncode == 0 and "tuned (1 trials run)" in third.stderr, third.stderr
+    assert json.loads((tmp_path / "best.json").read_text())["provenance"]["script_args"] == ["--steps", "40"]
+
+    missing = autotune(*args, "no-such-job-here", cwd=tmp_path)
+    assert missing.returncode == 2
+    assert "no-such-job-here: command not found" in missing.stderr
