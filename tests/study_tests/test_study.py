@@ -77,6 +77,23 @@ def test_xla_study_of_the_vit_example(ray_cluster, tmp_path, monkeypatch) -> Non
     best = _check_outputs(result)
     assert best.speedup >= 1.0
     assert Path(".autotune/autotune.db").exists(), "default storage is SQLite under .autotune/"
+    _check_the_job_afterwards(result, best)
+
+
+def _check_the_job_afterwards(result: StudyResult, best: BestConfig) -> None:
+    """The example run on its own after the study, with `source best.env` and with `autotune exec`,
+    gets the best's batch size: its own epoch line counts 2,048 images in steps of that batch."""
+    out = Path(result.out_dir)
+    steps = 2048 // best.params.get("batch_size", 16)
+    env = {k: v for k, v in os.environ.items() if not k.startswith("AUTOTUNE_") and k != "PJRT_DEVICE"}
+    script = EXAMPLES / "vit_xla_train.py"
+    for command in (["bash", "-c", f"source {out / 'best.env'} && python {script} --epochs 1"],
+                    [sys.executable, "-m", "autotune.cli", "exec", str(out / "best.json"), "--",
+                     sys.executable, str(script), "--epochs", "1"]):
+        job = subprocess.run(command, env=env, capture_output=True, text=True, timeout=600)
+        assert job.returncode == 0, job.stderr[-2000:]
+        assert f"epoch 1: {steps} steps" in job.stdout, job.stdout
+        assert f"applying study {best.study}, trial {best.trial}" in job.stderr
 
 
 def test_inductor_study_of_the_vit_example(ray_cluster, tmp_path, monkeypatch) -> None:
