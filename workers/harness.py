@@ -41,6 +41,7 @@ from pathlib import Path
 from typing import Any, Callable
 
 from autotune import api
+from autotune.process_tree import die_with_parent
 from autotune.records import (
     Failure,
     FailureCategory,
@@ -396,7 +397,10 @@ def _seed(seed: int) -> None:
 
 
 def _exit_with_parent() -> None:
-    """End this trial if the process that launched it dies (a killed driver or worker)."""
+    """End this trial if the process that launched it dies (a killed driver or worker, or the
+    torchrun agent of a rank): the kernel ends it even while it is stopped, and the watch below
+    where the kernel cannot (off Linux)."""
+    die_with_parent()
     parent = os.getppid()
 
     def watch() -> None:

@@ -24,7 +24,7 @@ import psutil
 
 from autotune.log_tail import log_tail as log_tail_of
 from autotune.measurement.failures import classify
-from autotune.process_tree import kill_tree
+from autotune.process_tree import die_with_parent, kill_tree
 from autotune.records import (
     Failure,
     FailureCategory,
@@ -107,6 +107,7 @@ def run_trial(
             proc = subprocess.Popen(
                 command, cwd=spec.cwd, env=env, stdin=subprocess.DEVNULL, stdout=log, stderr=subprocess.STDOUT,
                 start_new_session=True,  # its own process group: a kill reaches the children too
+                preexec_fn=die_with_parent,  # and it ends with this process, even where it is stopped
             )
         except OSError as exc:  # the command a compile job runs under is not on this node
             return TrialResult(status="failed", plan=plan, log_path=str(log_path), started_at=started_at,

@@ -190,6 +190,15 @@ class _Running:
     lost: str | None = None
 
 
+def for_attempt(request: TrialRequest | CompileRequest, attempt: int) -> TrialRequest | CompileRequest:
+    """``request`` run again as its ``attempt``-th attempt, in a folder of its own under the
+    first's: whatever the lost attempt's processes still write there (its report, its log) is
+    never read as this attempt's."""
+    if isinstance(request, CompileRequest):
+        return request.model_copy(update={"trial": for_attempt(request.trial, attempt)})
+    return request.model_copy(update={"trial_dir": os.path.join(request.trial_dir, f"attempt-{attempt}")})
+
+
 class WorkerPool:
     """Ray actors that run trial requests; :meth:`wait` yields finished ones.
 
@@ -263,7 +272,7 @@ class WorkerPool:
     def _run_queued(self) -> None:
         while self.queued and self.idle:
             job = self.queued.pop(0)
-            self.submit(job.request, job.tag, attempts=job.attempts, lost=job.lost)
+            self.submit(for_attempt(job.request, job.attempts), job.tag, attempts=job.attempts, lost=job.lost)
 
     def _unrunnable(self) -> list[tuple[Any, str | None, str | None]]:
         """Waiting trials that no worker is left to run: every worker is lost, and no replacement

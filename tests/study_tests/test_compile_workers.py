@@ -93,3 +93,44 @@ def test_a_compile_worker_killed_mid_compile_publishes_nothing_and_another_compi
     assert "lost" in outcome.stage.placement, "the outcome says that a first attempt was lost"
     assert len(runs.read_text().splitlines()) == 2, "compiled again, by the worker that replaced it"
     assert published.manifest(key) is not None
+
+
+def test_a_stopped_compile_whose_worker_dies_ends_with_it_and_runs_again_in_a_folder_of_its_own(ray_cluster,
+                                                                                                tmp_path):
+    import psutil
+    import ray
+
+    from autotune.workers.ray_worker import measuring
+
+    runs = tmp_path / "runs.txt"
+    job = _job(tmp_path, "a", "e" * 64, {"RUNS": str(runs), "SLOW_ONCE": "1"})
+    pool = WorkerPool(plan_compile_placement(get_target("inductor"), workers=2))
+    try:
+        pool.submit(job.model_copy(update={"pause_while_measuring": True}), tag="a")
+        deadline = time.monotonic() + 60
+        while not runs.exists() and time.monotonic() < deadline:
+            time.sleep(0.2)
+        first = psutil.Process(int(runs.read_text().split()[0]))
+        with measuring():  # a trial measures on this node: the compile job stops
+            while first.status() != psutil.STATUS_STOPPED and time.monotonic() < deadline:
+                time.sleep(0.1)
+            assert first.status() == psutil.STATUS_STOPPED, "the compile job stopped while a trial measured"
+            (running,) = pool.running.values()
+            ray.kill(running.worker)
+            deadline = time.monotonic() + 10
+            while time.monotonic() < deadline:
+                try:
+                    if first.status() == psutil.STATUS_ZOMBIE:
+                        break
+                except psutil.NoSuchProcess:
+                    break
+                time.sleep(0.1)
+            else:
+                first.kill()
+                pytest.fail("the stopped compile outlived its worker")
+        done = _finish(pool, 1)
+    finally:
+        pool.shutdown()
+    result = done["a"].result
+    assert result is not None and result.ok, done
+    assert Path(result.log_path).parent == tmp_path / "a" / "attempt-2", "the second attempt has a folder of its own"

@@ -85,3 +85,42 @@ def test_no_process_is_left_stopped_when_the_wait_ends_in_an_error(write_script,
         psutil.Process(int(pid_file.read_text())).wait(timeout=10)  # killed, not left stopped
     except psutil.NoSuchProcess:
         pass
+
+
+def test_a_stopped_trial_ends_with_the_process_that_launched_it(write_script, tmp_path: Path) -> None:
+    """The launcher SIGKILLed (a Ray worker, or its whole node's raylet, or ``autotune trial``)
+    while its trial is stopped: the trial cannot notice by itself, the kernel ends it."""
+    import subprocess
+    import sys
+
+    pid_file = tmp_path / "pid"
+    script = write_script("sleeps_long.py", f"import os, time\nopen({str(pid_file)!r}, 'w').write(str(os.getpid()))\n"
+                                            "time.sleep(120)\n")
+    launcher = f"""
+from pathlib import Path
+from autotune.records import TrialPlan
+from autotune.workers.launcher import TrialLimits, run_trial
+pid = Path({str(pid_file)!r})
+run_trial(TrialPlan(target="inductor", params={{}}), {str(script)!r}, trial_dir={str(tmp_path / 'trial')!r},
+          limits=TrialLimits(timeout_s=60.0), pause=lambda: pid.exists() and bool(pid.read_text()))
+"""
+    parent = subprocess.Popen([sys.executable, "-c", launcher])
+    deadline = time.monotonic() + 60
+    while not (pid_file.exists() and pid_file.read_text()) and time.monotonic() < deadline:
+        time.sleep(0.1)
+    trial = psutil.Process(int(pid_file.read_text()))
+    while trial.status() != psutil.STATUS_STOPPED and time.monotonic() < deadline:
+        time.sleep(0.1)
+    assert trial.status() == psutil.STATUS_STOPPED
+    parent.kill()
+    parent.wait()
+    deadline = time.monotonic() + 10
+    while time.monotonic() < deadline:
+        try:
+            if trial.status() == psutil.STATUS_ZOMBIE:
+                return
+        except psutil.NoSuchProcess:
+            return
+        time.sleep(0.1)
+    trial.kill()
+    pytest.fail("the stopped trial outlived the process that launched it")
