@@ -182,8 +182,8 @@ class RequestGuard:
         if scope["type"] != "http":
             await self.app(scope, receive, send)
             return
-        from starlette.datastructures import Headers
-        from starlette.responses import JSONResponse, RedirectResponse
+        from fastapi.datastructures import Headers
+        from fastapi.responses import JSONResponse, RedirectResponse
 
         headers = Headers(scope=scope)
         refusal = self.refusal(scope, headers)
