@@ -49,15 +49,17 @@ LATE_EXIT_LINES = 3
 @dataclass(frozen=True)
 class TrialLimits:
     timeout_s: float
-    #: Resident memory of the whole process tree; ``None`` means 80% of this machine's memory.
+    #: Resident memory of the whole process tree; ``None`` means 80% of this machine's memory,
+    #: divided among the ``sharing`` trials that run on it at once.
     memory_bytes: int | None = None
     poll_s: float = 0.1
     #: How long the ranks of a multi-process trial wait for each other in ``init_process_group``;
     #: ``None``: a third of the timeout, at most 10 minutes.
     rendezvous_s: float | None = None
+    sharing: int = 1
 
     def memory_limit(self) -> int:
-        return self.memory_bytes or int(psutil.virtual_memory().total * 0.8)
+        return self.memory_bytes or int(psutil.virtual_memory().total * 0.8 / max(1, self.sharing))
 
     def rendezvous(self) -> float:
         return self.rendezvous_s or min(600.0, self.timeout_s / 3)

@@ -31,10 +31,12 @@ MEASURING_NAME = "autotune-measuring-{uid}"
 class TrialWorker:
     """Runs trials of one target for the driver. Used as a Ray actor (see :func:`worker_class`)."""
 
-    def __init__(self, worker_id: int, target: str) -> None:
+    def __init__(self, worker_id: int, target: str, per_node: int = 1) -> None:
         import ray
 
         self.worker_id = worker_id
+        #: Trials of this study that may run at once on this node, each in its share of its memory.
+        self.per_node = per_node
         # Several Ray nodes can share a host name (or a machine): the node id tells them apart. The
         # machine's device and CPUs are this node's, which the driver's provenance does not describe.
         self.placement: dict[str, str] = {"node": socket.gethostname(),
@@ -61,7 +63,7 @@ class TrialWorker:
 
         result = run_trial(
             request.plan, request.script, request.args, trial_dir=request.trial_dir, cwd=request.cwd,
-            limits=TrialLimits(timeout_s=request.timeout_s, memory_bytes=request.memory_bytes),
+            limits=TrialLimits(timeout_s=request.timeout_s, memory_bytes=request.memory_bytes, sharing=self.per_node),
             protocol=request.protocol, seed=request.seed, pause=pause,
         )
         result.placement = dict(self.placement)

@@ -36,6 +36,9 @@ class Placement:
     notes: list[str] = field(default_factory=list)
     #: The workers run compile jobs (:class:`autotune.workers.ray_worker.CompileWorker`).
     compiles: bool = False
+    #: The most of these workers that run at once on one node: each trial's default memory limit
+    #: is that share of the node's (:class:`autotune.workers.launcher.TrialLimits`).
+    per_node: int = 1
 
 
 def connect(address: str | None, compile_slots: int = 0) -> bool:
@@ -115,7 +118,8 @@ def plan_placement(target: Target, *, workers: int | None, cores_per_trial: int,
         cores = sum(per_node)
         if cores == 0:
             notes.append(f"the Ray cluster declares no {resource}: trials run without {noun}")
-            return Placement(workers=workers or 1, target=target.name, cpus_per_worker=0, notes=notes)
+            return Placement(workers=workers or 1, target=target.name, cpus_per_worker=0, notes=notes,
+                             per_node=workers or 1)
         if cores_per_trial * processes_per_trial > max(per_node):
             raise AutotuneError(f"a trial of {processes_per_trial} process(es) x {cores_per_trial} {noun} needs "
                                 f"{cores_per_trial * processes_per_trial} {noun} on one node; the largest node has "
@@ -126,9 +130,10 @@ def plan_placement(target: Target, *, workers: int | None, cores_per_trial: int,
             notes.append(f"{workers} workers asked for, but the cluster's {cores} {noun} hold only {most} "
                          f"trials of {cores_per_trial} cores: using {most}")
         # The devices are the scarce resource; compiling uses host CPUs that Ray does not ration.
-        return Placement(workers=min(workers or most, most), target=target.name, devices_per_worker=cores_per_trial,
-                         device_resource=resource,
-                         cpus_per_worker=0, notes=notes)
+        n = min(workers or most, most)
+        return Placement(workers=n, target=target.name, devices_per_worker=cores_per_trial,
+                         device_resource=resource, cpus_per_worker=0, notes=notes,
+                         per_node=min(n, max(per_node) // cores_per_trial))
     # CPU targets: parallel trials on a small machine distort each other's measurements. The
     # default is what one node holds without that; more is asked for with --workers.
     node_cpus = [int(n.get("CPU", 0)) for n in nodes if n.get("CPU", 0) >= 1] or [os.cpu_count() or 1]
@@ -150,7 +155,7 @@ def plan_placement(target: Target, *, workers: int | None, cores_per_trial: int,
     if user_threads.isdigit() and int(user_threads) > 0:
         threads = min(threads, int(user_threads))  # the user has already limited threads: keep it
     return Placement(workers=n, target=target.name, cpus_per_worker=cpus, threads_per_trial=threads,
-                     notes=notes)
+                     notes=notes, per_node=min(n, on_a_node))
 
 
 def plan_compile_placement(target: Target, *, workers: int | None,
@@ -169,9 +174,10 @@ def plan_compile_placement(target: Target, *, workers: int | None,
     if workers and workers > slots:
         notes.append(f"{workers} compile workers asked for, but the cluster declares {slots} {COMPILE_RESOURCE}: "
                      f"using {slots}")
-    return Placement(workers=min(workers or slots, slots), target=target.name, devices_per_worker=1,
+    n = min(workers or slots, slots)
+    return Placement(workers=n, target=target.name, devices_per_worker=1,
                      device_resource=COMPILE_RESOURCE, cpus_per_worker=0, threads_per_trial=1, notes=notes,
-                     compiles=True)
+                     compiles=True, per_node=min(n, max(int(node.get(COMPILE_RESOURCE, 0)) for node in nodes)))
 
 
 #: Seconds a lost worker's replacement may take to be placed before the trials waiting for a
@@ -228,7 +234,7 @@ class WorkerPool:
 
     def _spawn(self) -> Any:
         self._next_id += 1
-        return self._cls.remote(self._next_id, self.placement.target)
+        return self._cls.remote(self._next_id, self.placement.target, self.placement.per_node)
 
     @property
     def free(self) -> int:

@@ -45,3 +45,16 @@ def test_compile_workers_take_the_compile_slots_the_nodes_declare():
     with pytest.raises(AutotuneError, match=r"declares compile_slots: start the nodes that compile with ray start "
                                             r"--resources='\{\"compile_slots\": 8\}'"):
         plan_compile_placement(get_target("neuron"), workers=None, nodes=nodes[:1])
+
+
+def test_each_placement_says_how_many_of_its_workers_share_a_node() -> None:
+    """Each trial's default memory limit is that share of 80% of its node's memory."""
+    assert plan_placement(get_target("inductor"), workers=None, cores_per_trial=1, nodes=[{"CPU": 64.0}] * 16).per_node \
+        == 8
+    assert plan_placement(get_target("inductor"), workers=3, cores_per_trial=1, nodes=[{"CPU": 2.0}]).per_node == 2
+    assert plan_placement(get_target("inductor"), workers=None, cores_per_trial=1, nodes=TWO_SMALL_NODES).per_node == 1
+    neuron = [{"CPU": 1.0, "neuron_cores": 3.0}, {"CPU": 1.0, "neuron_cores": 8.0}]
+    assert plan_placement(get_target("neuron"), workers=None, cores_per_trial=2, nodes=neuron).per_node == 4
+    assert plan_placement(get_target("neuron"), workers=2, cores_per_trial=2, nodes=neuron).per_node == 2
+    compiles = [{"CPU": 16.0, COMPILE_RESOURCE: 8.0}, {"CPU": 16.0, COMPILE_RESOURCE: 2.0}]
+    assert plan_compile_placement(get_target("neuron"), workers=None, nodes=compiles).per_node == 8

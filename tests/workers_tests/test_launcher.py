@@ -109,6 +109,20 @@ def test_memory_blow_up_is_host_oom(run_script: RunScript) -> None:
     assert result.wall_seconds < 30
 
 
+def test_the_default_memory_limit_is_each_trial_s_share_of_the_machine(tmp_path: Path) -> None:
+    """N trials at once on a machine share its 80%: each is limited to 1/N of it, not all of it."""
+    from autotune.records import TrialPlan
+    from autotune.workers.launcher import TrialLimits, run_trial
+
+    sharing = max(1, int(psutil.virtual_memory().total * 0.8 // 2**30))  # a share of about 1 GiB
+    limits = TrialLimits(timeout_s=60.0, sharing=sharing)
+    result = run_trial(TrialPlan(target="inductor", params={}), SCRIPTS / "allocates.py", trial_dir=tmp_path / "t",
+                       limits=limits)
+    assert_failed(result, C.host_oom)
+    assert f"over its limit of {limits.memory_limit() / 2**30:.2f} GiB" in result.failure.reason
+    assert limits.memory_limit() <= 1.1 * 2**30
+
+
 WORKERS_LOOP = """
     import time
 
