@@ -322,3 +322,33 @@ def test_a_jobs_process_beats_and_takes_a_cancel_from_a_daemon_elsewhere(tmp_pat
         assert files.read_exit_code() == EXIT_CANCELLED
     finally:
         stop_process_tree(proc.pid, grace_s=2)
+
+
+def test_the_names_a_daemon_answers_to(start_daemon) -> None:
+    """On all interfaces: this machine's names too; and the names given with --allow-host."""
+    d = start_daemon("--host", "0.0.0.0", "--allow-host", "Tuner.internal")
+    with d.http() as c:
+        for host in (socket.gethostname(), "tuner.internal", "localhost", "127.0.0.1"):
+            assert c.get("/health", headers={"Host": f"{host}:{d.port}"}).status_code == 200, host
+        assert c.get("/health", headers={"Host": f"evil.example:{d.port}"}).status_code == 421
+        r = c.get("/health", headers={"Origin": f"http://tuner.internal:{d.port}"})
+        assert r.status_code == 200, "a page of the daemon reached by its alias is its own"
+
+
+def test_a_queue_made_before_heartbeats_gets_their_column(tmp_path: Path) -> None:
+    from sqlalchemy import create_engine, inspect, text
+
+    storage = f"sqlite:///{tmp_path / 'old.db'}"
+    with create_engine(storage).begin() as c:  # the table as it was, with a job in it
+        c.execute(text("CREATE TABLE autotune_jobs (id VARCHAR(64) PRIMARY KEY, state VARCHAR(16) NOT NULL, "
+                       "study VARCHAR(256) NOT NULL, spec TEXT NOT NULL, directory TEXT NOT NULL, "
+                       "ensure_key VARCHAR(64), created_at FLOAT NOT NULL, started_at FLOAT, ended_at FLOAT, "
+                       "exit_code INTEGER, message TEXT, host VARCHAR(256), pid INTEGER, pid_started FLOAT, "
+                       "workers INTEGER, attempts INTEGER NOT NULL, cancel_requested BOOLEAN NOT NULL)"))
+        c.execute(text("INSERT INTO autotune_jobs VALUES ('job-old', 'queued', 's', :spec, '/x', NULL, 1.0, NULL, "
+                       "NULL, NULL, NULL, NULL, NULL, NULL, NULL, 0, 0)"),
+                  {"spec": JobSpec(script="/x/train.py").model_dump_json()})
+    store = JobStore(storage)
+    assert "heartbeat_at" in {col["name"] for col in inspect(store.engine).get_columns("autotune_jobs")}
+    old = store.get("job-old")
+    assert old is not None and old.state == JobState.queued and old.heartbeat_at is None
