@@ -62,6 +62,7 @@ XLA_LOOP = """
         seen.update(argv=sys.argv[1:], num_workers=loader.num_workers, xla_flags=os.environ.get("XLA_FLAGS"),
                     batches_per_execution=device_loader._parallel_loader._batches_per_execution,
                     compiled=model._compiled_call_impl is not None, world_size=os.environ.get("WORLD_SIZE"),
+                    xla_use_bf16=os.environ.get("XLA_USE_BF16"),
                     spawned=index is not None)
         rank = os.environ.get("RANK", "0")
         with open(f"{args.out}.{rank}.json", "w") as f:
@@ -160,12 +161,14 @@ def test_every_kind_of_xla_knob_reaches_the_job(loop: Path, tmp_path: Path, how:
 
 @pytest.mark.parametrize("how", ["source", "exec"])
 def test_compiled_backend_and_spawned_workers(loop: Path, tmp_path: Path, how: str) -> None:
-    """torch.compile(backend="openxla") of the model, in a worker the script spawns itself."""
-    best = best_of(loop, {"batch_size": 16, "openxla": True})
+    """torch.compile(backend="openxla") of the model and an env var (XLA_USE_BF16), in a worker the
+    script spawns itself."""
+    best = best_of(loop, {"batch_size": 16, "openxla": True, "precision": "xla_use_bf16"})
     seen, done = run_job(best, loop, ["--spawn"], tmp_path, how=how)
     assert seen["spawned"] is True
     assert seen["batch"] == 16
     assert seen["compiled"] is True
+    assert seen["xla_use_bf16"] == "1"
     assert done.stderr.count("applying study") == 1  # said once, not again by the spawned worker
 
 
@@ -287,3 +290,39 @@ def test_exec_refuses_bad_input(loop: Path, tmp_path: Path) -> None:
     done = subprocess.run([*autotune, str(tmp_path / "best.json"), "--", shutil.which("sh") or "sh", "-c", "exit 7"],
                           capture_output=True, text=True, timeout=120)
     assert done.returncode == 7  # the command's own exit code
+
+
+INDUCTOR_LOOP = """
+    import torch
+    from torch._dynamo.utils import counters
+
+    model = torch.nn.Sequential(torch.nn.Linear(16, 32), torch.nn.ReLU(), torch.nn.Linear(32, 4))
+    inner = []
+    model[0].register_forward_hook(lambda _m, _i, out: inner.append(out.dtype))
+    optimizer = torch.optim.SGD(model.parameters(), lr=0.01)
+    for step in range(3):
+        optimizer.zero_grad()
+        out = model(torch.randn(8, 16))
+        out.float().sum().backward()
+        optimizer.step()
+    print(f"first layer computed in {inner[-1]}, graphs compiled {counters['stats']['unique_graphs']}")
+"""
+
+
+@pytest.mark.parametrize("how", ["source", "exec"])
+def test_inductor_compile_and_autocast_reach_the_job(tmp_path: Path, how: str) -> None:
+    """torch.compile with the tuned mode, and autocast to bf16, on a plain eager loop."""
+    script = tmp_path / "eager.py"
+    script.write_text(textwrap.dedent(INDUCTOR_LOOP))
+    best = best_of(script, {"mode": "default", "precision": "bf16_autocast"}, target="inductor")
+    write_outputs(tmp_path, best, [], None)
+    if how == "source":
+        command = ["bash", "-c", f"source {tmp_path / 'best.env'} && python {script}"]
+    else:
+        command = [sys.executable, "-m", "autotune.cli", "exec", str(tmp_path / "best.json"), "--",
+                   sys.executable, str(script)]
+    done = subprocess.run(command, env=clean_env(), capture_output=True, text=True, timeout=600)
+    assert done.returncode == 0, done.stderr[-3000:]
+    assert "first layer computed in torch.bfloat16" in done.stdout
+    assert "graphs compiled 0" not in done.stdout
+    assert "mode=default (torch.compile of the model)" in done.stderr
