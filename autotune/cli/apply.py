@@ -10,6 +10,7 @@ import typer
 
 from autotune.cli import options as opt
 from autotune.cli.app import app, err, with_progress
+from autotune.config import RunConfig
 from autotune.errors import InvalidConfigError
 
 _ARGS = {"help_option_names": ["-h", "--help"]}
@@ -39,7 +40,8 @@ def verify(
     best: str = typer.Argument(..., metavar="STUDY|BEST_JSON", help="A study name, or the path of a best.json."),
     repeats: int = typer.Option(3, "--repeats", "-k", help="Runs of each configuration (at least 2)."),
     storage: Optional[str] = opt.STORAGE,
-    trial_timeout: float = typer.Option(1800.0, "--trial-timeout", help="Hard timeout of each run, in seconds."),
+    trial_timeout: float = typer.Option(RunConfig.model_fields["trial_timeout"].default, "--trial-timeout",
+                                        help="Hard timeout of each run, in seconds."),
     cache: Optional[Path] = typer.Option(None, "--cache", help="Cache root of compiled artifacts "
                                                                "(default: ~/.cache/autotune)."),
     json_out: bool = typer.Option(False, "--json", help="Print the outcome as one JSON object."),
