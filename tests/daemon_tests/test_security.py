@@ -352,3 +352,12 @@ def test_a_queue_made_before_heartbeats_gets_their_column(tmp_path: Path) -> Non
     assert "heartbeat_at" in {col["name"] for col in inspect(store.engine).get_columns("autotune_jobs")}
     old = store.get("job-old")
     assert old is not None and old.state == JobState.queued and old.heartbeat_at is None
+
+
+def test_a_daemon_whose_database_was_taken_over_stops(start_daemon) -> None:
+    """It stalled past the lease (a frozen VM, a long database outage) and another daemon took
+    the database: it stops at its next heartbeat instead of running jobs beside the other."""
+    d = start_daemon("--no-token")
+    _lease_from(d.storage, "trn1-node-7", seen_ago=0)
+    d.proc.wait(timeout=30)
+    assert "another autotune serve took over its database; stopping" in d.log.read_text()
