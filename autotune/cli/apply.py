@@ -76,13 +76,18 @@ def verify(
     root = default_trial_dir(Path(".autotune") / "verify" / config.study)
     limits = TrialLimits(timeout_s=trial_timeout)
 
-    def measure(which: str, params: dict[str, Any], index: int) -> Any:
+    def prepare(params: dict[str, Any]) -> Any:
         sets = {k: v for k, v in params.items() if v is not None}
-        prepared = prepare_trial(script, target=config.target, sets=sets, space=config.space, cache_root=cache_root,
-                                 nproc_per_node=config.nproc_per_node if config.launch else 1, flags=flags)
+        return prepare_trial(script, target=config.target, sets=sets, space=config.space, cache_root=cache_root,
+                             nproc_per_node=config.nproc_per_node if config.launch else 1, flags=flags)
+
+    # Both configurations are checked before anything runs.
+    prepared = {"best": prepare(config.params), "baseline": prepare(config.baseline_params or {})}
+
+    def measure(which: str, _params: dict[str, Any], index: int) -> Any:
         directory = trial_directory(root, which, index)
         return with_progress(f"run {index + 1} of the {which}",
-                             lambda: run_prepared(prepared, args, trial_dir=directory, limits=limits),
+                             lambda: run_prepared(prepared[which], args, trial_dir=directory, limits=limits),
                              log=directory / "trial.log", quiet=json_out)
 
     def show(run: Any) -> None:

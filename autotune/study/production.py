@@ -20,6 +20,7 @@ from pydantic import ValidationError
 
 from autotune.errors import AutotuneError, InvalidConfigError
 from autotune.study.outputs import BestConfig
+from autotune.targets import get_target
 from autotune.workers.apply import ANNOUNCED_ENV
 
 _PYTHON = re.compile(r"python(\d+(\.\d+)?)?$")
@@ -46,6 +47,7 @@ def load_best(ref: str, storage: str | None = None) -> BestConfig:
         if found is None:
             raise AutotuneError(f"study {ref!r} has no successful trial yet: there is no best to apply")
         best = found
+    get_target(best.target)  # a best.json of a target this autotune does not know is refused here
     if best.apply is None:
         raise InvalidConfigError(f"{ref} does not say how to apply its configuration (written by an older "
                                  f"autotune): write it again with `autotune best {best.study} > best.json`")

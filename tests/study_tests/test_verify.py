@@ -99,6 +99,13 @@ def test_verify_refuses_bad_input(tmp_path: Path) -> None:
         assert done.returncode == 2, done.stderr
         assert message in done.stderr and "Traceback" not in done.stderr
     data = json.loads(best.read_text())
+    data["target"] = "xla"  # a best.json of another target than its space's
+    best.write_text(json.dumps(data))
+    done = subprocess.run([sys.executable, "-m", "autotune.cli", "verify", str(best)], cwd=tmp_path,
+                          capture_output=True, text=True, timeout=120)
+    assert done.returncode == 2 and "unknown parameter 'mode' for target xla" in done.stderr, done.stderr
+    assert len(done.stderr.strip().splitlines()) <= 2
+    data["target"] = "inductor"
     data["speedup"] = None
     best.write_text(json.dumps(data))
     done = subprocess.run([sys.executable, "-m", "autotune.cli", "verify", str(best)], cwd=tmp_path,

@@ -273,9 +273,12 @@ def test_exec_refuses_bad_input(loop: Path, tmp_path: Path) -> None:
     autotune = [sys.executable, "-m", "autotune.cli", "exec"]
     other = tmp_path / "other.json"
     other.write_text('{"not": "a best"}')
+    (tmp_path / "tpu.json").write_text(best_of(loop, {"batch_size": 16}).model_copy(
+        update={"target": "tpu9"}).model_dump_json())
     for argv, message in [
         ([str(tmp_path / "missing.json"), "--", "python", "x.py"], "no such file"),
         ([str(other), "--", "python", "x.py"], "is not a best.json"),
+        ([str(tmp_path / "tpu.json"), "--", "python", "x.py"], "unknown target 'tpu9'"),
     ]:
         done = subprocess.run([*autotune, *argv], capture_output=True, text=True, timeout=120, cwd=tmp_path)
         assert done.returncode == 2, done.stderr
