@@ -112,8 +112,6 @@ class Daemon:
             raise AutotuneError(f"cannot write to {jobs_dir}: {exc.strerror}; choose another --jobs-dir") from None
         storage = config.storage or default_storage()
         self.store = JobStore(storage)  # it makes a SQLite file's folder (autotune.study.storage)
-        self.lease = DaemonLease(self.store, url)
-        self.lease.acquire()
         optuna.logging.set_verbosity(optuna.logging.WARNING)
         try:
             self.studies = rdb_storage(storage)
@@ -125,6 +123,9 @@ class Daemon:
         max_jobs = config.max_concurrent_jobs or min(4, self.slots.for_job(1))
         self.runner = JobRunner(self.store, self.settings, self.slots, max_jobs, log=log)
         self._ensure_lock = threading.Lock()
+        # Last, so that a start that fails holds nothing; before anything touches the jobs.
+        self.lease = DaemonLease(self.store, url)
+        self.lease.acquire()
         self.prune_uploads()
 
     @property
