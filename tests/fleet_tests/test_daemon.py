@@ -2,12 +2,14 @@
 
 from __future__ import annotations
 
+import urllib.parse
 from dataclasses import dataclass
 from pathlib import Path
 
 import pytest
 
 from daemon_tests.conftest import FAST, SCRIPTS, DaemonProcess, autotune, free_port
+from tests.conftest import POSTGRES_PASSWORD
 
 pytestmark = pytest.mark.slow
 
@@ -33,6 +35,10 @@ def test_the_daemon_keeps_its_queue_and_studies_on_postgresql(postgres_url: str,
         job_id = done.stdout.strip()
         with daemon.http() as client:
             assert "***@127.0.0.1" in client.get("/health").json()["storage"], "the password is not shown"
+        files = [p for p in tmp_path.rglob("*") if p.is_file()]
+        assert any(p.name == "result.json" for p in files), files
+        for secret in (POSTGRES_PASSWORD, urllib.parse.quote(POSTGRES_PASSWORD, safe="")):
+            assert not [p for p in files if secret.encode() in p.read_bytes()], "no file of the job holds the password"
         daemon.stop()
         daemon.start()  # the queue and the study live in the database, not in the daemon
         info = daemon.job(job_id)
