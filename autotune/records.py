@@ -78,7 +78,8 @@ class RuntimeKnobs(BaseModel):
 #: nothing to change did not do (``None``: it always can).
 _MODEL = "called no module with parameters (the model)"
 INTERCEPTIONS: dict[str, tuple[str, str | None]] = {
-    "batch_size": ("the DataLoader's batch_size", "made no DataLoader"),
+    # A DataLoader given a batch_sampler of its own batches its data itself: no batch_size to set.
+    "batch_size": ("the DataLoader's batch_size", "made no DataLoader (or batches with a batch_sampler of its own)"),
     "num_workers": ("the DataLoader's num_workers", "made no DataLoader"),
     "batches_per_execution": ("the device loader's batches_per_execution", "made no ParallelLoader or MpDeviceLoader"),
     "compile": ("torch.compile of the model", _MODEL),
