@@ -14,6 +14,8 @@ from autotune.errors import InvalidConfigError, TargetError
 from autotune.records import CompileSpec
 from autotune.space import builtin_space
 from autotune.targets import get_target
+from autotune.trial import prepare_trial
+from autotune.workers.launcher import trial_env
 from autotune import host
 from autotune.targets.neuron import platform as neuron_platform
 from autotune.targets.neuron import target as neuron_target
@@ -490,9 +492,28 @@ def test_xla_cache_is_a_directory_under_the_root() -> None:
     assert compile_cache_env("/cache/", None, "xla") == {"NEURON_COMPILE_CACHE_URL": "/cache/neuron-compile-cache"}
 
 
-def test_xla_cache_passes_s3_through() -> None:
-    assert compile_cache_env("s3://bucket/neuron-cache", "2.21.33363.0", "xla") == {
+def test_xla_cache_passes_an_exported_s3_url_through() -> None:
+    assert compile_cache_env("/cache", "2.21.33363.0", "xla", "s3://bucket/neuron-cache") == {
         "NEURON_COMPILE_CACHE_URL": "s3://bucket/neuron-cache"}
+    # An exported directory is replaced: the cache root's own is what autotune lists and prunes.
+    assert compile_cache_env("/cache", None, "xla", "/var/tmp/neuron-compile-cache") == {
+        "NEURON_COMPILE_CACHE_URL": "/cache/neuron-compile-cache"}
+
+
+def test_an_exported_s3_cache_reaches_the_trial_unchanged(tmp_path) -> None:
+    script = tmp_path / "serve.py"
+    script.write_text("print('ok')\n")
+    url = "s3://fleet-bucket/neuron/cache?region=us-east-1"
+    user_env = {"PATH": "/usr/bin", "NEURON_COMPILE_CACHE_URL": url}
+    prepared = prepare_trial(script, target="neuron", platform="inf2", sets={"optlevel": 3},
+                             base_env=user_env, cache_root=str(tmp_path / "cache"))
+    env = trial_env(prepared.plan, user_env)
+    assert env["NEURON_COMPILE_CACHE_URL"] == url
+    assert env["NEURON_CC_FLAGS"] == "--target=inf2 --optlevel=3"
+    # The native path does not read it; its NEFF cache stays under the cache root.
+    prepared = prepare_trial(script, target="neuron", platform="trn2", sets={"native_opt_level": 2},
+                             base_env=user_env, cache_root=str(tmp_path / "cache"))
+    assert prepared.plan.env["TORCH_NEURONX_NEFF_CACHE_DIR"].startswith(str(tmp_path / "cache"))
 
 
 def test_native_cache_is_one_directory_per_compiler_version() -> None:
@@ -504,7 +525,5 @@ def test_native_cache_is_one_directory_per_compiler_version() -> None:
 
 
 def test_cache_rejections() -> None:
-    with pytest.raises(InvalidConfigError, match="use a directory"):
-        compile_cache_env("s3://bucket/cache", "2.21.1.0", "native")
     with pytest.raises(InvalidConfigError, match="path 'eager'"):
         compile_cache_env("/cache", None, "eager")

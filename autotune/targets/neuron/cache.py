@@ -14,6 +14,7 @@ from pathlib import Path
 from autotune.errors import InvalidConfigError
 from autotune.targets.neuron.flags import PATHS, WRAPPER_FLAGS
 
+CACHE_URL_ENV = "NEURON_COMPILE_CACHE_URL"
 #: The folder of the cache root that is NEURON_COMPILE_CACHE_URL (XLA path).
 XLA_CACHE_DIR = "neuron-compile-cache"
 #: A lock older than this is left over from a compile that died.
@@ -23,26 +24,24 @@ STALE_LOCK_SECONDS = 3600
 # Caches and devices
 
 
-def compile_cache_env(cache_root: str, compiler_version: str | None, path: str) -> dict[str, str]:
+def compile_cache_env(cache_root: str, compiler_version: str | None, path: str,
+                      exported_url: str | None = None) -> dict[str, str]:
     """The env vars that put a trial's compiled artifacts under ``cache_root``.
 
     XLA path: ``NEURON_COMPILE_CACHE_URL`` is ``<cache_root>/neuron-compile-cache`` (the cache
-    makes its own ``neuronxcc-<version>/`` level, so ``compiler_version`` is not needed), or an
-    ``s3://`` root unchanged. A ``--cache_dir=`` in ``NEURON_CC_FLAGS`` would still win over it.
-    Native path: ``TORCH_NEURONX_NEFF_CACHE_DIR`` is ``<cache_root>/neff-<compiler version>``,
-    because that cache's key does not include the compiler version and two versions must never
-    share entries.
+    makes its own ``neuronxcc-<version>/`` level, so ``compiler_version`` is not needed). An
+    ``s3://`` URL the user exported (``exported_url``) is how a fleet shares its NEFFs: it passes
+    through unchanged, since the Neuron cache reads and writes S3 itself, while autotune's results
+    and manifests stay under ``cache_root``. A ``--cache_dir=`` in ``NEURON_CC_FLAGS`` would still
+    win over either. Native path: ``TORCH_NEURONX_NEFF_CACHE_DIR`` is
+    ``<cache_root>/neff-<compiler version>``, because that cache's key does not include the
+    compiler version and two versions must never share entries.
     """
     if path == "xla":
-        if cache_root.startswith("s3://"):
-            return {"NEURON_COMPILE_CACHE_URL": cache_root}
-        return {"NEURON_COMPILE_CACHE_URL": os.path.join(cache_root, XLA_CACHE_DIR)}
+        if exported_url and exported_url.startswith("s3://"):
+            return {CACHE_URL_ENV: exported_url}
+        return {CACHE_URL_ENV: os.path.join(cache_root, XLA_CACHE_DIR)}
     if path == "native":
-        if cache_root.startswith("s3://"):
-            raise InvalidConfigError(
-                f"the native path's NEFF cache is a directory (local or shared, e.g. NFS), not "
-                f"{cache_root!r}; use a directory as the cache root for the native path"
-            )
         version = re.sub(r"[^\w.+-]", "_", compiler_version) if compiler_version else "unknown"
         return {"TORCH_NEURONX_NEFF_CACHE_DIR": os.path.join(cache_root, f"neff-{version}")}
     raise InvalidConfigError(f"path {path!r} is not one of {', '.join(PATHS)}")

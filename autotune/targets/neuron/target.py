@@ -8,7 +8,7 @@ from typing import Any, Mapping, MutableMapping
 from autotune.errors import InvalidConfigError, TargetError
 from autotune.records import CompileSpec, TrialPlan
 from autotune.targets.base import CacheUnit, Target, common_knobs, directory_usage, file_units, package_version
-from autotune.targets.neuron.cache import XLA_CACHE_DIR, compile_cache_env, failed_entry, neuron_cache_entries
+from autotune.targets.neuron.cache import CACHE_URL_ENV, XLA_CACHE_DIR, compile_cache_env, failed_entry, neuron_cache_entries
 from autotune.targets.neuron.cores import VISIBLE_CORES, NeuronCoreSlot, rank_env
 from autotune.targets.neuron.errors import NEURON_FAILURES
 from autotune.targets.neuron.flags import (
@@ -168,9 +168,15 @@ class NeuronTarget(Target):
                          "neuron_cc_wrapper; on the native path they reach neuronx-cc itself")
         return notes
 
-    def cache_env(self, root: str, params: Mapping[str, Any]) -> tuple[dict[str, str], list[str]]:
-        path = params.get("path", "xla")
-        return compile_cache_env(root, package_version("neuronx-cc"), path), []
+    def cached_plan(self, params: Mapping[str, Any], cache_root: str,
+                    base_env: Mapping[str, str] | None = None) -> TrialPlan:
+        # Unlike the other targets' caches, the user's own cache location can matter here: an
+        # s3:// NEURON_COMPILE_CACHE_URL the user exported is a fleet's shared NEFFs, kept as is.
+        plan = self.plan(params, base_env)
+        exported = (base_env or {}).get(CACHE_URL_ENV)
+        plan.env.update(compile_cache_env(cache_root, package_version("neuronx-cc"), params.get("path", "xla"),
+                                          exported))
+        return plan
 
     def available(self) -> bool:
         return neuron_present()
