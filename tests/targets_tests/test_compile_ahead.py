@@ -3,6 +3,9 @@ cache paths a compile job and its measure job use."""
 
 from __future__ import annotations
 
+import json
+import os
+import sys
 from pathlib import Path
 
 import pytest
@@ -30,6 +33,8 @@ def test_neuron_compiles_ahead_under_neuron_parallel_compile_with_the_platform_n
         "--target=trn1 --model-type=transformer --optlevel=2"
     assert job.env["NEURON_COMPILE_CACHE_URL"] == measure.env["NEURON_COMPILE_CACHE_URL"] == \
         "/shared/autotune-cache/neuron-compile-cache"
+    assert job.env["NEURON_PLATFORM_TARGET_OVERRIDE"] == "trn1"
+    assert "NEURON_PLATFORM_TARGET_OVERRIDE" not in measure.env
     assert trial_command(job, Path("/tmp/spec.json"))[:4] == ["neuron_parallel_compile", *trial_command(
         measure, Path("/tmp/spec.json"))[:3]]
     assert trial_command(job, Path("/tmp/spec.json"))[-3:] == ["-m", "autotune.workers.harness", "/tmp/spec.json"]
@@ -40,6 +45,7 @@ def test_a_neuron_configuration_that_names_its_target_keeps_it():
     plan = target.plan({"path": "xla", "target": "inf2", "optlevel": 1}, {})
     job, measure = target.compile_ahead(plan, "trn1")
     assert job.env["NEURON_CC_FLAGS"] == measure.env["NEURON_CC_FLAGS"] == "--target=inf2 --optlevel=1"
+    assert job.env["NEURON_PLATFORM_TARGET_OVERRIDE"] == "inf2"
 
 
 def test_neuron_torchrun_trials_run_torchrun_under_neuron_parallel_compile():
@@ -99,3 +105,32 @@ def test_a_compile_job_on_a_node_without_neuron_parallel_compile_says_so(tmp_pat
                        protocol=MeasurementProtocol(compile_only=True))
     assert not result.ok
     assert result.failure.reason == "cannot start neuron_parallel_compile on this node: No such file or directory"
+
+
+def test_a_compile_node_without_a_device_compiles_for_the_measuring_platform(tmp_path, monkeypatch):
+    """The exact environment the compile node's ``neuron_parallel_compile`` process starts with."""
+    from autotune.workers.launcher import TrialLimits, run_trial
+
+    seen = tmp_path / "env.json"
+    fake = tmp_path / "bin" / "neuron_parallel_compile"
+    fake.parent.mkdir()
+    fake.write_text(f"""#!{sys.executable}
+import json, os
+keys = ("NEURON_PLATFORM_TARGET_OVERRIDE", "NEURON_CC_FLAGS", "NEURON_COMPILE_CACHE_URL")
+open({str(seen)!r}, "w").write(json.dumps({{k: os.environ.get(k) for k in keys}}))
+""")
+    fake.chmod(0o755)
+    monkeypatch.setenv("PATH", f"{fake.parent}:{os.environ['PATH']}")
+    target = get_target("neuron")
+    plan = target.cached_plan({"path": "xla", "model_type": "transformer", "optlevel": 3}, str(tmp_path / "cache"),
+                              base_env={})
+    job, _ = target.compile_ahead(plan, "inf2.xlarge")
+    script = tmp_path / "serve.py"
+    script.write_text("print('compiled by the fake')\n")
+    run_trial(job, script, trial_dir=tmp_path / "trial", limits=TrialLimits(timeout_s=60),
+              protocol=MeasurementProtocol(compile_only=True))
+    assert json.loads(seen.read_text()) == {
+        "NEURON_PLATFORM_TARGET_OVERRIDE": "inf2",
+        "NEURON_CC_FLAGS": "--target=inf2 --model-type=transformer --optlevel=3",
+        "NEURON_COMPILE_CACHE_URL": str(tmp_path / "cache" / "neuron-compile-cache"),
+    }

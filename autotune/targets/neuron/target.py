@@ -26,6 +26,9 @@ from autotune.targets.neuron.platform import PLATFORM_SPACES, detect_platform, n
 
 #: The Neuron SDK's ahead-of-time compile of a script's graphs (torch-neuronx, XLA path).
 PARALLEL_COMPILE = "neuron_parallel_compile"
+#: The platform a compile on a machine with no Neuron device is for; AWS's own tools (nkipy's
+#: ``get_platform_target``) read it before anything else, with the ``--target`` spellings.
+PLATFORM_TARGET_OVERRIDE = "NEURON_PLATFORM_TARGET_OVERRIDE"
 
 # ---------------------------------------------------------------------------------------------
 # The target
@@ -248,15 +251,21 @@ class NeuronTarget(Target):
         ``NEURON_EXTRACT_GRAPHS_ONLY=1`` (graphs traced, not executed) and then compiles the graphs
         it extracted, in parallel, into the persistent cache (``NEURON_COMPILE_CACHE_URL``). A CPU
         node cannot detect the platform, so both jobs name it in ``--target``: the cache hashes
-        the flags as given, and the measure job must ask for exactly what the compile job made."""
+        the flags as given, and the measure job must ask for exactly what the compile job made.
+        The compile job also sets ``NEURON_PLATFORM_TARGET_OVERRIDE``, which the Neuron SDK's
+        tools read where no device answers (the value spelled as ``--target``)."""
         if plan.params.get("path", "xla") == "native":
             return None
         measure = plan.model_copy(deep=True)
-        if plan.params.get("target") is None:
+        family = plan.params.get("target")
+        if family is None:
             family = platform_family(platform) if platform else detect_platform()
             measure.env[FLAGS_ENV] = canonical_flags({"target": family}, plan.env.get(FLAGS_ENV, ""))
         job = measure.model_copy(deep=True)
         job.wrapper = [PARALLEL_COMPILE]
+        # Off the device, torch-neuronx and the compiler driver cannot ask the hardware what
+        # they compile for: the compile job names it, the measure job (on the device) need not.
+        job.env[PLATFORM_TARGET_OVERRIDE] = family
         return job, measure
 
     def compile_job_note(self) -> str:
