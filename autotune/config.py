@@ -40,7 +40,8 @@ class JobConfig(BaseModel):
     SHORT: ClassVar[dict[str, str]] = {"trials": "-n", "target": "-t", "sets": "-s"}
     #: The name of an option's value in ``--help``, where the type's is not clear enough.
     METAVAR: ClassVar[dict[str, str]] = {"confirm": "K", "objective": "NAME", "constraint": "NAME<=VALUE",
-                                         "prefer": "NAME", "price_per_hour": "USD"}
+                                         "prefer": "NAME", "price_per_hour": "USD",
+                                         "budget_usd": "USD", "budget_hours": "HOURS"}
     #: Options the command line passes on as text for the model to parse: ``--price-per-hour cheap``
     #: is then the one-line error that names the option, as ``--price-per-hour -1`` is, and not
     #: click's usage box.
@@ -118,6 +119,13 @@ class JobConfig(BaseModel):
                                                            "catalogue's on-demand price (a reserved or spot rate).")
     prices: Path | None = Field(None, description="YAML or JSON file of 'instance_type: US dollars per hour' that "
                                                   "overrides the catalogue's on-demand prices.")
+    budget_usd: float | None = Field(None, gt=0, allow_inf_nan=False, description=(
+        "Stop asking for trials once the next would take the study's spend past this many US dollars: the "
+        "machine time of its trials and compiles at the instance's price (needs --instance-type or "
+        "--price-per-hour); what runs finishes."))
+    budget_hours: float | None = Field(None, gt=0, allow_inf_nan=False, description=(
+        "As --budget-usd, in instance-hours: the trials' and compiles' wall time, each at its share of the "
+        "instance."))
 
     @field_validator("target", "sampler", "direction")
     @classmethod

@@ -229,6 +229,16 @@ def _number(value: float | None) -> str:
     return f"{value:,.3f}" if abs(value) < 100 else f"{value:,.1f}"
 
 
+def spend_line(spend) -> str:
+    """``0.0123 instance-hours ($0.0093) over 8 trials, of a budget of 0.02 instance-hours``."""
+    money = f" (${spend.usd:.4g})" if spend.usd is not None else ""
+    caps = [f"{spend.budget_hours:g} instance-hours" if spend.budget_hours is not None else None,
+            f"${spend.budget_usd:g}" if spend.budget_usd is not None else None]
+    cap = " and ".join(c for c in caps if c)
+    return (f"{spend.hours:.4g} instance-hours{money} over {spend.trials} trial{'s' if spend.trials != 1 else ''}"
+            + (f", of a budget of {cap}" if cap else ""))
+
+
 def render_study(result, console: Console) -> None:
     render_trials(result.study, result.trials, result.baseline_value, result.best, console, metric=result.metric,
                   maximize=result.maximize)
@@ -245,6 +255,8 @@ def render_study(result, console: Console) -> None:
             if result.cache_hit_rate is not None else ""
         console.print(f"compile stage: {len(staged)} configurations, {fmt_seconds(ahead)} compiling ahead; their "
                       f"measure jobs still compiled for {fmt_seconds(still)}{hits}", highlight=False)
+    if result.spend is not None and result.spend.trials:
+        console.print(f"spent: {spend_line(result.spend)}", highlight=False)
     for note in result.notes:
         console.print(f"[yellow]note:[/yellow] {escape(note)}")
     if result.best is None:

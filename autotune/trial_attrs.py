@@ -82,6 +82,9 @@ class StudyAttrs:
     #: and the devices each trial held (``None``: the target holds none): what cost figures use.
     price: dict[str, Any] | None = None
     devices_per_trial: int | None = None
+    #: What the study had spent at the end of the last run, and its caps
+    #: (:class:`autotune.study.budget.Spend`, as a dict).
+    spend: dict[str, Any] | None = None
 
     @classmethod
     def of(cls, study: Any) -> StudyAttrs:

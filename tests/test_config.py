@@ -28,6 +28,7 @@ CHANGED = {"trials": 7, "target": "inductor", "space": "inductor", "platform": "
            "direction": "minimize", "memory_limit": "8GiB", "fresh": True, "retry_failed": True,
            "loss_tolerance": 0.5, "numerics_guard": False, "prune": False, "confirm": 2,
            "instance_type": "inf2.xlarge", "price_per_hour": 1.967861, "prices": Path("/tmp/prices.yaml"),
+           "budget_usd": 12.5, "budget_hours": 0.75,
            "ray_address": "10.0.0.5:6379", "storage": "sqlite:////tmp/x.db", "out": Path("/tmp/out"),
            "cache": Path("/tmp/cache"), "objective": ["latency_p99", "throughput"],
            "constraint": ["throughput>=200", "peak_memory<=12GiB"], "prefer": "throughput"}
@@ -88,6 +89,11 @@ def test_bad_values_name_their_option() -> None:
         StudyOptions.checked(script="x.py", sampler="annealing")
     with pytest.raises(InvalidConfigError, match="^--study .*must be letters"):
         RunOptions.checked(study="a b")
+    for cap in (0, -1.0, float("inf")):
+        with pytest.raises(InvalidConfigError, match="^--budget-(usd|hours) "):
+            RunConfig.checked(budget_usd=cap)
+        with pytest.raises(InvalidConfigError, match="^--budget-hours "):
+            RunConfig.checked(budget_hours=cap)
     for price in (0, -1.5, float("nan"), float("inf")):
         with pytest.raises(InvalidConfigError, match="^--price-per-hour .*positive number of US dollars"):
             RunConfig.checked(price_per_hour=price)

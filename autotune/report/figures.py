@@ -14,6 +14,7 @@ from typing import Any
 from autotune.objectives import objective
 from autotune.report.data import StudyReport
 from autotune.study.outputs import TrialSummary
+from autotune.trial_attrs import StudyAttrs
 
 #: Failure categories get one marker colour each, always the same (a crash is red in every report).
 _CATEGORY_COLOURS = {
@@ -148,6 +149,34 @@ def pareto_front(study: Any, report: StudyReport) -> Any | None:
     return optuna.visualization.plot_pareto_front(study)
 
 
+def spend(study: Any) -> Any | None:
+    """What the study spent over time in instance-hours (and dollars, on hover, where it had a
+    price), a step for each trial or compile that ran, with the caps its last run kept; None where
+    nothing ran."""
+    import plotly.graph_objects as go
+
+    from autotune.study.budget import spend_over_time
+
+    steps = spend_over_time(study)
+    if not steps:
+        return None
+    attrs = StudyAttrs.of(study)
+    dollars = [f"<br>${usd:.4g}" if usd is not None else "" for _, _, usd in steps]
+    fig = go.Figure(go.Scatter(x=[when for when, _, _ in steps], y=[hours for _, hours, _ in steps],
+                               mode="lines+markers", line_shape="hv", name="spent", text=dollars,
+                               hovertemplate="%{x}<br>%{y:.4g} instance-hours%{text}<extra></extra>"))
+    caps = attrs.spend or {}
+    if caps.get("budget_hours") is not None:
+        fig.add_hline(y=caps["budget_hours"], line_dash="dash", line_color="#d62728",
+                      annotation_text=f"--budget-hours {caps['budget_hours']:g}")
+    if caps.get("budget_usd") is not None and attrs.price:
+        fig.add_hline(y=caps["budget_usd"] / attrs.price["per_hour"], line_dash="dot", line_color="#d62728",
+                      annotation_text=f"--budget-usd {caps['budget_usd']:g} at ${attrs.price['per_hour']:g}/h")
+    fig.update_layout(title="Spend over time: machine time of the trials and compiles that ran, each at its share "
+                            "of the instance", xaxis_title="when each ended", yaxis_title="spent (instance-hours)")
+    return fig
+
+
 def figures(report: StudyReport, study: Any) -> dict[str, Any]:
     """Every figure of the report by its file stem, in the order the report shows them."""
     out = {"history": history(report), "knob_effects": knob_effects(report)}
@@ -157,4 +186,7 @@ def figures(report: StudyReport, study: Any) -> dict[str, Any]:
     front = pareto_front(study, report)
     if front is not None:
         out["pareto_front"] = front
+    spent = spend(study)
+    if spent is not None:
+        out["spend"] = spent
     return out

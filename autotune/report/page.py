@@ -172,7 +172,7 @@ def render_page(report: StudyReport, figs: dict[str, Any]) -> str:
         "compile": _figure(figs["compile_time"], "fig-compile_time"),
         "failures": _failures(report),
         "pareto": pareto,
-        "cost": _cost(report),
+        "cost": _cost(report) + (_figure(figs["spend"], "fig-spend") if "spend" in figs else ""),
         "best": _best(report),
         "trials": _trials(report),
     }

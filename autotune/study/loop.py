@@ -36,6 +36,7 @@ from autotune.search.configurations import enumerate_space, grid_size, starting_
 from autotune.search.samplers import make_sampler, suggest
 from autotune.space import SearchSpace, compile_key, config_key
 from autotune.space.processes import most_processes, with_processes
+from autotune.study.budget import Budget
 from autotune.study.claims import Claims, over_budget
 from autotune.study.compile_stage import CompileAhead, compile_job, compile_stage, local_compile_slots
 from autotune.study.database import sqlite_path
@@ -127,6 +128,9 @@ class Study:
         costed = "cost" in [o.name for o in self.objectives] + [c.name for c in self.constraints]
         self.usd_per_sample_second = trial_rate(self.price, instance_type=self.instance_type,
                                                 devices_per_trial=self.devices_per_trial) if costed else None
+        #: The spending cap (``--budget-usd``, ``--budget-hours``) and what the study spent against it.
+        self.budget = Budget.of(hours=options.budget_hours, usd=options.budget_usd, price=self.price,
+                                instance_type=self.instance_type, devices_per_trial=self.devices_per_trial)
         self.progress = StudyProgress(self.name, self.target.name, options.trials, metric=self.objectives[0].name,
                                       maximize=self.objectives[0].maximize)
         # What run() opens: the Optuna storage and study.
@@ -288,6 +292,10 @@ class Study:
         if self.o.confirm > 0 and time.monotonic() < deadline:
             self._confirm(pool, deadline)
         self._update_progress(0)
+        spend = self.budget.spend(self.study)
+        write(self.study, spend=spend.model_dump())
+        if spend.stopped:
+            self.notes.append(spend.stopped)
         self.write_outputs()
 
     def _measure(self, pool: Any, beats: Heartbeats, deadline: float) -> None:
@@ -305,7 +313,8 @@ class Study:
             counted, running_elsewhere = self._counts(exclude=set(in_flight))
             want_more = counted + len(in_flight) + running_elsewhere < self.o.trials and self.stopped is None
             exhausted = consecutive_dups >= 50
-            while want_more and self._room(pool) and time.monotonic() < deadline and not exhausted:
+            while want_more and self._room(pool) and time.monotonic() < deadline and not exhausted \
+                    and self.budget.allows(self.study, len(in_flight)):
                 if self._every_configuration_taken():  # only where a trial could start: it reads every trial
                     exhausted = True
                     break
@@ -414,7 +423,7 @@ class Study:
         todo = [t for t in todo if t.number not in done]
         in_flight: dict[Any, Any] = {}
         while todo or in_flight:
-            while todo and pool.free and time.monotonic() < deadline:
+            while todo and pool.free and time.monotonic() < deadline and self.budget.allows(self.study, len(in_flight)):
                 original = todo.pop(0)
                 params = TrialResult.model_validate_json(TrialAttrs.of(original).result).plan.params
                 trial_dir = self.out / "trials" / f"{original.number:04d}-again"
@@ -428,7 +437,7 @@ class Study:
                 self._told.tell_confirmation(in_flight.pop(tag), result_json, error)
         skipped = [t.number for t in todo]
         if skipped:
-            self.notes.append(f"the study's time ran out before trials {', '.join(map(str, skipped))} "
+            self.notes.append(f"the study's time or budget ran out before trials {', '.join(map(str, skipped))} "
                               "were measured again")
 
     def _counts(self, exclude: set[int]) -> tuple[int, int]:
@@ -572,10 +581,11 @@ class Study:
 
         sampler = self.study.sampler
         gain = sampler.expected_gain(self.study) if isinstance(sampler, AutotuneSampler) else None
-        return study_result(self.study, name=self.name, storage=self.storage_url, target=self.target.name,
-                            out=self.out, provenance=self.provenance, notes=self.notes, ran=self._told.ran,
-                            reused=self._told.reused, space=self.space, expected_gain=gain,
-                            exhausted=self.exhausted, stopped=self.stopped)
+        result = study_result(self.study, name=self.name, storage=self.storage_url, target=self.target.name,
+                              out=self.out, provenance=self.provenance, notes=self.notes, ran=self._told.ran,
+                              reused=self._told.reused, space=self.space, expected_gain=gain,
+                              exhausted=self.exhausted, stopped=self.stopped)
+        return result.model_copy(update={"spend": self.budget.spend(self.study)})
 
     def write_outputs(self) -> None:
         trials = self.summaries()

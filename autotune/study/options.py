@@ -13,6 +13,7 @@ from pydantic import BaseModel, ConfigDict, Field
 from autotune.config import RunConfig
 from autotune.records import MeasurementProtocol
 from autotune.objectives import speedup
+from autotune.study.budget import Spend
 from autotune.study.database import ShownURL
 from autotune.study.outlook import SearchOutlook
 from autotune.study.outputs import BestConfig, TrialSummary
@@ -53,6 +54,8 @@ class StudyResult(BaseModel):
     notes: list[str] = Field(default_factory=list)
     #: What the study found and whether a longer one would likely find more, from its own trials.
     outlook: SearchOutlook | None = None
+    #: The machine time (and dollars, with a price) the study's trials and compiles took, and its caps.
+    spend: Spend | None = None
     exit_code: int = EXIT_OK
 
 

@@ -17,7 +17,7 @@ from autotune.report.page import SECTIONS
 from .conftest import StoredStudy
 
 #: The figures of a one-objective study, by their element id.
-FIGURES = ["fig-history", "fig-knob_effects", "fig-importances", "fig-compile_time"]
+FIGURES = ["fig-history", "fig-knob_effects", "fig-importances", "fig-compile_time", "fig-spend"]
 
 
 def write(study: StoredStudy, out: Path) -> dict:
