@@ -119,7 +119,7 @@ def run_trial(
         limit = limits.memory_limit()
         # Stopped for at most its own timeout in all: a measurement that never ends (or a mark
         # that never goes) delays a compile job, never stops it for good.
-        held = _Pause(proc.pid, pause, cap_s=limits.timeout_s)
+        held = _Pause(tree, pause, cap_s=limits.timeout_s)
         try:
             while proc.poll() is None:
                 used = tree.memory(limit)
@@ -282,10 +282,10 @@ def _gib(n: int) -> str:
 
 
 class _Pause:
-    """Stops and continues a trial's process group as ``wanted`` says; counts the time stopped."""
+    """Stops and continues a trial's processes as ``wanted`` says; counts the time stopped."""
 
-    def __init__(self, pgid: int, wanted: Callable[[], bool] | None, cap_s: float = math.inf) -> None:
-        self.pgid = pgid
+    def __init__(self, tree: _Tree, wanted: Callable[[], bool] | None, cap_s: float = math.inf) -> None:
+        self.tree = tree
         self.wanted = wanted
         #: Seconds it may be stopped in all; past them it runs on whatever ``wanted`` says.
         self.cap_s = cap_s
@@ -313,10 +313,17 @@ class _Pause:
             self.since = None
 
     def _signal(self, sig: signal.Signals) -> None:
+        """To the process group, and to each process of the tree outside it: torchrun starts each
+        rank in a session of its own."""
         try:
-            os.killpg(self.pgid, sig)
+            os.killpg(self.tree.pid, sig)
         except (ProcessLookupError, PermissionError):
             pass
+        for p in self.tree.alive():
+            try:
+                p.send_signal(sig)
+            except (psutil.NoSuchProcess, psutil.AccessDenied):
+                pass
 
 
 class _Tree:
@@ -332,7 +339,8 @@ class _Tree:
         except psutil.NoSuchProcess:
             pass
 
-    def _refresh(self) -> list[psutil.Process]:
+    def alive(self) -> list[psutil.Process]:
+        """The tree's processes alive now, each descendant seen so far among them."""
         root = self.known.get(self.pid)
         if root is not None:
             try:
@@ -358,7 +366,7 @@ class _Tree:
         So: RSS for a single process; for a tree, PSS every few seconds and whenever the RSS
         sum crosses the limit, so that no trial is killed on the inflated figure.
         """
-        procs = self._refresh()
+        procs = self.alive()
         rss = 0
         for p in procs:
             try:
@@ -383,4 +391,4 @@ class _Tree:
         return total
 
     def kill(self) -> None:
-        kill_tree(self.pid, self._refresh())
+        kill_tree(self.pid, self.alive())

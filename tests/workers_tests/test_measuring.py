@@ -8,6 +8,7 @@ import os
 import stat
 import time
 from pathlib import Path
+from typing import Any
 
 import psutil
 import pytest
@@ -87,40 +88,75 @@ def test_no_process_is_left_stopped_when_the_wait_ends_in_an_error(write_script,
         pass
 
 
-def test_a_stopped_trial_ends_with_the_process_that_launched_it(write_script, tmp_path: Path) -> None:
-    """The launcher SIGKILLed (a Ray worker, or its whole node's raylet, or ``autotune trial``)
-    while its trial is stopped: the trial cannot notice by itself, the kernel ends it."""
-    import subprocess
-    import sys
-
-    pid_file = tmp_path / "pid"
-    script = write_script("sleeps_long.py", f"import os, time\nopen({str(pid_file)!r}, 'w').write(str(os.getpid()))\n"
-                                            "time.sleep(120)\n")
-    launcher = f"""
-from pathlib import Path
-from autotune.records import TrialPlan
-from autotune.workers.launcher import TrialLimits, run_trial
-pid = Path({str(pid_file)!r})
-run_trial(TrialPlan(target="inductor", params={{}}), {str(script)!r}, trial_dir={str(tmp_path / 'trial')!r},
-          limits=TrialLimits(timeout_s=60.0), pause=lambda: pid.exists() and bool(pid.read_text()))
-"""
-    parent = subprocess.Popen([sys.executable, "-c", launcher])
-    deadline = time.monotonic() + 60
-    while not (pid_file.exists() and pid_file.read_text()) and time.monotonic() < deadline:
-        time.sleep(0.1)
-    trial = psutil.Process(int(pid_file.read_text()))
-    while trial.status() != psutil.STATUS_STOPPED and time.monotonic() < deadline:
-        time.sleep(0.1)
-    assert trial.status() == psutil.STATUS_STOPPED
-    parent.kill()
-    parent.wait()
+def _ends_soon(procs: list[psutil.Process], what: str) -> None:
+    """Each of ``procs`` is dead (or a zombie waiting for its reaper) within 10 s; else killed and failed."""
     deadline = time.monotonic() + 10
     while time.monotonic() < deadline:
         try:
-            if trial.status() == psutil.STATUS_ZOMBIE:
-                return
+            alive = [p for p in procs if p.is_running() and p.status() != psutil.STATUS_ZOMBIE]
         except psutil.NoSuchProcess:
+            continue
+        if not alive:
             return
         time.sleep(0.1)
-    trial.kill()
-    pytest.fail("the stopped trial outlived the process that launched it")
+    for p in procs:
+        try:
+            p.kill()
+        except psutil.NoSuchProcess:
+            pass
+    pytest.fail(f"{what} outlived the process that launched it")
+
+
+def _launch_stopped(tmp_path: Path, script: Path, pid_file: Path, count: int, nproc: int) -> tuple[Any, list[Any]]:
+    """A process that runs ``script`` as a trial of ``nproc`` processes and stops it once ``count``
+    pids are in ``pid_file``; that process, and the trial's processes once stopped."""
+    import subprocess
+    import sys
+
+    launcher = f"""
+from pathlib import Path
+from autotune.trial import prepare_trial
+from autotune.workers.launcher import TrialLimits, run_trial
+pids = Path({str(pid_file)!r})
+prepared = prepare_trial({str(script)!r}, target="inductor", nproc_per_node={nproc})
+run_trial(prepared.plan, prepared.script, trial_dir={str(tmp_path / 'trial')!r}, limits=TrialLimits(timeout_s=120.0),
+          pause=lambda: pids.exists() and len(pids.read_text().split()) >= {count})
+"""
+    parent = subprocess.Popen([sys.executable, "-c", launcher])
+    try:
+        deadline = time.monotonic() + 90
+        while not (pid_file.exists() and len(pid_file.read_text().split()) >= count) and time.monotonic() < deadline:
+            time.sleep(0.1)
+        procs = [psutil.Process(int(pid)) for pid in pid_file.read_text().split()]
+        while any(p.status() != psutil.STATUS_STOPPED for p in procs) and time.monotonic() < deadline:
+            time.sleep(0.1)
+        assert all(p.status() == psutil.STATUS_STOPPED for p in procs), "every process of the trial was stopped"
+    except BaseException:
+        parent.kill()
+        raise
+    return parent, procs
+
+
+SLEEPS = "import os, time\nwith open({pids!r}, 'a') as fh:\n    fh.write(f'{{os.getpid()}}\\n')\ntime.sleep(120)\n"
+
+
+def test_a_stopped_trial_ends_with_the_process_that_launched_it(write_script, tmp_path: Path) -> None:
+    """The launcher SIGKILLed (a Ray worker, or its whole node's raylet, or ``autotune trial``)
+    while its trial is stopped: the trial cannot notice by itself, the kernel ends it."""
+    pid_file = tmp_path / "pids"
+    script = write_script("sleeps_long.py", SLEEPS.format(pids=str(pid_file)))
+    parent, procs = _launch_stopped(tmp_path, script, pid_file, count=1, nproc=1)
+    parent.kill()
+    parent.wait()
+    _ends_soon(procs, "the stopped trial")
+
+
+def test_the_stopped_ranks_of_a_torchrun_trial_end_with_its_launcher(write_script, tmp_path: Path) -> None:
+    """torchrun's agent dies with the launcher, and each rank with the agent, all of them stopped."""
+    pid_file = tmp_path / "pids"
+    script = write_script("ranks_sleep.py", SLEEPS.format(pids=str(pid_file)))
+    parent, procs = _launch_stopped(tmp_path, script, pid_file, count=2, nproc=2)
+    agent = psutil.Process(parent.pid).children()
+    parent.kill()
+    parent.wait()
+    _ends_soon(procs + agent, "a stopped rank or its torchrun agent")
