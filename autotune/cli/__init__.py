@@ -1,7 +1,7 @@
 """The ``autotune`` command line.
 
 :mod:`.app` holds the Typer app; each module beside it registers a group of commands on it:
-:mod:`.commands` (trial, run, best, show), :mod:`.apply` (exec, verify), :mod:`.compare`, :mod:`.cache`, :mod:`.landscape`,
+:mod:`.commands` (trial, run, best, show), :mod:`.apply` (exec, verify), :mod:`.minimize`, :mod:`.compare`, :mod:`.cache`, :mod:`.landscape`,
 :mod:`.report` (report, dashboard) and :mod:`.daemon` (serve, submit, status, cancel, logs, ensure,
 and ``best --server``). This is the top layer: it may import every other part of autotune, and
 nothing imports it.
@@ -14,7 +14,7 @@ import sys
 
 from rich.markup import escape
 
-from autotune.cli import apply, cache, commands, compare, daemon, landscape, report  # noqa: F401  (each registers its commands)
+from autotune.cli import apply, cache, commands, compare, daemon, landscape, minimize, report  # noqa: F401  (each registers its commands)
 from autotune.cli.app import app, err
 from autotune.errors import AutotuneError
 from autotune.records import APPLY_ENV
