@@ -372,10 +372,18 @@ class Measurement(BaseModel):
     #: Phases of the run the figure covers: more than one where a later phase trains with an
     #: optimizer of its own, each phase measured in steady state, the run measured to its end.
     phases: int = 1
+    #: The model's FLOPs per sample: one call of the model the harness found, forward and, where
+    #: the loop trains, backward (``autotune.workers.flops``); ``None`` where it could not be counted.
+    flops_per_sample: float | None = None
 
     @property
     def ci95_half_width(self) -> float:
         return (self.ci95_high - self.ci95_low) / 2
+
+    @property
+    def flops_per_second(self) -> float | None:
+        """The model FLOP/s achieved: its FLOPs per sample at the measured samples/s."""
+        return self.flops_per_sample * self.throughput if self.flops_per_sample is not None else None
 
 
 class CompileStats(BaseModel):

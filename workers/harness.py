@@ -55,6 +55,7 @@ from autotune.workers import knobs as runtime_knobs
 from autotune.workers import ranks
 from autotune.workers.backends import Backends
 from autotune.workers.ending import record_end, write_report
+from autotune.workers.flops import model_flops_per_sample
 from autotune.workers.step_clock import NumericsFailure, StepClock
 from autotune.workers.tensors import batch_len, to_float
 
@@ -87,6 +88,8 @@ class TrialRuntime:
         self.params = dict(spec.plan.params)
         #: The runtime knobs the harness found what to apply to (a DataLoader, the model).
         self.applied: set[str] = set()
+        #: The model's FLOPs per sample (:mod:`~autotune.workers.flops`), once its first call counted them.
+        self.flops_per_sample: float | None = None
 
     # -- the optional API (autotune.report / autotune.step) ----------------------------------
     def on_report(self, metrics: dict[str, float]) -> None:
@@ -286,6 +289,8 @@ class TrialRuntime:
             if (threading.current_thread() is runtime.training_thread
                     and next(module.parameters(), None) is not None):
                 Module.__call__ = orig_call
+                # Before the trial's casts and compile: the model as the script wrote it.
+                runtime.flops_per_sample = model_flops_per_sample(module, args, kwargs, batch_len((args, kwargs)))
                 runtime._prepare_model(module)
                 return module(*args, **kwargs)
             return orig_call(module, *args, **kwargs)
@@ -319,6 +324,8 @@ class TrialRuntime:
         try:
             self.clock.finish()
             r.measurement = self.clock.measurement()
+            if r.measurement is not None:
+                r.measurement.flops_per_sample = self.flops_per_sample
             r.windows = self.clock.timed_windows()
         except Exception as exc:  # a bug in the statistics must not lose the rest of the result
             r.error = r.error or f"measurement failed: {exc!r}"

@@ -140,7 +140,9 @@ def combined_measurement(ranks: list[HarnessReport]) -> Measurement | None:
         converged=all(m.converged for m in measured),
         warmup_steps=max(m.warmup_steps for m in measured),
         warmup_seconds=max(m.warmup_seconds for m in measured),
-        pruned=any(m.pruned for m in measured))
+        pruned=any(m.pruned for m in measured),
+        # Per sample, the same model on every rank.
+        flops_per_sample=next((m.flops_per_sample for m in measured if m.flops_per_sample is not None), None))
 
 
 def rank_results(ranks: list[HarnessReport]) -> list[RankResult]:

@@ -1,0 +1,49 @@
+"""The model's FLOPs per sample, counted on shapes alone: the figures by hand, and the model untouched."""
+
+from __future__ import annotations
+
+import torch
+
+from autotune.workers.flops import model_flops_per_sample
+
+# Per sample, a Linear(i, o) forward is 2*i*o FLOPs; its backward as a training loop runs it is the
+# weight's gradient (2*i*o) plus the gradient of its input where a layer before it needs that (2*i*o).
+FORWARD = 2 * (64 * 128 + 128 * 10)
+TRAINING = 2 * FORWARD + 2 * 128 * 10
+
+
+def mlp() -> torch.nn.Module:
+    torch.manual_seed(0)
+    return torch.nn.Sequential(torch.nn.Linear(64, 128), torch.nn.ReLU(), torch.nn.Linear(128, 10))
+
+
+def test_a_training_step_counts_forward_and_backward_and_leaves_the_model_as_it_was() -> None:
+    model = mlp()
+    before = {n: p.detach().clone() for n, p in model.named_parameters()}
+    x = torch.randn(32, 64)
+    assert model_flops_per_sample(model, (x,), {}, 32) == TRAINING
+    assert all(torch.equal(p, before[n]) and p.grad is None for n, p in model.named_parameters())
+
+
+def test_inference_counts_the_forward_alone() -> None:
+    with torch.no_grad():
+        assert model_flops_per_sample(mlp(), (torch.randn(8, 64),), {}, 8) == FORWARD
+
+
+def test_a_model_that_reads_its_data_is_not_counted() -> None:
+    class Reads(torch.nn.Module):
+        def __init__(self) -> None:
+            super().__init__()
+            self.layer = torch.nn.Linear(4, 4)
+
+        def forward(self, x: torch.Tensor) -> torch.Tensor:
+            return self.layer(x) * float(x.sum().item() > 0)
+
+    assert model_flops_per_sample(Reads(), (torch.randn(2, 4),), {}, 2) is None
+
+
+def test_batch_norm_running_statistics_do_not_move() -> None:
+    model = torch.nn.Sequential(torch.nn.Linear(4, 4), torch.nn.BatchNorm1d(4))
+    mean = model[1].running_mean.clone()
+    assert model_flops_per_sample(model, (torch.randn(8, 4),), {}, 8) is not None
+    assert torch.equal(model[1].running_mean, mean) and model[1].num_batches_tracked.item() == 0
