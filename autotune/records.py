@@ -54,6 +54,17 @@ class CompileSpec(BaseModel):
     options: dict[str, Any] = Field(default_factory=dict)
 
 
+class TraceSpec(BaseModel):
+    """``torch_neuronx.trace`` as a trial applies it: the traced model is what serves requests."""
+
+    #: The configuration's compiler settings, in place of the same settings of the script's own
+    #: ``compiler_args`` (trace reads no ``NEURON_CC_FLAGS``).
+    compiler_args: str = ""
+    #: Where traced models are kept, keyed by model, example inputs, compiler arguments and
+    #: versions, so that a second trial of the same loads it instead of compiling it again.
+    cache_dir: str | None = None
+
+
 class RuntimeKnobs(BaseModel):
     """What the harness changes inside the user's process. ``None`` keeps the script's own value."""
 
@@ -72,6 +83,8 @@ class RuntimeKnobs(BaseModel):
     lazy_device: bool = False
     #: Torch intra-op threads for this trial (parallel trials on one CPU must not oversubscribe it).
     threads: int | None = None
+    #: ``torch_neuronx.trace`` calls of the script take the configuration's compiler settings.
+    trace: TraceSpec | None = None
 
 
 #: What the harness changes in the script for each runtime knob, and what a script that gives it
@@ -88,6 +101,8 @@ INTERCEPTIONS: dict[str, tuple[str, str | None]] = {
     "model_dtype": ("the model's parameters cast", _MODEL),
     "lazy_device": ("timing windows that wait for a lazy device", None),
     "threads": ("torch's intra-op threads", None),
+    # A training loop on the same path never traces: nothing is missing there.
+    "trace": ("torch_neuronx.trace's compiler_args", None),
 }
 #: The runtime knobs whose value is the library's own default: set to it, a knob changes nothing,
 #: so a script that gives it nothing to act on (a loop that moves its batches to the device itself,
@@ -326,8 +341,9 @@ class ApplySpec(BaseModel):
            speedup: float | None = None) -> ApplySpec:
         """What of ``plan`` a production run applies; ``env``: its env vars without the tuning
         machine's. The knobs that only serve a measurement (the trial's threads, waiting for a lazy
-        device at a window's edge) stay out."""
-        knobs = plan.knobs.model_copy(update={"threads": None, "lazy_device": False})
+        device at a window's edge, the trials' cache of traced models) stay out."""
+        trace = plan.knobs.trace.model_copy(update={"cache_dir": None}) if plan.knobs.trace else None
+        knobs = plan.knobs.model_copy(update={"threads": None, "lazy_device": False, "trace": trace})
         return cls(study=study, trial=trial, target=plan.target, script=script, env=env,
                    flags_env=plan.flags_env if plan.flags_env in env else None, knobs=knobs,
                    script_flags=plan.script_flags, routes=plan.routes, params=plan.params,
@@ -452,6 +468,9 @@ class HarnessReport(BaseModel):
     #: The configuration's env vars that the script replaced or removed itself
     #: (``os.environ["NEURON_CC_FLAGS"] = ...``), each with where it did so (``train.py:12``).
     env_overrides: dict[str, str] = Field(default_factory=dict)
+    #: What a reader of the result should know of how the configuration was applied (a flag of the
+    #: script's own that the configuration replaced).
+    notes: list[str] = Field(default_factory=list)
 
 
 class KnobEffect(BaseModel):

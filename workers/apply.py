@@ -11,7 +11,8 @@ the DataLoader's workers. In each:
   script's own in its arguments, before the script parses them;
 - once torch is imported: the DataLoader's batch size and workers, ``torch.compile`` as the
   configuration compiles (also where the script compiles its model itself), the model cast or run
-  under autocast, and, once torch-xla's loader module is imported, ``batches_per_execution``;
+  under autocast, once torch-xla's loader module is imported, ``batches_per_execution``, and once
+  torch-neuronx is, the tuned compiler settings in ``torch_neuronx.trace``'s ``compiler_args``;
 - the configuration's env vars are watched: a script that sets ``NEURON_CC_FLAGS`` itself replaces
   the tuned flags, and is told so.
 
@@ -76,6 +77,10 @@ class ProductionRun:
         if self.knobs.batches_per_execution is not None:
             after_import("torch_xla.distributed.parallel_loader", lambda module: runtime_knobs.patch_device_loader(
                 module, self.knobs.batches_per_execution, self.applied))
+        if self.knobs.trace is not None:
+            traced = runtime_knobs.TracedModels(self.knobs.trace, self.applied, lambda model: model,
+                                                self._on_args_replaced)
+            after_import("torch_neuronx", traced.patch)
         self._install_root_hook()
 
     def _compiled_by_script(self) -> None:
@@ -125,6 +130,10 @@ class ProductionRun:
                          f"process{'es' if processes != 1 else ''} per node: start it with `autotune exec "
                          f"{s.study} -- python {s.script} ...` to get the measured launch")
         return lines
+
+    def _on_args_replaced(self, replaced: list[str]) -> None:
+        _say(f"{PREFIX} torch_neuronx.trace: the tuned compiler settings replace the script's own "
+             f"compiler_args {', '.join(replaced)}")
 
     def on_env_override(self, name: str, value: str | None, where: str) -> None:
         _say(f"{PREFIX} warning: {where} {'set' if value is not None else 'removed'} {name} itself, replacing the "

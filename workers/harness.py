@@ -19,6 +19,11 @@ What it intercepts, and why:
   Each later call of the model is a step boundary of the weakest kind, and the leading dimension
   of its first tensor input is the samples of a step that no loader delimits.
 - ``torch.compile``: a script that compiles its model itself gets the trial's options instead.
+- ``torch_neuronx.trace`` (Neuron's traced inference): the trial's compiler settings go into its
+  ``compiler_args`` in place of the script's own, a model traced before with the same arguments is
+  loaded from the cache instead, and the traced model (or what ``torch_neuronx.dynamic_batch`` and
+  ``torch_neuronx.DataParallel`` make of it) is what serves: each of its calls is a request, timed
+  as a step that has run on the device when the call returns.
 - ``torch.autograd.backward`` (``Tensor.backward()`` calls it): also the first losses (for the
   numerics guard) and a NaN check at window edges.
 - ``torch.optim.Optimizer.__init__``: the optimizers the script made. One that has not stepped
@@ -37,6 +42,7 @@ import runpy
 import sys
 import threading
 import time
+import weakref
 from pathlib import Path
 from typing import Any, Callable
 
@@ -53,6 +59,7 @@ from autotune.records import (
 from autotune.workers import isa_probe
 from autotune.workers import knobs as runtime_knobs
 from autotune.workers import ranks
+from autotune.workers.apply import after_import
 from autotune.workers.backends import Backends
 from autotune.workers.ending import record_end, write_report
 from autotune.workers.flops import model_flops_per_sample
@@ -90,6 +97,10 @@ class TrialRuntime:
         self.applied: set[str] = set()
         #: The model's FLOPs per sample (:mod:`~autotune.workers.flops`), once its first call counted them.
         self.flops_per_sample: float | None = None
+        self.traced_models: runtime_knobs.TracedModels | None = None
+        #: The traced model that serves the script's requests (or what wraps it), whose calls are timed.
+        self._serving: Callable[[], Any] = lambda: None
+        self._timed_classes: set[type] = set()
 
     # -- the optional API (autotune.report / autotune.step) ----------------------------------
     def on_report(self, metrics: dict[str, float]) -> None:
@@ -123,6 +134,10 @@ class TrialRuntime:
         self._install_root_hook(torch)
         if self.knobs.lazy_device or "torch_xla" in sys.modules:
             self._patch_xla()
+        if self.knobs.trace is not None:
+            self.traced_models = runtime_knobs.TracedModels(self.knobs.trace, self.applied, self._serve,
+                                                            self._on_args_replaced)
+            after_import("torch_neuronx", self._patch_neuronx)
         runtime_knobs.watch_env(self.plan.env, self.plan.flags_env, self.on_env_override)
 
     def on_env_override(self, name: str, value: str | None, where: str) -> None:
@@ -278,6 +293,65 @@ class TrialRuntime:
 
         self._orig_torch_compile = runtime_knobs.patch_torch_compile(self.knobs.compile, self.applied, compiled_by_script)
 
+    def _patch_neuronx(self, neuronx: Any) -> None:
+        assert self.traced_models is not None
+        self.traced_models.patch(neuronx)
+        traced_trace = neuronx.trace
+
+        def trace(*args: Any, **kwargs: Any) -> Any:
+            # The model the script traces runs inside trace() to be recorded: those calls are no
+            # requests, and the model that serves is the traced one.
+            self._stop_finding_model()
+            return traced_trace(*args, **kwargs)
+
+        neuronx.trace = trace
+        for name in ("dynamic_batch", "DataParallel"):
+            wrap = getattr(neuronx, name, None)
+            if wrap is not None:
+                setattr(neuronx, name, self._serving_what(wrap))
+
+    def _serving_what(self, wrap: Callable[..., Any]) -> Callable[..., Any]:
+        def serving(*args: Any, **kwargs: Any) -> Any:
+            return self._serve(wrap(*args, **kwargs))
+
+        return serving
+
+    def _serve(self, model: Any) -> Any:
+        """``model`` serves the requests from now on. A traced model's call returns once the
+        NeuronCore has run it, with its outputs on the host: a window may end at any request."""
+        self._stop_finding_model()
+        self.clock.lazy = False
+        self.model = model
+        self._serving = weakref.ref(model)
+        cls = type(model)
+        if cls not in self._timed_classes:
+            # On the class: a TorchScript module ignores a call set on the instance, and the
+            # object the script holds (and may torch.jit.save) must stay the one trace made.
+            self._timed_classes.add(cls)
+            orig_call = cls.__call__
+            clock, serving = self.clock, lambda: self._serving()
+
+            def call(module: Any, *args: Any, **kwargs: Any) -> Any:
+                if module is serving():
+                    clock.boundary("forward", batch_len((args, kwargs)))
+                return orig_call(module, *args, **kwargs)
+
+            cls.__call__ = call
+        return model
+
+    def _on_args_replaced(self, replaced: list[str]) -> None:
+        note = (f"torch_neuronx.trace: the configuration replaced the script's own compiler_args "
+                f"{', '.join(replaced)}")
+        if note not in self.report.notes:
+            self.report.notes.append(note)
+            sys.stderr.write(f"autotune: {note}\n")
+
+    def _stop_finding_model(self) -> None:
+        import torch
+
+        if self._orig_module_call is not None and self.model is None:
+            torch.nn.Module.__call__ = self._orig_module_call
+
     def _install_root_hook(self, torch: Any) -> None:
         """Find the model: the first module with parameters called on the main thread."""
         Module = torch.nn.Module
@@ -333,6 +407,12 @@ class TrialRuntime:
         r.compile.graphs_after_warmup = self.clock.graphs_after_warmup
         r.compile.compile_seconds = self.backends.compile_seconds()
         r.compile.cache_hits, r.compile.cache_misses = self.backends.cache_counts()
+        traced = self.traced_models
+        if traced is not None and (traced.loaded or traced.traced):
+            r.compile.graphs_compiled += traced.traced
+            r.compile.compile_seconds = (r.compile.compile_seconds or 0.0) + traced.trace_seconds
+            r.compile.cache_hits = (r.compile.cache_hits or 0) + traced.loaded
+            r.compile.cache_misses = (r.compile.cache_misses or 0) + traced.traced
         r.knobs_applied = {knob: knob in self.applied for knob, value in self.knobs.model_dump().items()
                            if value not in (None, False) and NEUTRAL_KNOB_VALUES.get(knob) != value
                            and INTERCEPTIONS.get(knob, ("", None))[1] is not None}

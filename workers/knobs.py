@@ -10,12 +10,16 @@ Each function changes one thing the script made (its DataLoader's arguments, its
 
 from __future__ import annotations
 
+import hashlib
 import inspect
 import os
 import sys
+import time
+from importlib import metadata
+from pathlib import Path
 from typing import Any, Callable
 
-from autotune.records import CompileSpec, RuntimeKnobs
+from autotune.records import CompileSpec, RuntimeKnobs, TraceSpec
 from autotune.workers.tensors import cast_floats, input_dtype, module_device_type
 
 
@@ -148,6 +152,89 @@ def compiled_call(target: Any, spec: CompileSpec, orig_compile: Callable[..., An
         return call_impl(*args, **kwargs)
 
     return orig_compile(run_model, **compile_kwargs(spec))
+
+
+class TracedModels:
+    """``torch_neuronx.trace`` with the configuration's compiler settings: each call merges them into
+    the script's ``compiler_args`` (the configuration's value of a setting wins), and, where the
+    trial has a cache of traced models, loads a model traced before with the same arguments
+    instead of compiling it again (the traced module is TorchScript: ``torch.jit.save``/``load``)."""
+
+    def __init__(self, spec: TraceSpec, applied: set[str], on_traced: Callable[[Any], Any],
+                 on_replaced: Callable[[list[str]], None]) -> None:
+        self.spec = spec
+        self.applied = applied
+        self.on_traced = on_traced
+        self.on_replaced = on_replaced
+        self.loaded = 0
+        self.traced = 0
+        self.trace_seconds = 0.0
+
+    def patch(self, neuronx: Any) -> None:
+        from autotune.targets.neuron.flags import merge_compiler_args
+
+        orig_trace = neuronx.trace
+
+        def trace(func: Any, example_inputs: Any, *args: Any, **kwargs: Any) -> Any:
+            merged, replaced = merge_compiler_args(self.spec.compiler_args, kwargs.get("compiler_args"))
+            kwargs["compiler_args"] = merged
+            self.applied.add("trace")
+            if replaced:
+                self.on_replaced(replaced)
+            saved = self._artifact(func, example_inputs, kwargs)
+            if saved is not None and saved.exists():
+                import torch
+
+                self.loaded += 1
+                return self.on_traced(torch.jit.load(str(saved)))
+            started = time.perf_counter()
+            traced = orig_trace(func, example_inputs, *args, **kwargs)
+            self.trace_seconds += time.perf_counter() - started
+            self.traced += 1
+            if saved is not None:
+                _save_traced(traced, saved)
+            return self.on_traced(traced)
+
+        neuronx.trace = trace
+
+    def _artifact(self, func: Any, example_inputs: Any, kwargs: dict[str, Any]) -> Path | None:
+        """Where a model traced from ``func`` with these arguments is kept: keyed like a NEFF, by
+        what is compiled (the module, its weights, which a traced model holds, and the example
+        inputs' shapes) and how (the compiler arguments and the versions that compile); ``None``
+        for a callable that is no module, whose closure no key can see."""
+        import torch
+
+        if self.spec.cache_dir is None or not isinstance(func, torch.nn.Module):
+            return None
+        key = hashlib.sha256()
+        for package in ("torch", "torch-neuronx", "neuronx-cc"):
+            key.update(f"{package}={_version(package)};".encode())
+        key.update(repr(sorted((k, repr(v)) for k, v in kwargs.items() if k != "compiler_workdir")).encode())
+        key.update(f"{type(func).__module__}.{type(func).__qualname__}\n{func!r}".encode())
+        for name, tensor in func.state_dict().items():
+            key.update(f"{name}:{tuple(tensor.shape)}:{tensor.dtype};".encode())
+            key.update(tensor.detach().cpu().contiguous().view(torch.uint8).numpy().tobytes())
+        inputs = example_inputs if isinstance(example_inputs, (tuple, list)) else (example_inputs,)
+        key.update(repr([(tuple(t.shape), str(t.dtype)) if hasattr(t, "shape") else repr(t) for t in inputs]).encode())
+        return Path(self.spec.cache_dir) / f"{key.hexdigest()}.pt"
+
+
+def _version(package: str) -> str:
+    try:
+        return metadata.version(package)
+    except metadata.PackageNotFoundError:
+        return ""
+
+
+def _save_traced(traced: Any, path: Path) -> None:
+    """Saved through a temporary file renamed into place: a trial killed while saving leaves no
+    half-written model that the next one would load."""
+    import torch
+
+    path.parent.mkdir(parents=True, exist_ok=True)
+    tmp = path.with_name(f".{path.name}.{os.getpid()}.tmp")
+    torch.jit.save(traced, str(tmp))
+    os.replace(tmp, path)
 
 
 def replaces(configured: str, value: str | None, is_flags: bool) -> bool:

@@ -155,6 +155,7 @@ def run_trial(
         result.losses = report.losses
         result.metrics = report.metrics
         result.stopped_early = report.stopped_early
+        result.notes.extend(report.notes)
     if watchdog is not None:
         watchdog.signal = "SIGKILL"
         result.failure = watchdog

@@ -17,6 +17,9 @@ from autotune.targets.neuron.flags import PATHS, WRAPPER_FLAGS
 CACHE_URL_ENV = "NEURON_COMPILE_CACHE_URL"
 #: The folder of the cache root that is NEURON_COMPILE_CACHE_URL (XLA path).
 XLA_CACHE_DIR = "neuron-compile-cache"
+#: The folder of the cache root that keeps models traced by ``torch_neuronx.trace`` (TorchScript,
+#: one file per model, compiler arguments and versions).
+TRACED_CACHE_DIR = "neuron-traced"
 #: A lock older than this is left over from a compile that died.
 STALE_LOCK_SECONDS = 3600
 

@@ -7,6 +7,7 @@ string as given), so every flag is written in one canonical form and order here.
 from __future__ import annotations
 
 import re
+import shlex
 from dataclasses import dataclass
 from typing import Any, Callable, Literal, Mapping
 
@@ -245,3 +246,30 @@ def canonical_flags(params: Mapping[str, Any], user_flags: str = "") -> str:
 
     rendered = [_render(flag.key, settings[flag.key]) for flag in COMPILER_FLAGS if flag.key in settings]
     return " ".join([r for r in rendered if r] + [f.text for f in others] + [f.text for f in wrapper])
+
+
+# ---------------------------------------------------------------------------------------------
+# torch_neuronx.trace's compiler_args
+
+
+def merge_compiler_args(configured: str, script_args: str | list[str] | None) -> tuple[list[str], list[str]]:
+    """``torch_neuronx.trace``'s ``compiler_args`` with the configuration's compiler settings
+    (``configured``, as :func:`canonical_flags` wrote them) in place of the script's own, and what
+    of the script's they replaced (``"--optlevel 1 -> --optlevel=3"``).
+
+    trace hands ``compiler_args`` (a string or a list of strings) to neuronx-cc and reads no
+    ``NEURON_CC_FLAGS``, so this is the only way a tuned flag reaches a traced model. The result is
+    the canonical string, split as a shell would: the settings in canonical order and spelling,
+    then the script's other flags as it wrote them."""
+    if script_args is None:
+        script = ""
+    elif isinstance(script_args, str):
+        script = script_args
+    else:
+        script = " ".join(shlex.quote(str(arg)) for arg in script_args)
+    ours = {flag.key: flag.value for flag in parse_user_flags(configured) if flag.kind == "known"}
+    replaced = []
+    for flag in parse_user_flags(script):
+        if flag.kind == "known" and flag.key in ours and _render(flag.key, flag.value) != _render(flag.key, ours[flag.key]):
+            replaced.append(f"{_render(flag.key, flag.value)} -> {_render(flag.key, ours[flag.key]) or 'nothing'}")
+    return shlex.split(canonical_flags(ours, script)), replaced

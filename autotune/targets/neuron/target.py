@@ -6,9 +6,9 @@ from pathlib import Path
 from typing import Any, Mapping, MutableMapping
 
 from autotune.errors import InvalidConfigError, TargetError
-from autotune.records import CompileSpec, TrialPlan
+from autotune.records import CompileSpec, TraceSpec, TrialPlan
 from autotune.targets.base import CacheUnit, Target, common_knobs, directory_usage, file_units, package_version
-from autotune.targets.neuron.cache import CACHE_URL_ENV, XLA_CACHE_DIR, compile_cache_env, failed_entry, neuron_cache_entries
+from autotune.targets.neuron.cache import CACHE_URL_ENV, TRACED_CACHE_DIR, XLA_CACHE_DIR, compile_cache_env, failed_entry, neuron_cache_entries
 from autotune.targets.neuron.cores import VISIBLE_CORES, NeuronCoreSlot, rank_env
 from autotune.targets.neuron.errors import NEURON_FAILURES
 from autotune.targets.neuron.flags import (
@@ -120,6 +120,9 @@ class NeuronTarget(Target):
         else:
             knobs.lazy_device = True
             knobs.batches_per_execution = params.get("batches_per_execution")
+            # trace() hands its compiler_args to neuronx-cc and reads no NEURON_CC_FLAGS: a script
+            # that traces its model gets the configuration's settings there.
+            knobs.trace = TraceSpec(compiler_args=canonical_flags(params))
 
         precision = params.get("precision")
         if precision == "bf16_model":
@@ -179,6 +182,8 @@ class NeuronTarget(Target):
         exported = (base_env or {}).get(CACHE_URL_ENV)
         plan.env.update(compile_cache_env(cache_root, package_version("neuronx-cc"), params.get("path", "xla"),
                                           exported))
+        if plan.knobs.trace is not None:
+            plan.knobs.trace.cache_dir = str(Path(cache_root) / TRACED_CACHE_DIR)
         return plan
 
     def available(self) -> bool:
@@ -232,16 +237,17 @@ class NeuronTarget(Target):
             "entries": len(entries),
             **{s: states.get(s, 0) for s in ("done", "failed", "locked", "stale_lock", "incomplete")},
             "bytes": sum(e.size for e in entries)}}
-        for d in sorted(root.glob("neff-*")):
-            files, size = directory_usage(d)
-            sections[d.name] = {"files": files, "bytes": size}
+        for d in [*sorted(root.glob("neff-*")), root / TRACED_CACHE_DIR]:
+            if d.is_dir():
+                files, size = directory_usage(d)
+                sections[d.name] = {"files": files, "bytes": size}
         return sections
 
     def cache_units(self, root: Path) -> list[CacheUnit]:
         # An entry is removed whole, and never from under a running compile.
         units: list[CacheUnit] = [(e.mtime, e.size, e.path) for e in neuron_cache_entries(root / XLA_CACHE_DIR)
                                   if e.state != "locked"]
-        return units + file_units(sorted(root.glob("neff-*")))
+        return units + file_units([*sorted(root.glob("neff-*")), root / TRACED_CACHE_DIR])
 
     def compile_cache_persists(self) -> bool:
         return True
