@@ -6,6 +6,12 @@ exit code 2 (bad input). The message names the fix.
 
 from __future__ import annotations
 
+import importlib
+
+#: The name to install autotune by (pyproject.toml's ``name``): "autotune" on PyPI is another
+#: project, so every install hint spells this one.
+DISTRIBUTION = "torch-autotune"
+
 
 class AutotuneError(Exception):
     """Base of every error caused by the user's input or environment."""
@@ -44,3 +50,16 @@ class MissingPackageError(AutotuneError):
         super().__init__(f"{needed_for} needs the package {package}, which is not installed here; "
                          f"install it with: {install}")
         self.package = package
+
+
+def install_hint(extra: str) -> str:
+    """The command that installs one of autotune's extras: ``pip install "torch-autotune[report]"``."""
+    return f'pip install "{DISTRIBUTION}[{extra}]"'
+
+
+def require(package: str, needed_for: str, extra: str) -> None:
+    """A :class:`MissingPackageError` naming ``extra``'s install command when ``package`` cannot be imported."""
+    try:
+        importlib.import_module(package)
+    except ImportError:
+        raise MissingPackageError(package, needed_for, install_hint(extra)) from None

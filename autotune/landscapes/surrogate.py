@@ -36,7 +36,7 @@ study on it unchanged. Its answers are deterministic (a configuration always get
 and its best is the best it predicts over the space (:meth:`SurrogateLandscape.best`).
 
 :func:`held_out_error` says how far to trust it: k-fold, each recorded configuration predicted by
-a surrogate fitted without it. Needs scikit-learn (``pip install "autotune[bench]"``).
+a surrogate fitted without it. Needs scikit-learn (``pip install "torch-autotune[bench]"``).
 """
 
 from __future__ import annotations
@@ -49,7 +49,7 @@ from typing import Any
 
 import numpy as np
 
-from autotune.errors import AutotuneError
+from autotune.errors import AutotuneError, install_hint
 from autotune.landscapes.landscape import ConfigRecord, Landscape, canonical
 from autotune.landscapes.replay import interval_sigma
 from autotune.space import Parameter, SearchSpace, config_key
@@ -75,7 +75,7 @@ def _sklearn() -> Any:
         import sklearn.ensemble
         import sklearn.model_selection
     except ImportError:
-        raise AutotuneError('a surrogate needs scikit-learn: pip install "autotune[bench]"') from None
+        raise AutotuneError(f"a surrogate needs scikit-learn: {install_hint('bench')}") from None
     return sklearn
 
 

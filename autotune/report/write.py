@@ -6,24 +6,20 @@ which install command brings them instead of failing on an import.
 
 from __future__ import annotations
 
-import importlib
 from pathlib import Path
 from typing import Any
 
 from autotune.atomic_file import write_atomic
-from autotune.errors import AutotuneError, MissingPackageError
+from autotune import errors
+from autotune.errors import AutotuneError
 from autotune.report.data import study_report
 
 IMAGE_FORMATS = ("png", "svg")
-_EXTRA = 'pip install "autotune[report]"'
 
 
 def require(package: str, needed_for: str) -> None:
-    """A :class:`MissingPackageError` naming the extra when ``package`` cannot be imported."""
-    try:
-        importlib.import_module(package)
-    except ImportError:
-        raise MissingPackageError(package, needed_for, _EXTRA) from None
+    """A :class:`~autotune.errors.MissingPackageError` naming the report extra when ``package`` cannot be imported."""
+    errors.require(package, needed_for, "report")
 
 
 def report_html(study: Any, name: str) -> tuple[str, dict[str, Any]]:

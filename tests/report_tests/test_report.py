@@ -141,7 +141,7 @@ def test_report_without_plotly_names_the_install_command(main_job_study: StoredS
                           timeout=60)
     assert done.returncode == 2
     lines = [ln for ln in done.stderr.splitlines() if ln.startswith("error:")]
-    assert len(lines) == 1 and 'pip install "autotune[report]"' in lines[0], done.stderr
+    assert len(lines) == 1 and 'pip install "torch-autotune[report]"' in lines[0], done.stderr
 
 
 def test_images_without_a_browser_are_a_clear_error(main_job_study: StoredStudy, tmp_path: Path) -> None:
