@@ -9,6 +9,10 @@ one date), a prices file of the user's, or ``--price-per-hour``.
 The arithmetic is AWS's: cost per 1M samples = 1e6 / (samples per second) x (price per hour) / 3600,
 where the samples per second are the whole instance's: a trial that held C of the instance's N
 NeuronCores is scaled by the N // C such trials the instance runs side by side.
+
+The catalogue also holds each accelerator's peak (dense bf16): a model's FLOP/s over the peak of
+the devices its trial held is its model FLOPs utilisation. Where no peak is known (a CPU), it says
+so instead of a figure.
 """
 
 from __future__ import annotations
@@ -16,8 +20,10 @@ from __future__ import annotations
 import datetime
 import functools
 import math
+import re
 from importlib import resources
 from pathlib import Path
+from typing import Any
 
 import yaml
 from pydantic import BaseModel, ConfigDict, Field, model_validator
@@ -42,6 +48,29 @@ class Instance(BaseModel):
     device_memory_gib: float = Field(gt=0)
     #: On-demand price in US dollars per hour; ``None`` where there is no public one.
     usd_per_hour: float | None = Field(None, gt=0, allow_inf_nan=False)
+    #: Its Neuron chips: how many, and which (a name of the catalogue's ``chips``).
+    chips: int = Field(ge=1)
+    chip: str
+
+
+class Chip(BaseModel):
+    """A Neuron chip and its peak."""
+
+    model_config = ConfigDict(extra="forbid", frozen=True)
+
+    name: str
+    description: str
+    bf16_tflops: float = Field(gt=0)
+
+
+class Gpu(BaseModel):
+    """A GPU model, found by a pattern of the name its driver gives, and its peak."""
+
+    model_config = ConfigDict(extra="forbid", frozen=True)
+
+    pattern: str
+    description: str
+    bf16_tflops: float = Field(gt=0)
 
 
 class PriceBasis(BaseModel):
@@ -61,12 +90,17 @@ class Catalogue(BaseModel):
 
     prices: PriceBasis
     instances: list[Instance]
+    chips: list[Chip]
+    gpus: list[Gpu]
 
     @model_validator(mode="after")
     def _names_are_unique(self) -> Catalogue:
         names = [row.name for row in self.instances]
         if len(set(names)) != len(names):
             raise ValueError("an instance type is listed twice")
+        unknown = {row.chip for row in self.instances} - {c.name for c in self.chips}
+        if unknown:
+            raise ValueError(f"instances name chips the catalogue does not list: {sorted(unknown)}")
         return self
 
     @property
@@ -228,3 +262,59 @@ def trial_rate(price: Price | None, *, instance_type: str | None, devices_per_tr
                            "prices), --price-per-hour or --prices")
     _, side_by_side = instance_rate(1.0, instance_type=instance_type, devices_per_trial=devices_per_trial)
     return price.per_hour / 3600 / side_by_side
+
+
+class Utilisation(BaseModel):
+    """How far a measured configuration is from the hardware: the model's FLOPs per sample, the
+    FLOP/s its throughput makes of them, and that over the peak of the devices its trial held."""
+
+    flops_per_sample: float
+    flops_per_second: float
+    #: Dense bf16 FLOP/s of the devices the trial held; ``None`` where no peak is known.
+    peak_flops_per_second: float | None = None
+    #: Where the peak came from, or why there is none.
+    peak_source: str
+    #: Model FLOPs utilisation: ``flops_per_second`` over ``peak_flops_per_second``.
+    mfu: float | None = None
+
+
+def utilisation(flops_per_sample: float | None, samples_per_second: float | None, provenance: dict[str, Any],
+                *, devices_per_trial: int | None, processes: int = 1) -> Utilisation | None:
+    """The utilisation of a trial that measured ``samples_per_second`` of a model of
+    ``flops_per_sample`` where ``provenance`` says (:func:`autotune.provenance.provenance`); it held
+    ``devices_per_trial`` NeuronCores (``None``: none), or ran ``processes`` processes, one GPU each.
+    ``None`` where the FLOPs were not counted."""
+    if not flops_per_sample or not samples_per_second:
+        return None
+    achieved = flops_per_sample * samples_per_second
+    peak, source = device_peak(provenance, devices_per_trial=devices_per_trial, processes=processes)
+    return Utilisation(flops_per_sample=flops_per_sample, flops_per_second=achieved, peak_flops_per_second=peak,
+                       peak_source=source, mfu=achieved / peak if peak else None)
+
+
+def device_peak(provenance: dict[str, Any], *, devices_per_trial: int | None,
+                processes: int = 1) -> tuple[float | None, str]:
+    """The dense bf16 peak FLOP/s of the devices a trial held, and where it came from; or ``None``
+    and why no peak is known."""
+    instance = provenance.get("instance_type")
+    if devices_per_trial:
+        row = instance_info(instance) if instance else None
+        if row is None:
+            return None, (f"no peak is known for instance type {instance}" if instance else
+                          "the instance type is not known (--instance-type names it): no peak")
+        chip = next(c for c in catalogue().chips if c.name == row.chip)
+        per_core = chip.bf16_tflops * 1e12 * row.chips / row.neuron_cores
+        return devices_per_trial * per_core, (
+            f"catalogue: {chip.description}, {chip.bf16_tflops:g} bf16 TFLOPS over {row.neuron_cores // row.chips} "
+            f"NeuronCores; {devices_per_trial} NeuronCore{'s' if devices_per_trial > 1 else ''} of {instance}")
+    device, host = str(provenance.get("device") or ""), str(provenance.get("host_device") or "")
+    kind, _, name = device.partition(":")
+    gpu = name if kind == "cuda" else host.partition(":")[2] if name.upper() in ("CUDA", "GPU") else None
+    if gpu is None:
+        return None, f"no peak is known for a CPU ({host.partition(':')[2] or device}): no utilisation"
+    row_gpu = next((g for g in catalogue().gpus if re.search(g.pattern, gpu)), None)
+    if row_gpu is None:
+        return None, f"no peak is known for the GPU {gpu}: no utilisation"
+    return processes * row_gpu.bf16_tflops * 1e12, (
+        f"catalogue: {row_gpu.description}, {row_gpu.bf16_tflops:g} bf16 TFLOPS (dense)"
+        + (f" x {processes} processes" if processes > 1 else ""))

@@ -10,7 +10,7 @@ from rich.table import Table
 from rich.text import Text
 
 from autotune.objectives import objective, speedup
-from autotune.pricing import Cost
+from autotune.pricing import Cost, Utilisation
 from autotune.records import KnobEffect, TrialResult
 
 def format_value(value: float, metric: str) -> str:
@@ -44,6 +44,22 @@ def fmt_usd(usd: float | None) -> str:
     if usd is None:
         return "-"
     return f"${usd:,.2f}" if usd >= 10 else f"${usd:.4g}"
+
+
+def fmt_flops(flops: float | None) -> str:
+    """``40.4 kFLOP``, ``1.3 TFLOP``: a count of floating-point operations with an SI prefix."""
+    if flops is None:
+        return "-"
+    for prefix, scale in (("P", 1e15), ("T", 1e12), ("G", 1e9), ("M", 1e6), ("k", 1e3)):
+        if abs(flops) >= scale:
+            return f"{flops / scale:.3g} {prefix}FLOP"
+    return f"{flops:.3g} FLOP"
+
+
+def utilisation_line(use: Utilisation) -> str:
+    """The model's FLOPs per sample, the FLOP/s achieved, and the utilisation or why there is none."""
+    share = (f"; {use.mfu:.2%} of the peak ({use.peak_source})" if use.mfu is not None else f"; {use.peak_source}")
+    return f"{fmt_flops(use.flops_per_sample)} per sample, {fmt_flops(use.flops_per_second)}/s achieved{share}"
 
 
 def cost_line(cost: Cost) -> str:
@@ -112,6 +128,9 @@ def render_trial(result: TrialResult, console: Console) -> None:
                                 f"(95% CI {m.ci95_low:,.1f} .. {m.ci95_high:,.1f}"
                                 f"{'' if m.converged else ', pruned' if m.pruned else ', not converged'})")
         t.add_row("step time", f"median {fmt_seconds(m.step_time_median)}, p90 {fmt_seconds(m.step_time_p90)}")
+        if m.flops_per_second is not None:
+            t.add_row("model FLOPs", f"{fmt_flops(m.flops_per_sample)} per sample, "
+                                     f"{fmt_flops(m.flops_per_second)}/s achieved")
         phases = (f", over {m.phases} phases of the run (each trains with an optimizer of its own)"
                   if m.phases > 1 else "")
         t.add_row("measured", f"{m.steps_measured} steps in {m.windows} windows after "
@@ -150,7 +169,10 @@ def render_trials(study: str, trials: list, baseline: float | None, best, consol
     priced = any(t.usd_per_million_samples is not None for t in trials)
     # The interval is the throughput's, whatever the objective: say so where it is not the value's.
     ci_col = "95% CI" if metric == "throughput" else "throughput 95% CI"
-    for col in ("trial", value_col, ci_col, "speedup", *(["$ / 1M samples"] if priced else []), "parameters"):
+    flops = any(t.flops_per_second is not None for t in trials)
+    mfu = any(t.mfu is not None for t in trials)
+    for col in ("trial", value_col, ci_col, "speedup", *(["$ / 1M samples"] if priced else []),
+                *(["model FLOP/s"] if flops else []), *(["MFU"] if mfu else []), "parameters"):
         table.add_column(col, justify="left" if col in (ci_col, "parameters") else "right")
     rows = sorted(trials, key=lambda t: t.number) if all_trials else ok[:top]
     for t in rows:
@@ -173,7 +195,9 @@ def render_trials(study: str, trials: list, baseline: float | None, best, consol
         if t.confirms is not None:
             params += f"  [trial {t.confirms} measured again]"
         cost = [fmt_usd(t.usd_per_million_samples)] if priced else []
-        table.add_row(str(t.number), value, ci, speed, *cost, params)
+        compute = ([f"{fmt_flops(t.flops_per_second)}/s" if t.flops_per_second is not None else ""]
+                   if flops else []) + ([f"{t.mfu:.1%}" if t.mfu is not None else ""] if mfu else [])
+        table.add_row(str(t.number), value, ci, speed, *cost, *compute, params)
     console.print(table)
     failed = [t for t in trials if t.state == "FAIL" and t.duplicate_of is None and t.category]
     if failed:
@@ -201,6 +225,8 @@ def render_trials(study: str, trials: list, baseline: float | None, best, consol
             console.print(f"  {best.flags_env}={best.compiler_flags}")
         if best.cost is not None:
             console.print(f"  cost: {cost_line(best.cost)}", highlight=False)
+        if best.utilisation is not None:
+            console.print(f"  compute: {utilisation_line(best.utilisation)}", highlight=False)
         if best.launch:
             batch = f" (batch {best.params['batch_size']} per process, {best.global_batch_size} in all)" \
                 if best.global_batch_size else ""

@@ -20,6 +20,7 @@ from autotune.pricing import (
     instance_throughput,
     read_prices,
     resolve_price,
+    utilisation,
 )
 
 #: The on-demand us-east-1 prices of the issue that asked for them, US dollars per hour.
@@ -125,3 +126,66 @@ def test_a_cost_scales_a_trial_on_some_neuroncores_to_the_whole_instance() -> No
     assert on_cpu.trials_side_by_side == 1 and on_cpu.usd_per_million_samples == pytest.approx(1e4 * 21.5 / 3600)
     unknown = Cost.of(100.0, Price(per_hour=0.096, source="--price-per-hour"), instance_type=None, devices_per_trial=2)
     assert unknown.trials_side_by_side == 1 and unknown.usd_per_million_samples == pytest.approx(1e4 * 0.096 / 3600)
+
+
+# -- peaks and utilisation ------------------------------------------------------------------------
+
+def _neuron_provenance(tmp_path: Path, instance_type: str) -> dict:
+    """Where a Neuron study measures, as the study records it (on this machine, with no device)."""
+    from autotune.provenance import provenance
+    from autotune.targets import get_target
+
+    script = tmp_path / "train.py"
+    script.write_text("print('train')\n")
+    return provenance(get_target("neuron"), script, [], instance_type=instance_type)
+
+
+@pytest.mark.parametrize("instance, cores, peak_tflops", [
+    ("trn1.32xlarge", 2, 190.0),          # one Trainium chip: two NeuronCore-v2 of 95 TFLOPS
+    ("inf2.xlarge", 1, 95.0),             # one NeuronCore of an Inferentia2 chip
+    ("inf2.48xlarge", 24, 12 * 190.0),    # every core of twelve chips
+    ("trn2.48xlarge", 1, 667.0 / 4),      # a logical NeuronCore (LNC=2) is a quarter of a Trainium2 chip
+])
+def test_a_neuron_trials_utilisation_is_its_flops_over_the_catalogue_peak_of_the_cores_it_held(
+        tmp_path: Path, instance: str, cores: int, peak_tflops: float) -> None:
+    use = utilisation(3e9, 5000.0, _neuron_provenance(tmp_path, instance), devices_per_trial=cores)
+    assert use is not None
+    assert use.flops_per_second == 3e9 * 5000.0
+    assert use.peak_flops_per_second == pytest.approx(peak_tflops * 1e12)
+    assert use.mfu == pytest.approx(3e9 * 5000.0 / (peak_tflops * 1e12))
+    assert use.peak_source.startswith("catalogue: ") and instance in use.peak_source
+
+
+def test_a_neuron_trial_on_an_unknown_instance_says_why_it_has_no_utilisation(tmp_path: Path) -> None:
+    prov = _neuron_provenance(tmp_path, "trn1.2xlarge")
+    use = utilisation(3e9, 5000.0, {**prov, "instance_type": None}, devices_per_trial=2)
+    assert use is not None and use.mfu is None and "--instance-type" in use.peak_source
+
+
+def test_a_cpu_has_no_peak_and_says_so() -> None:
+    use = utilisation(1e6, 100.0, {"device": "xla:CPU", "host_device": "cpu:Intel(R) Xeon(R) Processor"},
+                      devices_per_trial=None)
+    assert use is not None and use.flops_per_second == 1e8
+    assert use.peak_flops_per_second is None and use.mfu is None
+    assert use.peak_source == "no peak is known for a CPU (Intel(R) Xeon(R) Processor): no utilisation"
+
+
+@pytest.mark.parametrize("device, host, peak_tflops", [
+    ("cuda:NVIDIA H100 80GB HBM3", "cuda:NVIDIA H100 80GB HBM3", 989.0),
+    ("cuda:NVIDIA H100 PCIe", "cuda:NVIDIA H100 PCIe", 756.0),
+    ("xla:CUDA", "cuda:NVIDIA A100-SXM4-80GB", 312.0),
+    ("cuda:NVIDIA L4", "cuda:NVIDIA L4", 121.0),
+    ("cuda:NVIDIA L40S", "cuda:NVIDIA L40S", 362.0),
+    ("cuda:NVIDIA GeForce RTX 2080", "cuda:NVIDIA GeForce RTX 2080", None),
+])
+def test_a_gpus_peak_is_found_by_its_model_name(device: str, host: str, peak_tflops: float | None) -> None:
+    use = utilisation(1e9, 1000.0, {"device": device, "host_device": host}, devices_per_trial=None)
+    assert use is not None
+    if peak_tflops is None:
+        assert use.mfu is None and "no peak is known for the GPU" in use.peak_source
+    else:
+        assert use.peak_flops_per_second == peak_tflops * 1e12 and use.mfu == pytest.approx(1e12 / (peak_tflops * 1e12))
+
+
+def test_no_counted_flops_is_no_utilisation() -> None:
+    assert utilisation(None, 1000.0, {"device": "xla:CPU"}, devices_per_trial=None) is None

@@ -15,7 +15,7 @@ from pydantic import BaseModel, Field, computed_field
 from autotune.atomic_file import write_atomic
 from autotune.errors import AutotuneError
 from autotune.objectives import speedup
-from autotune.pricing import Cost
+from autotune.pricing import Cost, Utilisation
 from autotune.records import APPLY_ENV, ApplySpec, CompileStage
 from autotune.workers.multiprocess import HOOK_DIR
 
@@ -38,6 +38,11 @@ class TrialSummary(BaseModel):
     ci95_high: float | None = None
     #: US dollars per 1e6 samples on the study's instance, where its price is known (see ``BestConfig.cost``).
     usd_per_million_samples: float | None = None
+    #: The model's FLOPs per sample, the FLOP/s of its throughput, and their share of the devices'
+    #: peak where one is known (see ``BestConfig.utilisation``).
+    flops_per_sample: float | None = None
+    flops_per_second: float | None = None
+    mfu: float | None = None
     #: Measured until clearly behind the study's best, then stopped: a wider interval.
     pruned: bool = False
     category: str | None = None
@@ -112,6 +117,10 @@ class BestConfig(BaseModel):
     #: What a million samples cost at the first measurement's throughput, with the price used and
     #: where it came from; ``None`` where no price is known.
     cost: Cost | None = None
+    #: The model's FLOPs per sample, the FLOP/s achieved at the first measurement's throughput, and
+    #: the model FLOPs utilisation against the devices' peak, with where that peak came from (or why
+    #: none is known: a CPU); ``None`` where the FLOPs could not be counted.
+    utilisation: Utilisation | None = None
     #: What a production run applies (``source best.env``, ``autotune exec``): every knob as the
     #: trial applied it, by the hook of :mod:`autotune.workers.apply`.
     apply: ApplySpec | None = None
@@ -179,7 +188,8 @@ def _shell_value(v: Any) -> str:
     return str(v)
 
 
-CSV_FIELDS = ["number", "state", "value", "throughput", "ci95_low", "ci95_high", "usd_per_million_samples", "pruned",
+CSV_FIELDS = ["number", "state", "value", "throughput", "ci95_low", "ci95_high", "usd_per_million_samples",
+              "flops_per_sample", "flops_per_second", "mfu", "pruned",
               "speedup", "category", "reason", "numerics_violated", "violated", "wall_seconds", "compile_seconds",
               "duplicate_of", "confirms", "values", "params"]
 

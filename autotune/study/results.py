@@ -8,7 +8,7 @@ from pathlib import Path
 from typing import Any
 
 from autotune.config import JobConfig
-from autotune.pricing import Cost, Price
+from autotune.pricing import Cost, Price, Utilisation, utilisation
 from autotune.records import ApplySpec, TrialResult
 from autotune.space import SearchSpace
 from autotune.study.numerics import loss_deviation
@@ -208,7 +208,17 @@ def best_config(study: Any, name: str, prov: dict[str, Any] | None = None) -> Be
         ci95_high=m.ci95_high if m else None, baseline_value=base, speedup=ratio,
         provenance=attrs.provenance or prov or stored.provenance or {},
         cost=study_cost(stored, m.throughput if m else None),
+        utilisation=_utilisation(stored, result, attrs.provenance or prov),
     )
+
+
+def _utilisation(stored: StudyAttrs, result: TrialResult | None, prov: dict[str, Any] | None = None) -> Utilisation | None:
+    """The trial's FLOP/s and their share of the peak of the devices it held, where it measured them."""
+    m = result.measurement if result else None
+    if m is None or result is None:
+        return None
+    return utilisation(m.flops_per_sample, m.throughput, prov or stored.provenance or {},
+                       devices_per_trial=stored.devices_per_trial, processes=result.plan.nproc_per_node)
 
 
 def _named_values(names: list[str], trial: Any) -> dict[str, float]:
@@ -229,6 +239,7 @@ def study_summaries(study: Any) -> list[TrialSummary]:
         attrs = TrialAttrs.of(t)
         result = TrialResult.model_validate_json(attrs.result) if attrs.result is not None else None
         m = result.measurement if result else None
+        use = _utilisation(stored, result, attrs.provenance)
         out.append(TrialSummary(
             number=t.number, state=t.state.name,
             params=dict(result.plan.params) if result else {k: v for k, v in t.params.items() if v is not None},
@@ -238,6 +249,8 @@ def study_summaries(study: Any) -> list[TrialSummary]:
             throughput=m.throughput if m else None,
             ci95_low=m.ci95_low if m else None, ci95_high=m.ci95_high if m else None,
             usd_per_million_samples=_usd_per_million(stored, m.throughput if m else None),
+            flops_per_sample=use.flops_per_sample if use else None,
+            flops_per_second=use.flops_per_second if use else None, mfu=use.mfu if use else None,
             pruned=bool(m and m.pruned),
             category=attrs.category, reason=attrs.reason,
             log_tail=result.log_tail if result and not result.ok else None,
