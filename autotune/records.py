@@ -63,6 +63,10 @@ class TraceSpec(BaseModel):
     #: Where traced models are kept, keyed by model, example inputs, compiler arguments and
     #: versions, so that a second trial of the same loads it instead of compiling it again.
     cache_dir: str | None = None
+    #: ``torch_neuronx.DataParallel`` over the process's NeuronCores, and dynamic batching; ``None``
+    #: keeps the script's own choice.
+    data_parallel: bool | None = None
+    dynamic_batch: bool | None = None
 
 
 class RuntimeKnobs(BaseModel):

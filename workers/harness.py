@@ -305,16 +305,6 @@ class TrialRuntime:
             return traced_trace(*args, **kwargs)
 
         neuronx.trace = trace
-        for name in ("dynamic_batch", "DataParallel"):
-            wrap = getattr(neuronx, name, None)
-            if wrap is not None:
-                setattr(neuronx, name, self._serving_what(wrap))
-
-    def _serving_what(self, wrap: Callable[..., Any]) -> Callable[..., Any]:
-        def serving(*args: Any, **kwargs: Any) -> Any:
-            return self._serve(wrap(*args, **kwargs))
-
-        return serving
 
     def _serve(self, model: Any) -> Any:
         """``model`` serves the requests from now on. A traced model's call returns once the

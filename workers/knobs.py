@@ -158,7 +158,12 @@ class TracedModels:
     """``torch_neuronx.trace`` with the configuration's compiler settings: each call merges them into
     the script's ``compiler_args`` (the configuration's value of a setting wins), and, where the
     trial has a cache of traced models, loads a model traced before with the same arguments
-    instead of compiling it again (the traced module is TorchScript: ``torch.jit.save``/``load``)."""
+    instead of compiling it again (the traced module is TorchScript: ``torch.jit.save``/``load``).
+
+    ``torch_neuronx.DataParallel`` (the model on every NeuronCore the process holds) and
+    ``torch_neuronx.dynamic_batch`` (requests of other batch sizes than the example's) are applied
+    as the configuration says: to the traced model where it turns them on, and the script's own
+    calls passed through or skipped where it turns them off. ``on_traced`` gets whatever serves."""
 
     def __init__(self, spec: TraceSpec, applied: set[str], on_traced: Callable[[Any], Any],
                  on_replaced: Callable[[list[str]], None]) -> None:
@@ -169,11 +174,49 @@ class TracedModels:
         self.loaded = 0
         self.traced = 0
         self.trace_seconds = 0.0
+        #: What the configuration made of a traced model, which the script's own call leaves as is.
+        self._made: list[Any] = []
 
     def patch(self, neuronx: Any) -> None:
         from autotune.targets.neuron.flags import merge_compiler_args
 
         orig_trace = neuronx.trace
+        orig_parallel = getattr(neuronx, "DataParallel", None)
+        orig_dynamic = getattr(neuronx, "dynamic_batch", None)
+        spec = self.spec
+
+        def parallel(model: Any, *args: Any, **kwargs: Any) -> Any:
+            bound = inspect.signature(orig_parallel).bind(model, *args, **kwargs)
+            if spec.dynamic_batch is not None:
+                bound.arguments["set_dynamic_batching"] = spec.dynamic_batch
+                self.applied.add("trace")
+            return orig_parallel(*bound.args, **bound.kwargs)
+
+        def serve(traced: Any) -> Any:
+            if spec.data_parallel and orig_parallel is not None:
+                traced = parallel(traced)
+                self._made.append(traced)
+            elif spec.dynamic_batch and orig_dynamic is not None:
+                traced = orig_dynamic(traced)
+                self._made.append(traced)
+            return self.on_traced(traced)
+
+        def data_parallel(model: Any, *args: Any, **kwargs: Any) -> Any:
+            if spec.data_parallel is False or any(model is m for m in self._made):
+                self.applied.add("trace")
+                return self.on_traced(model)
+            return self.on_traced(parallel(model, *args, **kwargs))
+
+        def dynamic_batch(model: Any, *args: Any, **kwargs: Any) -> Any:
+            if spec.dynamic_batch is False or any(model is m for m in self._made):
+                self.applied.add("trace")
+                return self.on_traced(model)
+            return self.on_traced(orig_dynamic(model, *args, **kwargs))
+
+        if orig_parallel is not None:
+            neuronx.DataParallel = data_parallel
+        if orig_dynamic is not None:
+            neuronx.dynamic_batch = dynamic_batch
 
         def trace(func: Any, example_inputs: Any, *args: Any, **kwargs: Any) -> Any:
             merged, replaced = merge_compiler_args(self.spec.compiler_args, kwargs.get("compiler_args"))
@@ -186,14 +229,14 @@ class TracedModels:
                 import torch
 
                 self.loaded += 1
-                return self.on_traced(torch.jit.load(str(saved)))
+                return serve(torch.jit.load(str(saved)))
             started = time.perf_counter()
             traced = orig_trace(func, example_inputs, *args, **kwargs)
             self.trace_seconds += time.perf_counter() - started
             self.traced += 1
             if saved is not None:
                 _save_traced(traced, saved)
-            return self.on_traced(traced)
+            return serve(traced)
 
         neuronx.trace = trace
 

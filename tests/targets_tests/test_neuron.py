@@ -26,7 +26,7 @@ from autotune.targets.neuron import (
     neuron_present,
 )
 
-SPACES = ("neuron-trn1", "neuron-inf2", "neuron-trn2")
+SPACES = ("neuron-trn1", "neuron-inf2", "neuron-trn2", "neuron-inf2-inference")
 
 
 @pytest.fixture

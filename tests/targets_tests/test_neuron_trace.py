@@ -53,7 +53,7 @@ def dynamic_batch(neuron_script):
 class DataParallel(torch.nn.Module):
     def __init__(self, model, device_ids=None, dim=0, set_dynamic_batching=True):
         super().__init__()
-        _record("DataParallel")
+        _record("DataParallel", set_dynamic_batching=set_dynamic_batching)
         self.module = model
 
     def forward(self, *args):
@@ -102,7 +102,7 @@ def _serve(tmp_path: Path, sets: dict[str, Any], compiler_args: Any, *, cache: P
            args: list[str] | None = None) -> TrialResult:
     script = tmp_path / "serve.py"
     script.write_text(SERVE.format(compiler_args=repr(compiler_args)))
-    prepared = prepare_trial(script, target="neuron", platform="inf2", sets=sets,
+    prepared = prepare_trial(script, target="neuron", space="neuron-inf2-inference", sets=sets,
                              cache_root=str(cache) if cache else None)
     trial_dir = tmp_path / f"trial-{len(list(tmp_path.glob('trial-*')))}"
     return run_trial(prepared.plan, prepared.script, args, trial_dir=trial_dir,
@@ -160,17 +160,26 @@ def test_the_trial_says_which_flags_of_the_script_it_replaced(tmp_path: Path, st
 
 
 @pytest.mark.slow
-@pytest.mark.parametrize("args", [[], ["--parallel"]])
-def test_a_traced_serving_loop_is_measured_request_by_request(tmp_path: Path, stand_in: Path,
-                                                              args: list[str]) -> None:
-    result = _serve(tmp_path, {"optlevel": 2}, None, args=args)
+@pytest.mark.parametrize("sets, args, calls", [
+    ({"optlevel": 2}, [], [{"call": "trace"}]),
+    # The script's own dynamic batching and DataParallel, untouched by the configuration.
+    ({"optlevel": 2}, ["--parallel"], [{"call": "trace"}, {"call": "dynamic_batch"},
+                                       {"call": "DataParallel", "set_dynamic_batching": True}]),
+    # The configuration's: DataParallel without dynamic batching for a script that serves one core...
+    ({"data_parallel": True, "dynamic_batch": False}, [],
+     [{"call": "trace"}, {"call": "DataParallel", "set_dynamic_batching": False}]),
+    # ... and neither for one that spreads its model itself.
+    ({"data_parallel": False, "dynamic_batch": False}, ["--parallel"], [{"call": "trace"}]),
+])
+def test_a_traced_serving_loop_is_measured_request_by_request(tmp_path: Path, stand_in: Path, sets: dict[str, Any],
+                                                              args: list[str], calls: list[dict[str, Any]]) -> None:
+    result = _serve(tmp_path, sets, None, args=args)
     assert result.status == "ok", (result.failure, result.log_tail)
     m = result.measurement
     assert m is not None and m.samples_per_step == 4  # each request is the example's batch of 4
     assert m.step_time_p99 is not None and 0 < m.step_time_median <= m.step_time_p90 <= m.step_time_p99
     assert m.throughput > 0
-    if args:
-        assert [c["call"] for c in _calls(stand_in)] == ["trace", "dynamic_batch", "DataParallel"]
+    assert [{k: v for k, v in c.items() if k != "compiler_args"} for c in _calls(stand_in)] == calls
 
 
 @pytest.mark.slow

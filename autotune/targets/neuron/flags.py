@@ -32,6 +32,8 @@ XLA_ONLY: dict[str, str] = {
     "lnc": "use logical_nc_config (NEURON_LOGICAL_NC_CONFIG) on the native path",
     "batches_per_execution": "MpDeviceLoader is an XLA-path tool; torch.compile decides the graphs "
                              "on the native path",
+    "data_parallel": "traced inference (torch_neuronx.trace) is tuned on the xla path",
+    "dynamic_batch": "traced inference (torch_neuronx.trace) is tuned on the xla path",
 }
 NATIVE_ONLY: dict[str, str] = {
     "native_opt_level": "use optlevel (--optlevel in NEURON_CC_FLAGS) on the xla path",
@@ -54,7 +56,8 @@ _CHOICES: dict[str, tuple[Any, ...]] = {
     "logical_nc_config": LNC_VALUES,
     "precision": PRECISIONS,
 }
-_BOOL_PARAMS = ("mixed_precision_accumulation", "fast_loading", "stochastic_rounding")
+_BOOL_PARAMS = ("mixed_precision_accumulation", "fast_loading", "stochastic_rounding", "data_parallel",
+                "dynamic_batch")
 #: Integer parameters and their smallest value.
 _INT_PARAMS = {"batch_size": 1, "num_workers": 0, "batches_per_execution": 1}
 

@@ -37,7 +37,7 @@ PLATFORM_TARGET_OVERRIDE = "NEURON_PLATFORM_TARGET_OVERRIDE"
 class NeuronTarget(Target):
     name = "neuron"
     failure_patterns = NEURON_FAILURES
-    spaces = ("neuron-trn1", "neuron-inf2", "neuron-trn2")
+    spaces = ("neuron-trn1", "neuron-inf2", "neuron-trn2", "neuron-inf2-inference")
     device_resource = "neuron_cores"
     device_noun = "NeuronCores"
     environment = (FLAGS_ENV,)
@@ -122,7 +122,8 @@ class NeuronTarget(Target):
             knobs.batches_per_execution = params.get("batches_per_execution")
             # trace() hands its compiler_args to neuronx-cc and reads no NEURON_CC_FLAGS: a script
             # that traces its model gets the configuration's settings there.
-            knobs.trace = TraceSpec(compiler_args=canonical_flags(params))
+            knobs.trace = TraceSpec(compiler_args=canonical_flags(params), data_parallel=params.get("data_parallel"),
+                                    dynamic_batch=params.get("dynamic_batch"))
 
         precision = params.get("precision")
         if precision == "bf16_model":
