@@ -218,8 +218,21 @@ class Daemon:
         log(f"job {job_id}: queued (study {job.study}, {spec.run.trials} trials of {spec.script})")
         return job
 
+    def study_of(self, job: JobRecord) -> str:
+        """The study the job measured: the one its run names in its result, which is another than the
+        job asked for where its script, arguments or environment changed since that study was
+        measured (the run then measures a study of its own)."""
+        if job.state.final:
+            try:
+                study = _json_object(JobFiles(Path(job.directory)).result.read_text()).get("study")
+            except OSError:
+                study = None
+            if isinstance(study, str) and study:
+                return study
+        return job.study
+
     def info(self, job: JobRecord) -> JobInfo:
-        info = JobInfo(id=job.id, state=job.state, study=job.study, script=job.spec.script,
+        info = JobInfo(id=job.id, state=job.state, study=self.study_of(job), script=job.spec.script,
                        trials=job.spec.run.trials, created_at=job.created_at, started_at=job.started_at,
                        ended_at=job.ended_at, exit_code=job.exit_code, message=job.message, workers=job.workers,
                        attempts=job.attempts, cancel_requested=job.cancel_requested)
@@ -425,7 +438,8 @@ def create_app(daemon: Daemon, port: int) -> FastAPI:
 
         job = daemon.job(job_id)
         try:
-            cfg = best_config(optuna.load_study(study_name=job.study, storage=daemon.studies), job.study)
+            study = daemon.study_of(job)
+            cfg = best_config(optuna.load_study(study_name=study, storage=daemon.studies), study)
         except KeyError:
             cfg = None
         if cfg is None:
@@ -452,11 +466,12 @@ def create_app(daemon: Daemon, port: int) -> FastAPI:
 
         job = daemon.job(job_id)
         try:
-            study = optuna.load_study(study_name=job.study, storage=daemon.studies)
+            name = daemon.study_of(job)
+            study = optuna.load_study(study_name=name, storage=daemon.studies)
         except KeyError:
             raise HTTPException(409, f"job {job_id} has no trial yet ({job.state.value}); "
                                      "its report exists once its study does") from None
-        return HTMLResponse(report_html(study, job.study)[0])
+        return HTMLResponse(report_html(study, name)[0])
 
     @app.post("/ensure", response_model=EnsureReply)
     def ensure(spec: JobSpec = Body(...)) -> EnsureReply:

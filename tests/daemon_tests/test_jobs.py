@@ -113,3 +113,29 @@ def _job_pid(d, job_id: str) -> int:
     assert job is not None and job.pid, job
     assert os.path.exists(f"/proc/{job.pid}")
     return job.pid
+
+
+def test_a_job_whose_script_changed_answers_from_the_study_it_measured(start_daemon, tmp_path: Path) -> None:
+    """A job asked for study X whose script changed since X was measured measures a study of its own:
+    its best, status and report are that study's, not X's."""
+    d = start_daemon("--slots", "2")
+    project = tmp_path / "project"
+    project.mkdir()
+    script = project / "train.py"
+    script.write_text((SCRIPTS / "tiny_train.py").read_text())
+
+    def submit() -> str:
+        done = autotune("submit", script, "--server", d.url, "--trials", "1", *FAST, "--study", "same", "--wait",
+                        cwd=tmp_path)
+        assert done.returncode == 0, done.stderr
+        return done.stdout.splitlines()[0].strip()
+
+    first = submit()
+    script.write_text(script.read_text().replace("torch.manual_seed(0)", "torch.manual_seed(1)"))
+    second = submit()
+    assert d.job(first)["study"] == "same"
+    measured = d.job(second)["study"]
+    assert measured.startswith("same-"), measured
+    best = json.loads(autotune("best", second, "--server", d.url, cwd=tmp_path).stdout)
+    assert best["study"] == measured
+    assert json.loads(autotune("best", first, "--server", d.url, cwd=tmp_path).stdout)["study"] == "same"
