@@ -59,7 +59,7 @@ def load_trial_space(target: Target, space: str | None, platform: str | None = N
         s = builtin_space(space)
     if s.target != target.name:
         raise AutotuneError(f"search space {s.source} is for target {s.target!r}, not {target.name!r}")
-    return s
+    return target.fit_space(s)
 
 
 def validate_for(target: Target, space: SearchSpace, params: dict[str, Any]) -> dict[str, Any]:

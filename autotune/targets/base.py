@@ -43,6 +43,11 @@ class Target(abc.ABC):
     def space_name(self, platform: str | None = None) -> str:
         return self.spaces[0]
 
+    def fit_space(self, space: SearchSpace) -> SearchSpace:
+        """``space`` as this machine's compiler runs it: only the values it knows, and what leaving
+        a parameter unset gives with it (``unset_is``)."""
+        return space
+
     @abc.abstractmethod
     def check(self, params: Mapping[str, Any]) -> None:
         """Reject combinations that cannot compile or run, before anything starts.

@@ -14,7 +14,7 @@ from autotune.errors import InvalidConfigError, TargetError
 from autotune.records import CompileSpec
 from autotune.space import builtin_space
 from autotune.targets import get_target
-from autotune.trial import prepare_trial
+from autotune.trial import load_trial_space, prepare_trial
 from autotune.workers.launcher import trial_env
 from autotune import host
 from autotune.targets.neuron import platform as neuron_platform
@@ -527,3 +527,56 @@ def test_native_cache_is_one_directory_per_compiler_version() -> None:
 def test_cache_rejections() -> None:
     with pytest.raises(InvalidConfigError, match="path 'eager'"):
         compile_cache_env("/cache", None, "eager")
+
+
+# --- flags that follow the installed compiler ------------------------------------------------
+
+
+@pytest.fixture
+def compiler(monkeypatch: pytest.MonkeyPatch):
+    """Stands in for an installed neuronx-cc of the given version (none can be installed here)."""
+
+    def install(version: str) -> None:
+        monkeypatch.setattr(neuron_target, "package_version", lambda name: version if name == "neuronx-cc" else None)
+
+    return install
+
+
+def test_before_neuron_2_27_accumulation_is_off_unset_and_cannot_be_disabled(target: NeuronTarget, compiler) -> None:
+    compiler("2.20.2831.0")
+    space = load_trial_space(target, "neuron-inf2")
+    # Off is the default and there is no flag for it: setting it off is the baseline's run.
+    assert space.validate({"mixed_precision_accumulation": False}) == {"target": "inf2"}
+    assert target.plan(space.validate({"mixed_precision_accumulation": True})).compiler_flags == \
+        "--target=inf2 --enable-mixed-precision-accumulation"
+    baseline = target.plan(space.defaults())
+    assert baseline.compiler_flags == "--target=inf2"
+    assert ("compiler flags for neuronx-cc 2.20.2831.0: --target=inf2; unset, its defaults are --auto-cast=matmult "
+            "and mixed-precision accumulation off") in baseline.notes
+
+
+def test_from_neuron_2_27_accumulation_is_on_unset_and_off_is_a_flag(target: NeuronTarget, compiler) -> None:
+    compiler("2.22.1234.0+0a1b2c3d")
+    space = load_trial_space(target, "neuron-inf2")
+    assert space.validate({"mixed_precision_accumulation": True}) == {"target": "inf2"}
+    assert target.plan(space.validate({"mixed_precision_accumulation": False})).compiler_flags == \
+        "--target=inf2 --disable-mixed-precision-accumulation"
+    baseline = target.plan(space.defaults())
+    assert ("compiler flags for neuronx-cc 2.22.1234.0+0a1b2c3d: --target=inf2; unset, its defaults are "
+            "--auto-cast=none and mixed-precision accumulation on") in baseline.notes
+
+
+def test_an_old_compiler_is_offered_only_what_it_knows(target: NeuronTarget, compiler) -> None:
+    compiler("2.5.0.28")
+    space = load_trial_space(target, "neuron-trn1")
+    assert "mixed_precision_accumulation" not in space.parameters  # 2.13.66.0 brought the flag
+    assert "unet-inference" not in space.parameters["model_type"].choices  # 2.6.0.19 brought it
+    assert "fp8_e4m3" in space.parameters["auto_cast_type"].choices and "trn1n" in space.parameters["target"].choices
+    compiler("2.4.0.21")
+    old = load_trial_space(target, "neuron-trn1")
+    assert "fp8_e4m3" not in old.parameters["auto_cast_type"].choices and "trn1n" not in old.parameters["target"].choices
+
+
+def test_without_a_compiler_the_space_is_as_written(target: NeuronTarget, compiler) -> None:
+    compiler("")
+    assert load_trial_space(target, "neuron-inf2").parameters == builtin_space("neuron-inf2").parameters

@@ -276,3 +276,43 @@ def merge_compiler_args(configured: str, script_args: str | list[str] | None) ->
         if flag.kind == "known" and flag.key in ours and _render(flag.key, flag.value) != _render(flag.key, ours[flag.key]):
             replaced.append(f"{_render(flag.key, flag.value)} -> {_render(flag.key, ours[flag.key]) or 'nothing'}")
     return shlex.split(canonical_flags(ours, script)), replaced
+
+
+# ---------------------------------------------------------------------------------------------
+# What each neuronx-cc version knows, and its defaults
+
+#: Settings a neuronx-cc older than the version given does not know ("Neuron Compiler release
+#: notes": 2.4.0.21 ``--target=inf2``; 2.5.0.28 ``--target=trn1n`` and ``fp8_e4m3``; 2.6.0.19
+#: ``unet-inference``; 2.13.66.0 ``--enable-mixed-precision-accumulation``), and the flag that
+#: came with the new defaults (:data:`NEW_DEFAULTS_SINCE`).
+SINCE: dict[tuple[str, Any], tuple[int, ...]] = {
+    ("target", "inf2"): (2, 4, 0, 21),
+    ("target", "trn1n"): (2, 5, 0, 28),
+    ("auto_cast_type", "fp8_e4m3"): (2, 5, 0, 28),
+    ("model_type", "unet-inference"): (2, 6, 0, 19),
+    ("mixed_precision_accumulation", True): (2, 13, 66, 0),
+    ("mixed_precision_accumulation", False): (2, 21),
+}
+#: The first neuronx-cc with Neuron 2.27's defaults (``--auto-cast=none``, mixed-precision
+#: accumulation on, ``--disable-mixed-precision-accumulation`` new): the compiler after
+#: 2.20.2831.0, whose notes announce the change for a later release, Neuron 2.26 having shipped
+#: no new compiler. (The 2.27 notes print its version as 2.15.54.0, which cannot follow 2.20.)
+NEW_DEFAULTS_SINCE = (2, 21)
+
+
+def compiler_version(text: str | None) -> tuple[int, ...] | None:
+    """``"2.21.33363.0+1b8a7b4c"`` as ``(2, 21, 33363, 0)``; ``None`` for no (or no readable) version."""
+    match = re.match(r"\d+(?:\.\d+)*", text or "")
+    return tuple(int(part) for part in match.group(0).split(".")) if match else None
+
+
+def known_to(version: tuple[int, ...] | None, name: str, value: Any) -> bool:
+    """Whether neuronx-cc ``version`` knows the setting ``name=value`` (an unknown version: assumed)."""
+    since = SINCE.get((name, value))
+    return since is None or version is None or version >= since
+
+
+def compiler_defaults(version: tuple[int, ...]) -> dict[str, Any]:
+    """What neuronx-cc ``version`` does with ``--auto-cast`` and mixed-precision accumulation unset."""
+    new = version >= NEW_DEFAULTS_SINCE
+    return {"auto_cast": "none" if new else "matmult", "mixed_precision_accumulation": new}

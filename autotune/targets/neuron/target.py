@@ -2,11 +2,14 @@
 
 from __future__ import annotations
 
+from dataclasses import replace
 from pathlib import Path
 from typing import Any, Mapping, MutableMapping
 
 from autotune.errors import InvalidConfigError, TargetError
 from autotune.records import CompileSpec, TraceSpec, TrialPlan
+from autotune.space import SearchSpace
+from autotune.space.parameters import Parameter
 from autotune.targets.base import CacheUnit, Target, common_knobs, directory_usage, file_units, package_version
 from autotune.targets.neuron.cache import CACHE_URL_ENV, TRACED_CACHE_DIR, XLA_CACHE_DIR, compile_cache_env, failed_entry, neuron_cache_entries
 from autotune.targets.neuron.cores import VISIBLE_CORES, NeuronCoreSlot, rank_env
@@ -20,6 +23,9 @@ from autotune.targets.neuron.flags import (
     NATIVE_ONLY,
     XLA_ONLY,
     canonical_flags,
+    compiler_defaults,
+    compiler_version,
+    known_to,
     parse_user_flags,
 )
 from autotune.targets.neuron.platform import PLATFORM_SPACES, detect_platform, neuron_present, platform_family
@@ -51,6 +57,27 @@ class NeuronTarget(Target):
                 f"unknown Neuron platform {platform!r}; choose one of {', '.join(PLATFORM_SPACES)}"
             )
         return PLATFORM_SPACES[family]
+
+    def fit_space(self, space: SearchSpace) -> SearchSpace:
+        """Only the settings the installed neuronx-cc knows; mixed-precision accumulation unset
+        is that version's default (on since the compiler of Neuron 2.27), so that setting it to
+        the default is the baseline's run. Without a compiler here, the space as written."""
+        version = compiler_version(package_version("neuronx-cc"))
+        if version is None:
+            return space
+        parameters: dict[str, Parameter] = {}
+        for name, param in space.parameters.items():
+            if param.type == "bool":
+                if not known_to(version, name, True):
+                    continue
+                if name == "mixed_precision_accumulation":
+                    param = replace(param, unset_is=compiler_defaults(version)[name])
+            elif param.choices is not None:
+                param = replace(param, choices=tuple(v for v in param.choices if known_to(version, name, v)))
+            parameters[name] = param
+        known_good = [entry for entry in space.known_good
+                      if all(name in parameters and known_to(version, name, value) for name, value in entry.items())]
+        return replace(space, parameters=parameters, known_good=known_good)
 
     def check(self, params: Mapping[str, Any]) -> None:
         given = {k: v for k, v in params.items() if v is not None}
@@ -150,17 +177,24 @@ class NeuronTarget(Target):
         flags = canonical_flags(params, user_flags)
         if flags:
             env[FLAGS_ENV] = flags
-        notes.extend(self._flag_notes(params, native, user_flags))
+        notes.extend(self._flag_notes(params, native, user_flags, package_version("neuronx-cc")))
         return TrialPlan(target=self.name, params=dict(params), env=env, flags_env=FLAGS_ENV,
                          knobs=knobs, notes=notes)
 
     @staticmethod
-    def _flag_notes(params: Mapping[str, Any], native: bool, user_flags: str) -> list[str]:
-        """What a user should know about the compiler flags this plan ends up with."""
+    def _flag_notes(params: Mapping[str, Any], native: bool, user_flags: str, compiler: str | None) -> list[str]:
+        """What a user should know about the compiler flags this plan ends up with, and the
+        compiler version they are for: the defaults that fill in what they leave unset."""
         notes: list[str] = []
         user = parse_user_flags(user_flags)
         user_keys = {f.key for f in user if f.kind == "known"}
-        if not native and params.get("auto_cast") is None and "auto_cast" not in user_keys:
+        version = compiler_version(compiler)
+        if version is not None:
+            defaults = compiler_defaults(version)
+            notes.append(f"compiler flags for neuronx-cc {compiler}: {canonical_flags(params, user_flags) or 'none'}; "
+                         f"unset, its defaults are --auto-cast={defaults['auto_cast']} and mixed-precision "
+                         f"accumulation {'on' if defaults['mixed_precision_accumulation'] else 'off'}")
+        elif not native and params.get("auto_cast") is None and "auto_cast" not in user_keys:
             notes.append("--auto-cast is left at the compiler's default, which is none since Neuron "
                          "2.27 (matmult before): set auto_cast to pin it across SDK versions")
         if params.get("mixed_precision_accumulation") is False:
