@@ -542,28 +542,23 @@ def compiler(monkeypatch: pytest.MonkeyPatch):
     return install
 
 
-def test_before_neuron_2_27_accumulation_is_off_unset_and_cannot_be_disabled(target: NeuronTarget, compiler) -> None:
-    compiler("2.20.2831.0")
+@pytest.mark.parametrize("version, default, other, defaults", [
+    # Before Neuron 2.27 off is the default and has no flag: setting it off is the baseline's run.
+    ("2.20.2831.0", False, "--enable-mixed-precision-accumulation",
+     "--auto-cast=matmult and mixed-precision accumulation off"),
+    ("2.22.1234.0+0a1b2c3d", True, "--disable-mixed-precision-accumulation",
+     "--auto-cast=none and mixed-precision accumulation on"),
+])
+def test_accumulation_unset_is_the_compilers_default(target: NeuronTarget, compiler, version: str, default: bool,
+                                                     other: str, defaults: str) -> None:
+    compiler(version)
     space = load_trial_space(target, "neuron-inf2")
-    # Off is the default and there is no flag for it: setting it off is the baseline's run.
-    assert space.validate({"mixed_precision_accumulation": False}) == {"target": "inf2"}
-    assert target.plan(space.validate({"mixed_precision_accumulation": True})).compiler_flags == \
-        "--target=inf2 --enable-mixed-precision-accumulation"
+    assert space.validate({"mixed_precision_accumulation": default}) == {"target": "inf2"}
+    assert target.plan(space.validate({"mixed_precision_accumulation": not default})).compiler_flags == \
+        f"--target=inf2 {other}"
     baseline = target.plan(space.defaults())
     assert baseline.compiler_flags == "--target=inf2"
-    assert ("compiler flags for neuronx-cc 2.20.2831.0: --target=inf2; unset, its defaults are --auto-cast=matmult "
-            "and mixed-precision accumulation off") in baseline.notes
-
-
-def test_from_neuron_2_27_accumulation_is_on_unset_and_off_is_a_flag(target: NeuronTarget, compiler) -> None:
-    compiler("2.22.1234.0+0a1b2c3d")
-    space = load_trial_space(target, "neuron-inf2")
-    assert space.validate({"mixed_precision_accumulation": True}) == {"target": "inf2"}
-    assert target.plan(space.validate({"mixed_precision_accumulation": False})).compiler_flags == \
-        "--target=inf2 --disable-mixed-precision-accumulation"
-    baseline = target.plan(space.defaults())
-    assert ("compiler flags for neuronx-cc 2.22.1234.0+0a1b2c3d: --target=inf2; unset, its defaults are "
-            "--auto-cast=none and mixed-precision accumulation on") in baseline.notes
+    assert f"compiler flags for neuronx-cc {version}: --target=inf2; unset, its defaults are {defaults}" in baseline.notes
 
 
 def test_an_old_compiler_is_offered_only_what_it_knows(target: NeuronTarget, compiler) -> None:
