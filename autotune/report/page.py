@@ -12,7 +12,7 @@ import html
 import json
 from typing import Any
 
-from autotune.rendering import format_value, fmt_seconds
+from autotune.rendering import fmt_flops, format_value, fmt_seconds, utilisation_line
 from autotune.report.data import StudyReport
 from autotune.study.outputs import TrialSummary
 
@@ -112,7 +112,7 @@ def _cost(report: StudyReport) -> str:
             ("versions", ", ".join(f"{k} {v}" for k, v in (prov.get("versions") or {}).items() if v) or "unknown"),
             ("machine time of the trials that ran",
              f"{fmt_seconds(wall)} wall, of which {fmt_seconds(compile_s) if compile_s else 'nothing'} compiling"),
-            *_price_rows(report)]
+            *_price_rows(report), _compute_row(report)]
     return "<table>" + "".join(f"<tr><th>{_e(k)}</th><td>{_e(v)}</td></tr>" for k, v in rows) + "</table>"
 
 
@@ -127,6 +127,13 @@ def _price_rows(report: StudyReport) -> list[tuple[str, str]]:
              f"samples/s for the instance ({cost.trials_side_by_side} trial(s) side by side)")]
 
 
+def _compute_row(report: StudyReport) -> tuple[str, str]:
+    use = report.best.utilisation if report.best is not None else None
+    return ("compute of the best configuration", utilisation_line(use) if use is not None else
+            "not counted: the model's FLOPs were not counted in its trial (a model that cannot run on shapes "
+            "alone, or a result recorded before they were counted)")
+
+
 def _best(report: StudyReport) -> str:
     if report.best is None:
         if len(report.directions) > 1:
@@ -138,8 +145,8 @@ def _best(report: StudyReport) -> str:
 
 
 def _trials(report: StudyReport) -> str:
-    head = ("<tr><th>trial</th><th>status</th><th>value</th><th>95% interval</th><th>compile (s)</th>"
-            "<th>wall (s)</th><th>parameters</th></tr>")
+    head = ("<tr><th>trial</th><th>status</th><th>value</th><th>95% interval</th><th>model FLOP/s</th>"
+            "<th>MFU</th><th>compile (s)</th><th>wall (s)</th><th>parameters</th></tr>")
     rows = []
     for t in report.trials:
         # a failed trial may hold the windows it measured before it failed: not a value of the study
@@ -147,10 +154,16 @@ def _trials(report: StudyReport) -> str:
             else "-"
         rows.append(f"<tr data-trial='{t.number}'><td class='num'>{t.number}</td><td>{_e(_status(t))}</td>"
                     f"<td class='num value'>{_num(t.value)}</td><td class='num'>{interval}</td>"
+                    f"<td class='num'>{_flops(t)}</td>"
+                    f"<td class='num'>{f'{t.mfu:.1%}' if t.mfu is not None and t.value is not None else '-'}</td>"
                     f"<td class='num'>{_num(t.compile_seconds)}</td><td class='num'>{_num(t.wall_seconds)}</td>"
                     f"<td>{_e(_params(t.params))}</td></tr>")
     unit = "samples/s" if report.metric == "throughput" else report.metric
     return f"<p class='note'>Values in {_e(unit)}.</p><table>{head}{''.join(rows)}</table>"
+
+
+def _flops(t: TrialSummary) -> str:
+    return f"{fmt_flops(t.flops_per_second)}/s" if t.flops_per_second is not None and t.value is not None else "-"
 
 
 def render_page(report: StudyReport, figs: dict[str, Any]) -> str:

@@ -7,6 +7,7 @@ import sys
 from io import StringIO
 from pathlib import Path
 
+import optuna
 import pytest
 import torch
 from rich.console import Console
@@ -14,7 +15,8 @@ from torch.nn.attention import SDPBackend, sdpa_kernel
 from torch.utils.flop_counter import FlopCounterMode
 
 from autotune.records import MeasurementProtocol
-from autotune.rendering import render_study
+from autotune.rendering import fmt_flops, render_study
+from autotune.report.write import report_html
 from autotune.study.loop import tune
 from autotune.study.outputs import BestConfig
 
@@ -58,3 +60,6 @@ def test_best_json_carries_the_models_flops_and_the_flops_its_throughput_makes(r
     render_study(result, Console(file=shown, width=240))
     assert "model FLOP/s" in shown.getvalue()
     assert "compute: 11.3 MFLOP per sample" in shown.getvalue() and "no peak is known for a CPU" in shown.getvalue()
+    page, _ = report_html(optuna.load_study(study_name=result.study, storage=result.storage), result.study)
+    assert f"11.3 MFLOP per sample, {fmt_flops(use.flops_per_second)}/s achieved; no peak is known for a CPU" in page
+    assert f"<td class='num'>{fmt_flops(use.flops_per_second)}/s</td><td class='num'>-</td>" in page
