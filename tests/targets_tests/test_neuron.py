@@ -118,6 +118,15 @@ def test_precision_xla_use_bf16_is_deprecated(target: NeuronTarget) -> None:
     assert not any("also turns on stochastic rounding" in n for n in plan.notes)
 
 
+def test_precision_xla_downcast_bf16(target: NeuronTarget) -> None:
+    plan = target.plan({"precision": "xla_downcast_bf16"})
+    assert plan.env == {"XLA_DOWNCAST_BF16": "1"}
+    assert any("XLA_DOWNCAST_BF16 is deprecated" in n for n in plan.notes)
+    assert any("XLA_DOWNCAST_BF16 also turns on stochastic rounding" in n for n in plan.notes)
+    with pytest.raises(InvalidConfigError, match="sets XLA_DOWNCAST_BF16, which only the xla path reads"):
+        target.check({"path": "native", "precision": "xla_downcast_bf16"})
+
+
 def test_precision_fp32_changes_nothing(target: NeuronTarget) -> None:
     plan = target.plan({"precision": "fp32"})
     assert plan.env == {}
@@ -371,10 +380,13 @@ def test_space_defaults_and_known_good_plan(target: NeuronTarget, name: str) -> 
 def test_xla_spaces_hold_the_published_winner(target: NeuronTarget, name: str, platform: str) -> None:
     space = builtin_space(name)
     assert space.fixed == {"target": platform}
-    winner = {"model_type": "transformer", "optlevel": 3, "precision": "bf16_model", "target": platform}
+    # With stochastic rounding, as the Neuron docs pair it with a bf16 cast.
+    winner = {"model_type": "transformer", "optlevel": 3, "precision": "bf16_model", "stochastic_rounding": True,
+              "target": platform}
     assert winner in space.known_good
     plan = target.plan(winner)
-    assert plan.env == {"NEURON_CC_FLAGS": f"--target={platform} --model-type=transformer --optlevel=3"}
+    assert plan.env == {"NEURON_CC_FLAGS": f"--target={platform} --model-type=transformer --optlevel=3",
+                        "NEURON_RT_STOCHASTIC_ROUNDING_EN": "1"}
     assert plan.knobs.model_dtype == "bfloat16"
     assert space.parameters["batches_per_execution"].choices == (1, 2, 5, 10)
     assert space.parameters["batch_size"].choices == (4, 8, 16, 32)
@@ -534,10 +546,12 @@ def test_cache_rejections() -> None:
 
 @pytest.fixture
 def compiler(monkeypatch: pytest.MonkeyPatch):
-    """Stands in for an installed neuronx-cc of the given version (none can be installed here)."""
+    """Stands in for an installed neuronx-cc (and torch-neuronx) of the given versions: none can be
+    installed here."""
 
-    def install(version: str) -> None:
-        monkeypatch.setattr(neuron_target, "package_version", lambda name: version if name == "neuronx-cc" else None)
+    def install(version: str, neuronx: str | None = None) -> None:
+        versions = {"neuronx-cc": version, "torch-neuronx": neuronx}
+        monkeypatch.setattr(neuron_target, "package_version", versions.get)
 
     return install
 
@@ -575,3 +589,16 @@ def test_an_old_compiler_is_offered_only_what_it_knows(target: NeuronTarget, com
 def test_without_a_compiler_the_space_is_as_written(target: NeuronTarget, compiler) -> None:
     compiler("")
     assert load_trial_space(target, "neuron-inf2").parameters == builtin_space("neuron-inf2").parameters
+
+
+@pytest.mark.parametrize("neuronx, offered", [
+    ("2.7.0.2.9.9114", ("xla_use_bf16", "xla_downcast_bf16")),  # torch-xla 2.7 still reads them
+    ("2.9.0.2.11.19912", ()),
+])
+def test_the_xla_bf16_variables_only_where_torch_xla_reads_them(target: NeuronTarget, compiler, neuronx: str,
+                                                                 offered: tuple[str, ...]) -> None:
+    compiler("2.22.1234.0", neuronx)
+    for name in ("neuron-trn1", "neuron-inf2"):
+        choices = load_trial_space(target, name).parameters["precision"].choices
+        assert tuple(c for c in choices if c.startswith("xla_")) == offered
+        assert {"fp32", "bf16_model", "bf16_autocast"} <= set(choices)

@@ -23,7 +23,9 @@ COMPILER_TARGETS = ("trn1", "trn1n", "inf2", "trn2")
 AUTO_CASTS = ("none", "matmult", "all")
 AUTO_CAST_TYPES = ("bf16", "fp16", "tf32", "fp8_e4m3")
 LNC_VALUES = (1, 2)
-PRECISIONS = ("fp32", "bf16_model", "bf16_autocast", "xla_use_bf16")
+PRECISIONS = ("fp32", "bf16_model", "bf16_autocast", "xla_use_bf16", "xla_downcast_bf16")
+#: The precisions that are an env var of torch-xla, deprecated since torch-xla 2.5, and the variable.
+XLA_BF16_VARS = {"xla_use_bf16": "XLA_USE_BF16", "xla_downcast_bf16": "XLA_DOWNCAST_BF16"}
 
 #: Parameters that only mean something on one path, with what to use on the other instead.
 XLA_ONLY: dict[str, str] = {
@@ -298,6 +300,12 @@ SINCE: dict[tuple[str, Any], tuple[int, ...]] = {
 #: 2.20.2831.0, whose notes announce the change for a later release, Neuron 2.26 having shipped
 #: no new compiler. (The 2.27 notes print its version as 2.15.54.0, which cannot follow 2.20.)
 NEW_DEFAULTS_SINCE = (2, 21)
+
+
+#: The torch-neuronx (its version starts with torch's) from which torch-xla no longer reads
+#: XLA_USE_BF16 and XLA_DOWNCAST_BF16 ("Migration From XLA_USE_BF16/XLA_DOWNCAST_BF16": removed in
+#: torch-xla 2.8; "Neuron Release 2.24 will be the last release to support" them).
+XLA_BF16_VARS_UNTIL = (2, 8)
 
 
 def compiler_version(text: str | None) -> tuple[int, ...] | None:

@@ -21,6 +21,8 @@ from autotune.targets.neuron.flags import (
     FLAGS_ENV,
     KNOWN_PARAMS,
     NATIVE_ONLY,
+    XLA_BF16_VARS,
+    XLA_BF16_VARS_UNTIL,
     XLA_ONLY,
     canonical_flags,
     compiler_defaults,
@@ -61,8 +63,15 @@ class NeuronTarget(Target):
     def fit_space(self, space: SearchSpace) -> SearchSpace:
         """Only the settings the installed neuronx-cc knows; mixed-precision accumulation unset
         is that version's default (on since the compiler of Neuron 2.27), so that setting it to
-        the default is the baseline's run. Without a compiler here, the space as written."""
+        the default is the baseline's run; XLA_USE_BF16 and XLA_DOWNCAST_BF16 only where the
+        installed torch-neuronx still reads them. Without a compiler here, the space as written."""
         version = compiler_version(package_version("neuronx-cc"))
+        neuronx = compiler_version(package_version("torch-neuronx"))
+        if neuronx is not None and neuronx >= XLA_BF16_VARS_UNTIL and "precision" in space.parameters:
+            precision = space.parameters["precision"]
+            space = replace(space, parameters={**space.parameters, "precision": replace(
+                precision, choices=tuple(c for c in precision.choices or () if c not in XLA_BF16_VARS))},
+                known_good=[e for e in space.known_good if e.get("precision") not in XLA_BF16_VARS])
         if version is None:
             return space
         parameters: dict[str, Parameter] = {}
@@ -111,10 +120,10 @@ class NeuronTarget(Target):
                     f"{name} does not apply to the {path} path: {instead}; remove {name} or change path"
                 )
         if path == "native":
-            if given.get("precision") == "xla_use_bf16":
+            if given.get("precision") in XLA_BF16_VARS:
                 raise InvalidConfigError(
-                    "precision xla_use_bf16 sets XLA_USE_BF16, which only the xla path reads; "
-                    "use bf16_model or bf16_autocast on the native path"
+                    f"precision {given['precision']} sets {XLA_BF16_VARS[given['precision']]}, which only the xla "
+                    "path reads; use bf16_model or bf16_autocast on the native path"
                 )
             if given.get("auto_cast", "none") != "none":
                 raise InvalidConfigError(
@@ -157,12 +166,13 @@ class NeuronTarget(Target):
             knobs.model_dtype = "bfloat16"
         elif precision == "bf16_autocast":
             knobs.autocast_device, knobs.autocast_dtype = ("neuron" if native else "xla"), "bfloat16"
-        elif precision == "xla_use_bf16":
-            env["XLA_USE_BF16"] = "1"
-            notes.append("XLA_USE_BF16 is deprecated since torch-neuronx 2.5 (torch-xla 2.5); "
+        elif precision in XLA_BF16_VARS:
+            var = XLA_BF16_VARS[precision]
+            env[var] = "1"
+            notes.append(f"{var} is deprecated since torch-neuronx 2.5 (torch-xla 2.5); "
                          "prefer precision bf16_model or bf16_autocast")
             if params.get("stochastic_rounding") is None:
-                notes.append("XLA_USE_BF16 also turns on stochastic rounding unless "
+                notes.append(f"{var} also turns on stochastic rounding unless "
                              "NEURON_RT_STOCHASTIC_ROUNDING_EN is set")
 
         if params.get("stochastic_rounding") is not None:
