@@ -60,16 +60,15 @@ def minimize(
         if config.sets or script_args:
             raise InvalidConfigError("with --trial the configuration and the arguments are the study's: "
                                      "drop --set and the arguments after --")
-        script, args, target_name, space, flags, baseline, failed = stored
+        script, args, target_name, space, flags, failed = stored
     else:
         script, args = check_script(source), list(script_args or [])
         if not config.sets:
             raise InvalidConfigError("give the failing configuration with --set KEY=VALUE (or a study and --trial N)")
         target_name, space, flags, failed = config.target, config.space, config.script_flags(), None
     target = resolve_target(target_name, script)
-    sp = load_trial_space(target, space, config.platform).with_flags(flags)
-    if stored is None:
-        baseline = sp.defaults()
+    # The space's own baseline, not the study's: a knob the study pinned with --set is moved too.
+    baseline = load_trial_space(target, space, config.platform).with_flags(flags).defaults()
     cache = open_cache(config.cache)
     prov = provenance(target, script, args, env=caller_env(target))
     model, environment = model_of(prov), environment_of(prov)
@@ -136,8 +135,8 @@ def _said(name: str, result: Any, how: str, quiet: bool) -> None:
 
 
 def _stored_failure(study: str, number: int, storage: str | None) -> tuple[Any, ...]:
-    """A failed trial of a stored study: its script, arguments, target, space, the script's flags,
-    the baseline and the trial's result."""
+    """A failed trial of a stored study: its script, arguments, target, space, the script's flags
+    and the trial's result."""
     from autotune.records import TrialResult
     from autotune.study.storage import load_study
     from autotune.trial import check_script
@@ -159,6 +158,5 @@ def _stored_failure(study: str, number: int, storage: str | None) -> tuple[Any, 
     except ScriptError:
         raise InvalidConfigError(f"the study's script {stored.script} is not here: minimize runs where the "
                                  "script is") from None
-    baseline = json.loads(stored.baseline_key) if stored.baseline_key else {}
     flags = {f.param: f.flag for f in result.plan.script_flags}
-    return script, list(stored.args or []), stored.target or "auto", stored.space, flags, baseline, result
+    return script, list(stored.args or []), stored.target or "auto", stored.space, flags, result
