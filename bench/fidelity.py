@@ -119,7 +119,7 @@ def run_trial(config: Config, epochs: int, *, full_run: bool, timeout: float, tr
     """``autotune trial`` of the example under ``config``; never raises."""
     command = [sys.executable, "-m", "autotune.cli", "trial", SCRIPT, "--target", "xla",
                "--set", f"batch_size={config.batch_size}", "--set", f"precision={config.precision}",
-               "--json", "--timeout", str(timeout), "--trial-dir", str(trial_dir)]
+               "--json", "--trial-timeout", str(timeout), "--trial-dir", str(trial_dir)]
     script_args = ["--epochs", str(epochs)]
     if full_run:
         command.append("--full-run")

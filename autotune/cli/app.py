@@ -67,7 +67,23 @@ def _last_line(path: Path) -> str:
     return lines[-1].strip() if lines else ""
 
 
+def _print_version(value: bool) -> None:
+    if value:
+        from importlib.metadata import PackageNotFoundError, version
+
+        from autotune.errors import DISTRIBUTION, AutotuneError
+
+        try:
+            typer.echo(f"autotune {version(DISTRIBUTION)}")
+        except PackageNotFoundError:  # imported from a folder that was never installed
+            raise AutotuneError(f"autotune is not installed as {DISTRIBUTION} here: pip install -e .") from None
+        raise typer.Exit()
+
+
 @app.callback(context_settings={"help_option_names": ["-h", "--help"]})
-def _root() -> None:
+def _root(
+    _version: bool = typer.Option(False, "--version", is_eager=True, callback=_print_version,
+                                  help="Print the installed version and exit."),
+) -> None:
     """Tune compiler flags and runtime knobs of an unmodified PyTorch script."""
 

@@ -23,8 +23,9 @@ from autotune.records import MeasurementProtocol
 
 @app.command(context_settings={"help_option_names": ["-h", "--help"]})
 @config_options(RunConfig, only=("target", "sets", "arg", "space", "platform", "nproc_per_node", "memory_limit",
-                                 "cache"),
+                                 "trial_timeout", "cache"),
                 help={
+    "trial_timeout": "Hard timeout of the trial in seconds (kills its children too).",
     "sets": "A parameter, KEY=VALUE; repeatable.",
     "space": "Search space (a YAML file or a built-in name) that defines the parameters; default: the target's.",
     "memory_limit": "Host-memory limit of the trial's process tree, e.g. 8GiB (default: 80% of this machine).",
@@ -34,8 +35,9 @@ def trial(
     script: Path = opt.SCRIPT,
     script_args: Optional[list[str]] = opt.SCRIPT_ARGS,
     json_out: bool = typer.Option(False, "--json", help="Print the result as one JSON object."),
-    timeout: float = typer.Option(RunConfig.model_fields["trial_timeout"].default,
-                                  help="Hard timeout of the trial in seconds (kills its children too)."),
+    # The old name of --trial-timeout, which `run` has always called the per-trial limit (there
+    # --timeout bounds the whole study).
+    timeout: Optional[float] = typer.Option(None, "--timeout", hidden=True),
     full_run: bool = typer.Option(False, "--full-run", help="Let the script run to its end instead of "
                                                              "stopping it once the estimate has converged."),
     max_seconds: float = typer.Option(MeasurementProtocol.model_fields["max_measure_seconds"].default,
@@ -57,8 +59,9 @@ def trial(
     from autotune.units import parse_size
     from autotune.workers.launcher import TrialLimits
 
-    if timeout <= 0:
-        raise InvalidConfigError("--timeout must be positive")
+    if timeout is not None:
+        err.print("note: --timeout is deprecated here; use --trial-timeout, as autotune run does", highlight=False)
+        config = RunConfig.checked(**{**dict(config), "trial_timeout": timeout})
     if max_seconds <= 0 or max_steps < 1:
         raise InvalidConfigError("--max-seconds and --max-steps must be positive")
     from autotune.cache import open_cache
@@ -66,7 +69,7 @@ def trial(
     prepared = prepare_trial(script, target=config.target, sets=config.sets, space=config.space,
                              platform=config.platform, cache_root=str(open_cache(config.cache).path),
                              nproc_per_node=config.nproc_per_node, flags=config.script_flags())
-    limits = TrialLimits(timeout_s=timeout,
+    limits = TrialLimits(timeout_s=config.trial_timeout,
                          memory_bytes=parse_size(config.memory_limit) if config.memory_limit else None)
     protocol = MeasurementProtocol(run_to_end=full_run, max_measure_seconds=max_seconds, max_measure_steps=max_steps)
     directory = trial_dir or default_trial_dir()

@@ -19,7 +19,7 @@ from autotune.cli import options as opt
 from autotune.cli.app import app
 from autotune.cli.options import config_options
 from autotune.config import JobConfig, RunConfig
-from autotune.errors import InvalidConfigError
+from autotune.errors import InvalidConfigError, require
 from autotune.rendering import fmt_seconds, format_value
 
 err = Console(stderr=True, highlight=False, soft_wrap=True)
@@ -30,8 +30,9 @@ CONTEXT = {"help_option_names": ["-h", "--help"]}
 def serve(
     host: str = typer.Option("127.0.0.1", help="Address to listen on."),
     port: int = typer.Option(8765, help="Port to listen on."),
-    storage: Optional[str] = typer.Option(None, help="Database of the job queue and the studies "
-                                                     "(default: sqlite under .autotune/; postgresql://... for a fleet)."),
+    storage: Optional[str] = typer.Option(None, envvar=opt.STORAGE_ENV, show_envvar=True,
+                                          help="Database of the job queue and the studies "
+                                               "(default: sqlite under .autotune/; postgresql://... for a fleet)."),
     ray_address: Optional[str] = typer.Option(None, help="The Ray cluster every job joins (default: each job "
                                                          "starts a local Ray)."),
     cache: Optional[Path] = typer.Option(None, help="Cache root the jobs share (default: ~/.cache/autotune)."),
@@ -59,6 +60,8 @@ def serve(
     the daemon leaves its running jobs running; the next start adopts them, keeps queued jobs
     queued, and resumes jobs whose process is gone.
     """
+    for package in ("fastapi", "uvicorn"):
+        require(package, "autotune serve", "serve")
     from autotune.daemon.listening import check_exposure, default_token_file, ensure_token_file
     from autotune.daemon.server import DaemonConfig, serve as run_server
     from autotune.units import parse_size

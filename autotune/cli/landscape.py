@@ -16,7 +16,9 @@ from autotune.errors import InvalidConfigError
 
 landscape_app = typer.Typer(help="Record every configuration of a small space, or a sample of a large one (a "
                                  "landscape), and replay studies on it.", no_args_is_help=True)
-app.add_typer(landscape_app, name="landscape")
+# Recorded landscapes are how the search is measured (bench/), not a user's tool: kept out of the
+# top-level help, still there by name.
+app.add_typer(landscape_app, name="landscape", hidden=True)
 
 
 @landscape_app.command("record", context_settings={"help_option_names": ["-h", "--help"]})
@@ -128,7 +130,7 @@ def surrogate_cmd(
     """Fit a surrogate of a recorded landscape (models that answer every configuration of its
     space), print its error on recorded configurations it was not fitted on, and its best.
 
-    Needs scikit-learn: pip install "autotune[bench]".
+    Needs scikit-learn: pip install "torch-autotune[bench]".
     """
     from autotune.landscapes.landscape import load_landscape
     from autotune.landscapes.surrogate import SurrogateLandscape, held_out_error

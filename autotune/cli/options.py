@@ -18,13 +18,45 @@ from typing import Any, Callable, Iterable, Optional, TypeVar
 
 import typer
 
-from autotune.config import JobConfig, option_flag
+from autotune.config import DIRECTIONS, SAMPLERS, JobConfig, option_flag
+from autotune.errors import require
+from autotune.objectives import BUILT_IN
+from autotune.targets import TARGETS
 from autotune.trial import parse_sets
 
 SCRIPT = typer.Argument(..., help="The training or inference script, unmodified.")
 SCRIPT_ARGS = typer.Argument(None, help="Arguments for the script, after --.")
+# A storage URL may hold a password: an env var keeps it off the command line (and out of `ps`).
+STORAGE_ENV = "AUTOTUNE_STORAGE"
 #: The storage of the commands that read stored studies (best, show, report, dashboard).
-STORAGE = typer.Option(None, help="Optuna storage URL (default: sqlite under .autotune/).")
+STORAGE = typer.Option(None, envvar=STORAGE_ENV, show_envvar=True,
+                       help="Optuna storage URL (default: sqlite under .autotune/).")
+
+#: The help panel of each field of the run configuration; the command's own options, and a field
+#: not listed yet (tests/cli_tests/test_command_line.py asks for one), stay under "Options".
+PANELS: dict[str, str] = {
+    **dict.fromkeys(("trials", "target", "space", "platform", "sets", "arg", "env", "sampler", "seed",
+                     "warm_start", "warm", "fresh", "retry_failed", "prune", "confirm", "numerics_guard",
+                     "loss_tolerance"), "Search"),
+    **dict.fromkeys(("metric", "direction", "objective", "constraint", "prefer", "instance_type", "price_per_hour",
+                     "prices", "budget_usd", "budget_hours"), "Objective and budget"),
+    **dict.fromkeys(("workers", "cores_per_trial", "nproc_per_node", "compile_workers", "compile_ahead",
+                     "ray_address", "trial_timeout", "timeout", "memory_limit"), "Placement"),
+    **dict.fromkeys(("study", "storage", "cache"), "Storage"),
+    "out": "Output",
+}
+#: The values an option takes, shown in --help as its metavar; the model checks them, so that a typo
+#: is autotune's one-line error rather than click's usage box. --objective also takes a metric of
+#: the script's own.
+CHOICES: dict[str, str] = {
+    "target": "[" + "|".join(("auto", *TARGETS)) + "]",
+    "sampler": "[" + "|".join(SAMPLERS) + "]",
+    "direction": "[" + "|".join(DIRECTIONS) + "]",
+    "objective": "[" + "|".join(BUILT_IN) + "|METRIC]",
+}
+#: Env vars an option is read from when it is not given. Ray reads RAY_ADDRESS itself: the option
+#: names it so that --help shows it.
+ENVVARS: dict[str, str] = {"storage": STORAGE_ENV, "ray_address": "RAY_ADDRESS"}
 
 # The daemon a client command talks to.
 SERVER_ENV = "AUTOTUNE_SERVER"
@@ -34,6 +66,7 @@ TOKEN_FILE = typer.Option(None, "--token-file", help="File holding the daemon's 
 
 
 def daemon_client(server: str, token_file: Path | None) -> Any:
+    require("httpx", "a client of the autotune daemon", "serve")
     from autotune.daemon.client import DaemonClient, read_token
 
     return DaemonClient(server, read_token(token_file, server))
@@ -81,12 +114,15 @@ def _option(model: type[JobConfig], name: str, helps: dict[str, str]) -> Any:
     text = helps.get(name, field.description or "")
     flag = option_flag(name)
     short = [model.SHORT[name]] if name in model.SHORT else []
+    shown: dict[str, Any] = {"help": text, "rich_help_panel": PANELS.get(name)}
+    if name in ENVVARS:
+        shown.update(envvar=ENVVARS[name], show_envvar=True)
     if name == "sets" or _is_list(model, name):
-        return typer.Option(None, flag, *short, help=text)
+        return typer.Option(None, flag, *short, metavar=CHOICES.get(name), **shown)
     default = field.get_default(call_default_factory=True)
     if field.annotation is bool:
-        return typer.Option(default, f"{flag}/--no-{flag[2:]}" if default else flag, *short, help=text)
-    return typer.Option(default, flag, *short, help=text, metavar=model.METAVAR.get(name))
+        return typer.Option(default, f"{flag}/--no-{flag[2:]}" if default else flag, *short, **shown)
+    return typer.Option(default, flag, *short, metavar=CHOICES.get(name, model.METAVAR.get(name)), **shown)
 
 
 def _annotation(model: type[JobConfig], name: str) -> Any:

@@ -182,7 +182,7 @@ BAD_INPUT: dict[str, tuple[list[str], list[str]]] = {
                                ["'freezing' only applies when mode is one of", "remove it or change mode"]),
     "space of another target": (["train.py", "-t", "xla", "--space", "inductor"],
                                 ["is for target 'inductor', not 'xla'"]),
-    "non-positive timeout": (["train.py", "--timeout", "0"], ["--timeout must be positive"]),
+    "non-positive timeout": (["train.py", "--trial-timeout", "0"], ["--trial-timeout 0.0: Input should be greater than 0"]),
     "unreadable memory limit": (["train.py", "--memory-limit", "lots"], ["memory size 'lots'"]),
 }
 

@@ -211,7 +211,7 @@ class Entry:
         """``autotune trial`` of the script under its target's baseline, as a user types it in the
         working directory that :meth:`prepare` made; ``extra`` are more options of the command."""
         return [sys.executable, "-m", "autotune.cli", "trial", self.script, "--target", self.target,
-                "--max-seconds", str(max_seconds), "--timeout", str(timeout), "--json",
+                "--max-seconds", str(max_seconds), "--trial-timeout", str(timeout), "--json",
                 "--trial-dir", str(trial_dir), *extra, "--", *self.args]
 
 
