@@ -1,4 +1,5 @@
-"""The Neuron target on a real device: a planned configuration compiles and trains a tiny model.
+"""The Neuron target on a real device: a planned configuration compiles and trains a tiny model,
+and a traced-inference study tunes a served model and loads its traced models back from the cache.
 
 Skipped unless ``torch_neuronx`` imports (so: everywhere but a Trn/Inf instance with the Neuron
 SDK). Run it there with ``pytest -m neuron tests/targets_tests/test_neuron_device.py``. The step
@@ -21,6 +22,7 @@ pytestmark = [pytest.mark.neuron, pytest.mark.timeout(1800)]
 
 pytest.importorskip("torch_neuronx")
 
+from autotune.study.loop import tune  # noqa: E402
 from autotune.targets.neuron import NeuronTarget, compile_cache_env  # noqa: E402
 
 # One training step of a tiny MLP under the plan's runtime knobs; prints the loss last.
@@ -93,3 +95,43 @@ def test_planned_configuration_compiles_and_trains(tmp_path: Path) -> None:
     recorded = [json.loads((m / "compile_flags.json").read_text()) for m in modules
                 if (m / "compile_flags.json").is_file()]
     assert recorded and all(set(ours) <= set(flags) for flags in recorded)
+
+
+# A traced model served as the Neuron inference tutorials do: trace with flags of the script's own
+# (which the configuration's replace), then one request after another.
+SERVE_SCRIPT = r"""
+import argparse
+import torch
+import torch_neuronx
+
+parser = argparse.ArgumentParser()
+parser.add_argument("--batch-size", type=int, default=1)
+args = parser.parse_args()
+torch.manual_seed(0)
+model = torch.nn.Sequential(torch.nn.Linear(256, 1024), torch.nn.GELU(), torch.nn.Linear(1024, 256)).eval()
+example = torch.randn(args.batch_size, 256)
+traced = torch_neuronx.trace(model, example, compiler_args=["--optlevel", "1"])
+with torch.no_grad():
+    for _ in range(20_000):
+        traced(example)
+"""
+
+
+def test_traced_inference_study(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.chdir(tmp_path)
+    script = tmp_path / "serve.py"
+    script.write_text(SERVE_SCRIPT)
+    options = dict(trials=3, target="neuron", space="neuron-inf2-inference", seed=0, cache=tmp_path / "cache",
+                   arg=["batch_size=--batch-size"], objective=["latency_p99"],
+                   sets={"model_type": "transformer", "data_parallel": False})
+    result = tune(script, **options)
+    assert result.best is not None, result.failures_by_category
+    ran = [t for t in result.trials if t.duplicate_of is None and t.state == "COMPLETE"]
+    assert ran
+    traced = list((tmp_path / "cache" / "neuron-traced").glob("*.pt"))
+    assert len(traced) >= len(ran)
+
+    # The same configurations measured again load their traced models instead of compiling them.
+    again = tune(script, **options, study="again", fresh=True)
+    measured = [t for t in again.trials if t.duplicate_of is None and t.state == "COMPLETE"]
+    assert measured and all(t.cache_hits and not t.cache_misses for t in measured)
