@@ -317,6 +317,8 @@ def test_broken_exported_flags_are_rejected() -> None:
     ({"path": "native", "target": "trn2"}, "detects the target itself"),
     ({"path": "native", "batches_per_execution": 2}, "MpDeviceLoader"),
     ({"path": "native", "precision": "xla_use_bf16"}, "only the xla path reads"),
+    ({"path": "native", "data_parallel": True}, "data_parallel does not apply to the native path: traced inference"),
+    ({"path": "native", "dynamic_batch": False}, "dynamic_batch does not apply to the native path"),
     ({"native_opt_level": 2}, "use optlevel"),
     ({"path": "xla", "logical_nc_config": 2}, "use lnc"),
     ({"path": "eager"}, "path 'eager' is not one of xla, native"),
