@@ -32,6 +32,15 @@ comes from (Neuron documentation page names):
 * "Migration From XLA_USE_BF16/XLA_DOWNCAST_BF16": those variables are deprecated (torch-xla 2.5),
   turn stochastic rounding on by themselves, and ``NEURON_RT_STOCHASTIC_ROUNDING_EN=1`` is the
   replacement.
+* "PyTorch NeuronX Tracing API for Inference": ``torch_neuronx.trace(func, example_inputs, *_, ...,
+  compiler_workdir=None, compiler_args=None, ...)`` returns a TorchScript module (``torch.jit.save``
+  and ``load``); its ``compiler_args`` (a string or a list of strings) go to neuronx-cc.
+  "PyTorch NeuronX DataParallel API": ``torch_neuronx.DataParallel(model, device_ids=None, dim=0,
+  set_dynamic_batching=True)``.
+* "Component Release Notes for NeuronX Graph Compiler": the version each flag value came with
+  (``flags.SINCE``), and 2.13.66.0's ``--enable-mixed-precision-accumulation``.
+* ``NEURON_PLATFORM_TARGET_OVERRIDE``: read by AWS's own tools before anything else where no
+  device answers (nkipy's ``get_platform_target``), with the ``--target`` spellings.
 * "torch.compile backend reference" and "TorchNeuron environment variables":
   ``backend="neuron"``, ``torch.autocast(device_type="neuron")``, ``NEURON_COMPILER_OPT_LEVEL``
   (written ``-O<n>``, as torch-neuronx reads it), ``TORCH_NEURONX_NEFF_CACHE_DIR`` (default
