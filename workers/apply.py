@@ -78,7 +78,8 @@ class ProductionRun:
             after_import("torch_xla.distributed.parallel_loader", lambda module: runtime_knobs.patch_device_loader(
                 module, self.knobs.batches_per_execution, self.applied))
         if self.knobs.trace is not None:
-            traced = runtime_knobs.TracedModels(self.knobs.trace, self.applied, lambda model: model,
+            flags = self.spec.env.get(self.spec.flags_env or "", "")
+            traced = runtime_knobs.TracedModels(self.knobs.trace, flags, self.applied, lambda model: model,
                                                 self._on_args_replaced)
             after_import("torch_neuronx", traced.patch)
         self._install_root_hook()
@@ -106,11 +107,10 @@ class ProductionRun:
     def on_model(self, module: Any) -> None:
         target = getattr(module, "_orig_mod", module)  # a model the script compiled itself
         self.model = target
-        runtime_knobs.prepare_model(target, self.knobs, self.applied)
-        spec = self.knobs.compile
-        if spec is not None and spec.backend != "eager" and not self.compiled_by_script:
-            assert self._orig_compile is not None
-            target._compiled_call_impl = runtime_knobs.compiled_call(target, spec, self._orig_compile)
+        compiled = runtime_knobs.prepare_model(target, self.knobs, self.applied, self._orig_compile,
+                                               self.compiled_by_script)
+        if compiled is not None:
+            target._compiled_call_impl = compiled
 
     # -- what it says ---------------------------------------------------------------------------
     def announcement(self) -> list[str]:

@@ -135,7 +135,8 @@ class TrialRuntime:
         if self.knobs.lazy_device or "torch_xla" in sys.modules:
             self._patch_xla()
         if self.knobs.trace is not None:
-            self.traced_models = runtime_knobs.TracedModels(self.knobs.trace, self.applied, self._serve,
+            flags = self.plan.env.get(self.plan.flags_env or "", "")
+            self.traced_models = runtime_knobs.TracedModels(self.knobs.trace, flags, self.applied, self._serve,
                                                             self._on_args_replaced)
             after_import("torch_neuronx", self._patch_neuronx)
         runtime_knobs.watch_env(self.plan.env, self.plan.flags_env, self.on_env_override)
@@ -364,10 +365,9 @@ class TrialRuntime:
     def _prepare_model(self, module: Any) -> None:
         target = getattr(module, "_orig_mod", module)  # a model the script compiled itself
         self.model = target
-        runtime_knobs.prepare_model(target, self.knobs, self.applied)
-        spec = self.knobs.compile
-        if spec is not None and spec.backend != "eager" and not self.user_compiled:
-            compiled = runtime_knobs.compiled_call(target, spec, self._orig_torch_compile)
+        compiled = runtime_knobs.prepare_model(target, self.knobs, self.applied, self._orig_torch_compile,
+                                               self.user_compiled)
+        if compiled is not None:
             target._compiled_call_impl = TimedCall(self.clock, compiled)
             self.user_compiled = True
         else:

@@ -105,9 +105,13 @@ def patch_torch_compile(spec: CompileSpec, applied: set[str], on_compile: Callab
     return orig_compile
 
 
-def prepare_model(target: Any, knobs: RuntimeKnobs, applied: set[str]) -> None:
+def prepare_model(target: Any, knobs: RuntimeKnobs, applied: set[str], orig_compile: Callable[..., Any] | None,
+                  compiled_by_script: bool) -> Callable[..., Any] | None:
     """Cast the model (its parameters, and its floating inputs and outputs back) and wrap its
-    forward in autocast, as the configuration says."""
+    forward in autocast, as the configuration says; returns the model's call compiled as the
+    configuration compiles it, to set as its ``_compiled_call_impl``, or ``None`` where nothing is
+    compiled here (no compile, ``eager``, or the script compiled the model itself, with the
+    configuration's options)."""
     import torch
 
     applied.update(("compile", "autocast_dtype", "autocast_device", "model_dtype"))
@@ -137,6 +141,10 @@ def prepare_model(target: Any, knobs: RuntimeKnobs, applied: set[str]) -> None:
             return cast_floats(out, input_dtype(args, kwargs))
 
         target.forward = autocast_forward
+    spec = knobs.compile
+    if spec is None or spec.backend == "eager" or compiled_by_script or orig_compile is None:
+        return None
+    return compiled_call(target, spec, orig_compile)
 
 
 def compiled_call(target: Any, spec: CompileSpec, orig_compile: Callable[..., Any]) -> Callable[..., Any]:
@@ -165,9 +173,11 @@ class TracedModels:
     as the configuration says: to the traced model where it turns them on, and the script's own
     calls passed through or skipped where it turns them off. ``on_traced`` gets whatever serves."""
 
-    def __init__(self, spec: TraceSpec, applied: set[str], on_traced: Callable[[Any], Any],
+    def __init__(self, spec: TraceSpec, flags: str, applied: set[str], on_traced: Callable[[Any], Any],
                  on_replaced: Callable[[list[str]], None]) -> None:
         self.spec = spec
+        #: The configuration's compiler flags (its ``NEURON_CC_FLAGS``), whose settings trace takes.
+        self.flags = flags
         self.applied = applied
         self.on_traced = on_traced
         self.on_replaced = on_replaced
@@ -219,7 +229,7 @@ class TracedModels:
             neuronx.dynamic_batch = dynamic_batch
 
         def trace(func: Any, example_inputs: Any, *args: Any, **kwargs: Any) -> Any:
-            merged, replaced = merge_compiler_args(self.spec.compiler_args, kwargs.get("compiler_args"))
+            merged, replaced = merge_compiler_args(self.flags, kwargs.get("compiler_args"))
             kwargs["compiler_args"] = merged
             self.applied.add("trace")
             if replaced:
