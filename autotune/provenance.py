@@ -10,6 +10,7 @@ import socket
 from pathlib import Path
 from typing import Any, Mapping
 
+from autotune.errors import DISTRIBUTION
 from autotune.host import host_device, instance_type as host_instance_type
 from autotune.targets import all_targets
 from autotune.targets.base import Target, package_version
@@ -25,7 +26,7 @@ def provenance(target: Target, script: str | Path, args: list[str], *,
     of the machine (:func:`autotune.host.instance_type`). ``env``: the caller's variables of the
     target's :attr:`~autotune.targets.base.Target.environment`."""
     return {
-        "autotune": package_version("autotune"),
+        "autotune": package_version(DISTRIBUTION),
         "python": platform.python_version(),
         "versions": {"torch": package_version("torch"), **target.versions()},
         "target": target.name,

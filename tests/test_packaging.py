@@ -92,3 +92,14 @@ def test_every_dependency_has_a_lower_bound() -> None:
     for text in PROJECT["dependencies"]:
         req = Requirement(text)
         assert any(spec.operator in (">=", "==") for spec in req.specifier), text
+
+
+def test_provenance_names_the_installed_version() -> None:
+    """Each result records the autotune it was measured with: read by the distribution's name."""
+    from importlib.metadata import version
+
+    from autotune.provenance import provenance
+    from autotune.targets import resolve_target
+
+    script = ROOT / "tests" / "scripts" / "tiny_train.py"
+    assert provenance(resolve_target("inductor", script), script, [])["autotune"] == version(DISTRIBUTION)
