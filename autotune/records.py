@@ -55,11 +55,10 @@ class CompileSpec(BaseModel):
 
 
 class TraceSpec(BaseModel):
-    """``torch_neuronx.trace`` as a trial applies it: the traced model is what serves requests."""
+    """``torch_neuronx.trace`` as a trial applies it: the traced model is what serves requests, and
+    the compiler settings of the plan's flags variable replace the same settings of the script's
+    own ``compiler_args`` (trace reads no ``NEURON_CC_FLAGS``)."""
 
-    #: The configuration's compiler settings, in place of the same settings of the script's own
-    #: ``compiler_args`` (trace reads no ``NEURON_CC_FLAGS``).
-    compiler_args: str = ""
     #: Where traced models are kept, keyed by model, example inputs, compiler arguments and
     #: versions, so that a second trial of the same loads it instead of compiling it again.
     cache_dir: str | None = None
@@ -105,8 +104,9 @@ INTERCEPTIONS: dict[str, tuple[str, str | None]] = {
     "model_dtype": ("the model's parameters cast", _MODEL),
     "lazy_device": ("timing windows that wait for a lazy device", None),
     "threads": ("torch's intra-op threads", None),
-    # A training loop on the same path never traces: nothing is missing there.
-    "trace": ("torch_neuronx.trace's compiler_args", None),
+    # Every plan of Neuron's XLA path has it, and a training loop there never traces: nothing is
+    # missing where it finds no trace().
+    "trace": ("DataParallel and dynamic batching of the traced model", None),
 }
 #: The runtime knobs whose value is the library's own default: set to it, a knob changes nothing,
 #: so a script that gives it nothing to act on (a loop that moves its batches to the device itself,

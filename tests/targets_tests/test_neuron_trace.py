@@ -210,9 +210,10 @@ def test_a_production_run_traces_with_the_tuned_settings(tmp_path: Path, stand_i
     script.write_text(SERVE.format(compiler_args=repr(["--optlevel", "1"])).replace("200_000", "3"))
     prepared = prepare_trial(script, target="neuron", platform="inf2", sets={"optlevel": 3},
                              cache_root=str(tmp_path / "cache"))
-    spec = ApplySpec.of(prepared.plan, study="serve", trial=1, script="serve.py", env={})
+    tuned = {"NEURON_CC_FLAGS": prepared.plan.env["NEURON_CC_FLAGS"]}  # as best.env exports it
+    spec = ApplySpec.of(prepared.plan, study="serve", trial=1, script="serve.py", env=tuned)
     assert spec.knobs.trace is not None and spec.knobs.trace.cache_dir is None  # the tuning machine's
-    env = {**os.environ, APPLY_ENV: spec.model_dump_json(),
+    env = {**os.environ, **tuned, APPLY_ENV: spec.model_dump_json(),
            "PYTHONPATH": os.pathsep.join([str(HOOK_DIR), os.environ["PYTHONPATH"]])}
     done = subprocess.run([sys.executable, str(script)], env=env, capture_output=True, text=True, timeout=120)
     assert done.returncode == 0, done.stderr

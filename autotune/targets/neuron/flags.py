@@ -258,9 +258,9 @@ def canonical_flags(params: Mapping[str, Any], user_flags: str = "") -> str:
 
 
 def merge_compiler_args(configured: str, script_args: str | list[str] | None) -> tuple[list[str], list[str]]:
-    """``torch_neuronx.trace``'s ``compiler_args`` with the configuration's compiler settings
-    (``configured``, as :func:`canonical_flags` wrote them) in place of the script's own, and what
-    of the script's they replaced (``"--optlevel 1 -> --optlevel=3"``).
+    """``torch_neuronx.trace``'s ``compiler_args`` with the compiler settings of the configuration's
+    ``NEURON_CC_FLAGS`` (``configured``; its other flags are the XLA path's) in place of the
+    script's own, and what of the script's they replaced (``"--optlevel=1 -> --optlevel=3"``).
 
     trace hands ``compiler_args`` (a string or a list of strings) to neuronx-cc and reads no
     ``NEURON_CC_FLAGS``, so this is the only way a tuned flag reaches a traced model. The result is

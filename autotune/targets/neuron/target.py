@@ -157,9 +157,8 @@ class NeuronTarget(Target):
             knobs.lazy_device = True
             knobs.batches_per_execution = params.get("batches_per_execution")
             # trace() hands its compiler_args to neuronx-cc and reads no NEURON_CC_FLAGS: a script
-            # that traces its model gets the configuration's settings there.
-            knobs.trace = TraceSpec(compiler_args=canonical_flags(params), data_parallel=params.get("data_parallel"),
-                                    dynamic_batch=params.get("dynamic_batch"))
+            # that traces its model gets the settings of the plan's NEURON_CC_FLAGS there.
+            knobs.trace = TraceSpec(data_parallel=params.get("data_parallel"), dynamic_batch=params.get("dynamic_batch"))
 
         precision = params.get("precision")
         if precision == "bf16_model":
