@@ -12,7 +12,8 @@ from pathlib import Path
 from typing import Any
 
 from autotune.errors import AutotuneError, InvalidConfigError, ScriptError
-from autotune.records import INTERCEPTIONS, KnobRoute, MeasurementProtocol, ScriptFlag, TrialPlan, TrialResult
+from autotune.records import (INTERCEPTIONS, PROCESSES_PARAM, KnobRoute, MeasurementProtocol, ScriptFlag, TrialPlan,
+                              TrialResult)
 from autotune.space import SearchSpace, builtin_space, load_space
 from autotune.space.processes import most_processes, with_processes
 from autotune.targets import Target, resolve_target
@@ -164,7 +165,11 @@ def prepare_trial(script: str | Path, *, target: str = "auto", sets: dict[str, A
     tgt = resolve_target(target, path)
     sp, given = with_processes(load_trial_space(tgt, space, platform).with_flags(dict(flags or {})),
                                dict(sets or {}), nproc_per_node)
-    params = validate_for(tgt, sp, given)
+    # A trial is one configuration: a parameter given several values (--set batch_size=16,32) runs at
+    # the first, as a study's baseline does.
+    listed = {n: sp.parameters[n].default for n in dict(sets or {})
+              if n not in given and n in sp.parameters and n != PROCESSES_PARAM}
+    params = validate_for(tgt, sp, {**listed, **given})
     tgt.check(params)
     tgt.check_processes(most_processes(sp), 1)
     env = dict(os.environ) if base_env is None else base_env  # the user's PJRT_DEVICE, XLA_FLAGS, ...

@@ -11,16 +11,18 @@ from typing import Any
 
 from autotune.errors import InvalidConfigError
 from autotune.records import PROCESSES_PARAM
+from autotune.space.choices import with_choices
 from autotune.space.parameters import Parameter
 from autotune.space.search_space import SearchSpace
 
 
 def with_processes(space: SearchSpace, sets: dict[str, Any], nproc_per_node: int = 1) -> tuple[SearchSpace, dict[str, Any]]:
     """``space`` with the process count as a parameter where ``sets`` or ``nproc_per_node`` ask for
-    one, and ``sets`` less a list of counts (the study chooses among them)."""
+    one, and each parameter that ``sets`` gives a list of values narrowed to them (:mod:`.choices`);
+    ``sets`` less those lists (the study chooses among their values)."""
     value = sets.get(PROCESSES_PARAM, nproc_per_node if nproc_per_node > 1 else None)
     if value is None or PROCESSES_PARAM in space.parameters:
-        return space, sets
+        return with_choices(space, sets)
     try:
         counts = tuple(sorted({int(v) for v in str(value).split(",")}))
     except ValueError:
@@ -32,8 +34,8 @@ def with_processes(space: SearchSpace, sets: dict[str, Any], nproc_per_node: int
     param = Parameter(PROCESSES_PARAM, "int", choices=counts, default=counts[0],
                       description="processes of the trial (torchrun --nproc_per_node); the batch size is each one's")
     rest = {k: v for k, v in sets.items() if k != PROCESSES_PARAM}
-    return (replace(space, parameters={**space.parameters, PROCESSES_PARAM: param}),
-            rest if len(counts) > 1 else {**rest, PROCESSES_PARAM: counts[0]})
+    return with_choices(replace(space, parameters={**space.parameters, PROCESSES_PARAM: param}),
+                        rest if len(counts) > 1 else {**rest, PROCESSES_PARAM: counts[0]})
 
 
 def most_processes(space: SearchSpace) -> int:

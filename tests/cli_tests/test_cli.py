@@ -175,6 +175,8 @@ BAD_INPUT: dict[str, tuple[list[str], list[str]]] = {
                                     ["parameter 'batch_size': 7 is not allowed", "8, 16, 32, 64"]),
     "value of the wrong type": (["train.py", "-t", "xla", "--set", "fast_math=maybe"],
                                 ["parameter 'fast_math': 'maybe' is not a valid bool"]),
+    "a list with a value not among the choices": (["train.py", "--set", "batch_size=16,7"],
+                                                  ["parameter 'batch_size': 7 is not allowed"]),
     "value out of range": (["train.py", "--space", "ranges.yaml", "--set", "batch_size=65"],
                            ["parameter 'batch_size': 65 is out of range [1, 64]"]),
     "malformed --set": (["train.py", "--set", "batch_size"], ["--set 'batch_size': expected KEY=VALUE"]),
