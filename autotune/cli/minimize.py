@@ -47,7 +47,7 @@ def minimize(
     from autotune.cache import environment_of, model_of, open_cache, result_key
     from autotune.provenance import caller_env, provenance
     from autotune.records import PROTOCOL_VERSION, Failure, FailureCategory, TrialPlan, TrialResult
-    from autotune.study.minimal_failure import first_line, reduce_failure, same_failure, write_bug_report
+    from autotune.study.minimal_failure import first_line, reduce_failure, write_bug_report
     from autotune.targets import resolve_target
     from autotune.trial import check_script, load_trial_space, prepare_trial, run_prepared
     from autotune.units import parse_size
@@ -114,7 +114,6 @@ def minimize(
         err.print(f"reducing {failed.failure.category.value}: {first_line(failed.failure.reason)}", highlight=False)
     outcome = reduce_failure(failed.failure, baseline, failed.plan.params, run, reference_result=failed,
                              reference_ran=reference_ran, budget=budget)
-    assert same_failure(failed.failure, outcome.result)
     write_bug_report(folder, outcome, script=script, args=args, target=target.name, space=space, provenance=prov)
     if json_out:
         typer.echo(json.dumps({**outcome.summary(), "report": str(folder)}, default=str))
@@ -130,7 +129,9 @@ def minimize(
 def _said(name: str, result: Any, how: str, quiet: bool) -> None:
     if quiet:
         return
-    what = "ok" if result.ok else f"{result.failure.category.value}: {result.failure.reason.splitlines()[0][:100]}"
+    from autotune.study.minimal_failure import first_line
+
+    what = "ok" if result.ok else f"{result.failure.category.value}: {first_line(result.failure.reason)[:100]}"
     err.print(f"  {name}: {what} ({how})", highlight=False)
 
 
