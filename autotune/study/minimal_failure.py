@@ -97,7 +97,7 @@ class Outcome:
             why = "; removing any one of them does not fail that way" if len(r.knobs) > 1 else \
                 "; without it the configuration does not fail that way" if r.knobs else ""
             return f"{shown}{why}"
-        return (f"{shown}; the budget ran out before removing {_names({k: None for k in r.unproven}, values=False)} "
+        return (f"{shown}; the budget ran out before removing each of {_names({k: None for k in r.unproven}, values=False)} "
                 "was tried: the set may shrink further")
 
 
