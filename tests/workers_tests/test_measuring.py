@@ -54,15 +54,15 @@ def test_a_mark_whose_process_is_gone_or_whose_id_is_another_process_is_stale(ru
     assert list(runtime_dir.iterdir()) == [], "stale marks are removed"
 
 
-@pytest.mark.timeout(120)
+@pytest.mark.timeout(180)
 def test_a_trial_is_stopped_no_longer_than_its_timeout(write_script, tmp_path: Path) -> None:
     script = write_script("quick.py", "import autotune\nautotune.report(done=1.0)\n")
     started = time.monotonic()
     # A measurement that never ends (or a mark that never goes) asks to stop it for ever.
     result = run_trial(TrialPlan(target="inductor", params={}), script, trial_dir=tmp_path / "trial",
-                       limits=TrialLimits(timeout_s=3.0), pause=lambda: True)
-    assert result.ok, (result.failure, result.log_tail)
-    assert 3.0 <= time.monotonic() - started < 60
+                       limits=TrialLimits(timeout_s=20.0), pause=lambda: True)
+    assert result.ok, (result.failure, result.log_tail)  # stopped for 20 s, then it ran: a few s here
+    assert 20.0 <= time.monotonic() - started < 100
 
 
 def test_no_process_is_left_stopped_when_the_wait_ends_in_an_error(write_script, tmp_path: Path) -> None:
