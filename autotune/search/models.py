@@ -28,6 +28,10 @@ class CategoricalGP:
     values measured: throughput that rose from batch 16 to 32 is expected to rise again at 64.
     The weights, ``s2``, ``v`` and the noise are fitted by maximising the marginal likelihood with
     a log-normal prior on each (few observations: the prior keeps the fit sane).
+
+    ``fit(..., extra_noise=...)`` gives some observations noise of their own on top of the fitted
+    one (in units of the standardised values): an earlier study's results, which inform the model
+    without weighing as much as this study's own measurements.
     """
 
     def __init__(self, distances: Sequence[np.ndarray], positions: Sequence[np.ndarray | None] | None = None,
@@ -45,6 +49,7 @@ class CategoricalGP:
         self.D = self.ZZ = np.zeros((0, 0, 0))
         self.theta, self.v = np.zeros(self.n_params), np.zeros(len(self.trend))
         self.s2 = self.noise = 0.0
+        self.extra = np.zeros(0)
         self.L = self.alpha = np.zeros(0)
 
     def _dist(self, Xa: np.ndarray, Xb: np.ndarray) -> np.ndarray:
@@ -62,8 +67,9 @@ class CategoricalGP:
         sd = np.concatenate([np.full(P, 1.5), [1.0, 2.0], np.full(T, 1.5)])
         return mean, sd
 
-    def fit(self, X: np.ndarray, y: np.ndarray) -> CategoricalGP:
+    def fit(self, X: np.ndarray, y: np.ndarray, extra_noise: np.ndarray | None = None) -> CategoricalGP:
         self.X = X
+        self.extra = np.zeros(len(y)) if extra_noise is None else np.asarray(extra_noise, dtype=float)
         self.mean = float(np.mean(y))
         self.scale = float(np.std(y)) or 1.0
         self.y = (y - self.mean) / self.scale
@@ -85,7 +91,7 @@ class CategoricalGP:
         P = self.n_params
         theta, s2, noise, v = self._split(p)
         sE = s2 * np.exp(-np.tensordot(theta, self.D, axes=1))
-        K = sE + np.tensordot(v, self.ZZ, axes=1) + (noise + 1e-8) * np.eye(len(self.y))
+        K = sE + np.tensordot(v, self.ZZ, axes=1) + np.diag(noise + 1e-8 + self.extra)
         try:
             L = np.linalg.cholesky(K)
         except np.linalg.LinAlgError:
@@ -108,7 +114,7 @@ class CategoricalGP:
 
     def _set(self, p: np.ndarray) -> None:
         self.theta, self.s2, self.noise, self.v = self._split(p)
-        K = self._cov(self.X, self.X, self.D) + (self.noise + 1e-8) * np.eye(len(self.y))
+        K = self._cov(self.X, self.X, self.D) + np.diag(self.noise + 1e-8 + self.extra)
         self.L = np.linalg.cholesky(K)
         self.alpha = np.linalg.solve(self.L.T, np.linalg.solve(self.L, self.y))
 
@@ -120,7 +126,7 @@ class CategoricalGP:
     def prior_sd(self, X: np.ndarray, Xc: np.ndarray) -> np.ndarray:
         """Posterior standard deviation at ``Xc`` after observing ``X``, with the prior's
         hyperparameters (no values needed: where measuring teaches the most)."""
-        self.X, self.y = X, np.zeros(len(X))
+        self.X, self.y, self.extra = X, np.zeros(len(X)), np.zeros(len(X))
         self.D = self._dist(X, X)
         self._set(self.prior()[0])
         return self.predict(Xc)[1]

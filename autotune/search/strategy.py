@@ -148,6 +148,10 @@ RANDOM_CANDIDATES = 2000
 #: trials without a gain of more than LOCAL_GAIN (on the objective's log: 0.01 is about 1%).
 LOCAL_PATIENCE = 2
 LOCAL_GAIN = 0.01
+#: An earlier study's result weighs as a measurement with this much noise of its own, in units of
+#: the standardised values (1: their whole spread): another version, instance or model moves
+#: the figures, so it guides the model where this study has not measured without overruling it.
+WARM_NOISE = 0.3
 
 
 class AutotuneSampler(BaseSampler):
@@ -198,6 +202,9 @@ class AutotuneSampler(BaseSampler):
         self._picked: dict[int, dict[str, Any]] = {}
         #: Parameters held at one value from now on (``None``: the script's own), see :meth:`pin`.
         self.pinned: dict[str, Any] = {}
+        #: Earlier studies' results (:meth:`warm`): configurations of this space and their values.
+        self.prior: list[tuple[dict[str, Any], float]] = []
+        self._warm_starts: set[str] = set()
         # Optuna's TPE takes over a space with ranges (built only then: it warns when built).
         self._fallback = None if self.categorical else optuna.samplers.TPESampler(
             seed=seed, multivariate=True, group=True, constant_liar=True)
@@ -240,6 +247,35 @@ class AutotuneSampler(BaseSampler):
         the same run under another name."""
         self.pinned.update(values)
 
+    def warm(self, results: Sequence[tuple[dict[str, Any], float | None]],
+             starts: Sequence[dict[str, Any]] = ()) -> None:
+        """Inform the model with earlier studies' ``results`` (configuration, value or ``None``
+        where it failed): a prior, not this study's results. Only configurations of this space
+        are kept (a parameter it lacks, or one ``--set`` holds at another value, measured
+        something else). ``starts``: the earlier best configurations the study measures first,
+        which, like its baseline, are not the search's trials (the trust region's patience)."""
+        for config, value in results:
+            fits = self._of_this_space(config)
+            if fits is not None and value is not None:
+                self.prior.append((fits, value))
+        self._warm_starts |= {config_key(c) for c in starts}
+        self._starts = None
+
+    def _of_this_space(self, config: dict[str, Any]) -> dict[str, Any] | None:
+        """``config`` as a configuration of this space's free parameters; ``None`` where it is not one."""
+        out = {}
+        for name, value in config.items():
+            if name in self.space.fixed:
+                if self.space.fixed[name] != value:
+                    return None
+            elif name in self.levels:
+                if _level_index(self.levels[name], value) == 0 and value is not None:
+                    return None
+                out[name] = value
+            elif value is not None:
+                return None
+        return out
+
     # -- choosing a configuration -----------------------------------------------------------------
     def propose(self, study: Any) -> dict[str, Any]:
         """The next configuration to measure (a measured one only when none is left)."""
@@ -259,7 +295,7 @@ class AutotuneSampler(BaseSampler):
         values = [v for _, v, _ in history]
         ok = np.array([v is not None for v in values])
         score = np.ones(len(candidates))
-        if ok.sum() >= 2:
+        if ok.sum() >= 2 or self._prior_informs(X, ok, values, maximize):
             score = self._expected_improvement(X, ok, values, Xc, maximize) + 1e-12
         else:
             # Nothing to model yet: measure where the model, with its prior, knows least. That is
@@ -295,7 +331,7 @@ class AutotuneSampler(BaseSampler):
         history, in_flight = measured_history(study)
         values = [v for _, v, _ in history]
         ok = np.array([v is not None for v in values])
-        if ok.sum() < 2:
+        if ok.sum() < 2 and not self._prior_informs(self._encode([c for c, *_ in history]), ok, values, maximize):
             return None
         taken = {config_key(c) for c, *_ in history} | in_flight
         candidates = [c for c in self._candidates(history, maximize) if config_key(c) not in taken]
@@ -333,17 +369,47 @@ class AutotuneSampler(BaseSampler):
         from autotune.search.configurations import starting_points
 
         if self._starts is None:
-            self._starts = {config_key(c) for c in starting_points(self.space)}
+            self._starts = {config_key(c) for c in starting_points(self.space)} | self._warm_starts
         return sum(config_key(c) in self._starts for c, *_ in history)
 
     def _expected_improvement(self, X: np.ndarray, ok: np.ndarray, values: list[float | None], Xc: np.ndarray,
                               maximize: bool) -> np.ndarray:
-        """Expected improvement of the objective's log at each candidate, from the Gaussian process
-        fitted on the trials that ran (at least two)."""
+        """Expected improvement of the objective's log at each candidate over the best this study
+        measured, from the Gaussian process fitted on the trials that ran (at least two), and on
+        the earlier studies' results (:meth:`warm`) as noisier observations."""
         y = np.array([_transform(v, maximize) for v in values if v is not None])
-        gp = CategoricalGP(self.distances, self.positions if self.trend else None, self.theta_prior).fit(X[ok], y)
+        Xp, yp = self._prior_points(X[ok], y, maximize)
+        extra = np.concatenate([np.zeros(len(y)), np.full(len(yp), WARM_NOISE)])
+        gp = CategoricalGP(self.distances, self.positions if self.trend else None, self.theta_prior) \
+            .fit(np.vstack([X[ok], Xp]), np.concatenate([y, yp]), extra_noise=extra)
         mu, sd = gp.predict(Xc)
         return expected_improvement(mu, sd, float(y.max()))
+
+    def _prior_informs(self, X: np.ndarray, ok: np.ndarray, values: list[float | None], maximize: bool) -> bool:
+        """Whether earlier studies' results inform the model now (one measurement of this study
+        that they share is enough to put them on its scale)."""
+        if not self.prior or not ok.any():
+            return False
+        y = np.array([_transform(v, maximize) for v in values if v is not None])
+        return len(self._prior_points(X[ok], y, maximize)[1]) > 0
+
+    def _prior_points(self, X: np.ndarray, y: np.ndarray, maximize: bool) -> tuple[np.ndarray, np.ndarray]:
+        """The earlier results this study has not measured itself, encoded, with their values
+        moved onto this study's scale: by the mean difference over the configurations both
+        measured (another machine or version is faster or slower as a whole). None where they
+        share no configuration: nothing says how their figures compare."""
+        empty = np.zeros((0, X.shape[1]), dtype=int), np.zeros(0)
+        if not self.prior:
+            return empty
+        Xp = self._encode([c for c, _ in self.prior])
+        yp = np.array([_transform(v, maximize) for _, v in self.prior])
+        own = {row.tobytes(): value for row, value in zip(X, y)}
+        both = [i for i, row in enumerate(Xp) if row.tobytes() in own]
+        if not both:
+            return empty
+        shift = float(np.mean([own[Xp[i].tobytes()] - yp[i] for i in both]))
+        rest = np.array([row.tobytes() not in own for row in Xp])
+        return Xp[rest], yp[rest] + shift
 
     def _runs(self, X: np.ndarray, ok: np.ndarray, Xc: np.ndarray, broke: np.ndarray | None = None) -> np.ndarray:
         """The chance each candidate runs, from the failures seen; with ``broke`` (the failures to
