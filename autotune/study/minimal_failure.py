@@ -97,8 +97,8 @@ class Outcome:
             why = "; removing any one of them does not fail that way" if len(r.knobs) > 1 else \
                 "; without it the configuration does not fail that way" if r.knobs else ""
             return f"{shown}{why}"
-        return (f"{shown}; the budget ran out before removing each of {_names({k: None for k in r.unproven}, values=False)} "
-                "was tried: the set may shrink further")
+        unproven = _names({k: None for k in r.unproven}, values=False)
+        return f"{shown}; the budget ran out before removing each of {unproven} was tried: the set may shrink further"
 
 
 def _names(knobs: dict[str, Any], values: bool = True) -> str:
@@ -160,9 +160,8 @@ def write_bug_report(folder: Path, outcome: Outcome, *, script: Path, args: list
     lines = [
         f"# Smallest failing configuration of {script.name} ({target})", "",
         outcome.proof() + ".", "",
-        f"Moved from the baseline: {_names(outcome.moved)}; {outcome.trials} trials ran"
-        f" ({outcome.tested} configurations tested, {outcome.tested - outcome.trials} answered by remembered "
-        "results).", "",
+        (f"Moved from the baseline: {_names(outcome.moved)}; {outcome.trials} trials ran ({outcome.tested} "
+         f"configurations tested, {outcome.tested - outcome.trials} answered by remembered results)."), "",
         "## Knobs", "", *([f"- {k} = {v}" for k, v in outcome.knobs.items()] or ["- none (the baseline)"]), "",
         "## Env vars and compiler flags", "",
         *[f"- {k}={v}" for k, v in sorted(plan.env.items())],

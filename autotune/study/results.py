@@ -212,7 +212,8 @@ def best_config(study: Any, name: str, prov: dict[str, Any] | None = None) -> Be
     )
 
 
-def _utilisation(stored: StudyAttrs, result: TrialResult | None, prov: dict[str, Any] | None = None) -> Utilisation | None:
+def _utilisation(stored: StudyAttrs, result: TrialResult | None,
+                 prov: dict[str, Any] | None = None) -> Utilisation | None:
     """The trial's FLOP/s and their share of the peak of the devices it held, where it measured them."""
     m = result.measurement if result else None
     if m is None or result is None:
