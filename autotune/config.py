@@ -41,7 +41,8 @@ class JobConfig(BaseModel):
     #: The name of an option's value in ``--help``, where the type's is not clear enough.
     METAVAR: ClassVar[dict[str, str]] = {"confirm": "K", "objective": "NAME", "constraint": "NAME<=VALUE",
                                          "prefer": "NAME", "price_per_hour": "USD",
-                                         "budget_usd": "USD", "budget_hours": "HOURS"}
+                                         "budget_usd": "USD", "budget_hours": "HOURS",
+                                         "warm_start": "STUDY"}
     #: Options the command line passes on as text for the model to parse: ``--price-per-hour cheap``
     #: is then the one-line error that names the option, as ``--price-per-hour -1`` is, and not
     #: click's usage box.
@@ -119,6 +120,12 @@ class JobConfig(BaseModel):
                                                            "catalogue's on-demand price (a reserved or spot rate).")
     prices: Path | None = Field(None, description="YAML or JSON file of 'instance_type: US dollars per hour' that "
                                                   "overrides the catalogue's on-demand prices.")
+    warm_start: list[str] = Field(default_factory=list, description=(
+        "An earlier study (of this storage, the same objective) to start from: its best configuration is "
+        "measured right after the baseline and its results inform the sampler, never counted as this "
+        "study's; repeatable."))
+    warm: bool = Field(True, description="Warm-start also from the other studies of the same script (by file "
+                                         "name) and target in this storage (--no-warm: only --warm-start's).")
     budget_usd: float | None = Field(None, gt=0, allow_inf_nan=False, description=(
         "Stop asking for trials once the next would take the study's spend past this many US dollars: the "
         "machine time of its trials and compiles at the instance's price (needs --instance-type or "

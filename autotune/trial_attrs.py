@@ -85,6 +85,8 @@ class StudyAttrs:
     #: What the study had spent at the end of the last run, and its caps
     #: (:class:`autotune.study.budget.Spend`, as a dict).
     spend: dict[str, Any] | None = None
+    #: The earlier studies the last run started from (:mod:`autotune.study.warm_start`).
+    warm_start: list[str] | None = None
 
     @classmethod
     def of(cls, study: Any) -> StudyAttrs:

@@ -29,6 +29,7 @@ CHANGED = {"trials": 7, "target": "inductor", "space": "inductor", "platform": "
            "loss_tolerance": 0.5, "numerics_guard": False, "prune": False, "confirm": 2,
            "instance_type": "inf2.xlarge", "price_per_hour": 1.967861, "prices": Path("/tmp/prices.yaml"),
            "budget_usd": 12.5, "budget_hours": 0.75,
+           "warm_start": ["train-xla", "train-xla-1a2b3c4d"], "warm": False,
            "ray_address": "10.0.0.5:6379", "storage": "sqlite:////tmp/x.db", "out": Path("/tmp/out"),
            "cache": Path("/tmp/cache"), "objective": ["latency_p99", "throughput"],
            "constraint": ["throughput>=200", "peak_memory<=12GiB"], "prefer": "throughput"}

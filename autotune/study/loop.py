@@ -61,6 +61,7 @@ from autotune.study.results import (
     trial_counts,
 )
 from autotune.study.storage import GRACE_S, HEARTBEAT_S, Heartbeats, open_storage, open_study
+from autotune.study.warm_start import WarmStart, after_baseline, describe, earlier_studies, read_warm_start
 from autotune.targets import Target, resolve_target
 from autotune.trial import check_script, load_trial_space, plan_for, validate_for
 from autotune.units import parse_size
@@ -149,6 +150,8 @@ class Study:
         #: showed that the script cannot run here as it is (its data is missing), whatever the
         #: configuration.
         self.stopped: str | None = None
+        #: What earlier studies of the same script give this one (``--warm-start``, ``--warm``).
+        self.warm = WarmStart()
         #: The configurations of the space, while it stays small and all-categorical.
         self._grid: tuple[SearchSpace, set[str]] | None = None
 
@@ -240,6 +243,10 @@ class Study:
             started_ray = connect(self.o.ray_address)
         try:
             self.storage = open_storage(self.storage_url)
+            # Before the study is made: a --warm-start that names no study must leave nothing written.
+            warm_from = earlier_studies(self.storage, None, script=self.script, target=self.target.name,
+                                        objectives=[o.name for o in self.objectives], named=list(self.o.warm_start),
+                                        same_script=self.o.warm)
             self.study = self._open_study()
             self.claims = Claims(self.storage, self.study, self.storage_url)
         except BaseException:
@@ -257,6 +264,7 @@ class Study:
         note = self.target.availability_note()
         if note:
             self.notes.append(note)
+        self.warm = self._warm_start([name for name in warm_from if name != self.name])
         for told in self.study.get_trials(deepcopy=False, states=(optuna.trial.TrialState.COMPLETE,
                                                                   optuna.trial.TrialState.FAIL)):
             if TrialAttrs.of(told).idle:  # a resumed study: what its trials showed still holds
@@ -549,12 +557,25 @@ class Study:
                 bars.append(best[1] * (1 - PRUNE_MARGIN))
         return o.protocol.model_copy(update={"stop_below": max(bars)}) if bars else o.protocol
 
+    def _warm_start(self, names: list[str]) -> WarmStart:
+        """Read the earlier studies ``names``; their results become the sampler's prior."""
+        warm = read_warm_start(self.storage, names, self.space, self.target.check)
+        prior = getattr(self.study.sampler, "warm", None)  # autotune's sampler; Optuna's have none
+        if prior is not None:
+            prior(warm.results, starts=warm.bests)
+        note = describe(warm)
+        if note:
+            self.notes.append(note)
+        write(self.study, warm_start=warm.studies)
+        return warm
+
     def _enqueue_starting_points(self) -> None:
-        """Baseline first, then the known-good configurations, each once per study."""
+        """Baseline first, then the earlier studies' best configurations, then the known-good
+        configurations, each once per study."""
         if StudyAttrs.of(self.study).baseline_key is None:
             write(self.study, baseline_key=config_key(self.baseline_params))
         queued = {TrialAttrs.of(t).enqueued_key for t in self.study.get_trials(deepcopy=False)}
-        for config in starting_points(self.space):
+        for config in after_baseline(starting_points(self.space), self.warm.bests):
             key = config_key(config)
             if key not in queued:
                 queued.add(key)
