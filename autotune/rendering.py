@@ -6,6 +6,7 @@ import shlex
 
 from rich.console import Console
 from rich.markup import escape
+from rich.measure import Measurement
 from rich.table import Table
 from rich.text import Text
 
@@ -198,7 +199,7 @@ def render_trials(study: str, trials: list, baseline: float | None, best, consol
         compute = ([f"{fmt_flops(t.flops_per_second)}/s" if t.flops_per_second is not None else ""]
                    if flops else []) + ([f"{t.mfu:.1%}" if t.mfu is not None else ""] if mfu else [])
         table.add_row(str(t.number), value, ci, speed, *cost, *compute, params)
-    console.print(table)
+    print_whole(table, console)
     failed = [t for t in trials if t.state == "FAIL" and t.duplicate_of is None and t.category]
     if failed:
         by_cat: dict[str, list] = {}
@@ -233,6 +234,21 @@ def render_trials(study: str, trials: list, baseline: float | None, best, consol
             console.print(f"  launch: {best.launch}{batch}")
 
 
+def print_whole(table: Table, console: Console) -> None:
+    """A table that fits a terminal's width there; elsewhere (a file, a pipe, a CI log) as wide as its
+    widest row needs, so that no configuration's knobs are cut (``batches_per_exec…``) or split."""
+    if console.is_terminal:
+        console.print(table)
+        return
+    natural = Measurement.get(console, console.options.update(max_width=1_000_000), table).maximum
+    width = console.width
+    console.width = max(width, natural)  # print's own width= cannot exceed the console's
+    try:
+        console.print(table, crop=False)
+    finally:
+        console.width = width
+
+
 def render_front(best, console: Console) -> None:
     """A multi-objective study's Pareto front: one row per configuration no other beats in every objective."""
     names = list(best.front[0].values)
@@ -246,7 +262,7 @@ def render_front(best, console: Console) -> None:
     for point in sorted(best.front, key=lambda p: p.values[best.metric]):
         params = ", ".join(f"{k}={v}" for k, v in point.params.items()) or "(baseline: the script's own)"
         table.add_row(str(point.trial), *(_number(point.values[n]) for n in names), params)
-    console.print(table)
+    print_whole(table, console)
 
 
 def _number(value: float | None) -> str:

@@ -86,3 +86,26 @@ def test_the_daemon_without_the_serve_extra_names_it(tmp_path: Path, args: list[
     (line,) = done.stderr.splitlines()
     assert line.startswith("error: ") and f"the package {package}" in line
     assert line.endswith(f'install it with: pip install "{DISTRIBUTION}[serve]"'), line
+
+
+def test_the_results_table_in_a_pipe_shows_every_knob_whole(tmp_path: Path) -> None:
+    """Out of a terminal (CI's log, `| tee`), the table is as wide as its rows: a cut column
+    (`batches_per_exec…`) would hide the very configuration the study found."""
+    import optuna
+
+    from autotune.trial_attrs import trial_attrs
+
+    storage = f"sqlite:///{tmp_path / 'long.db'}"
+    study = optuna.create_study(direction="maximize", storage=storage, study_name="long")
+    params = {"batches_per_execution": 10, "host_to_device_transfer_threads": 2, "xla_backend_optimization_level": 0,
+              "xla_cpu_enable_fast_math": True, "xla_llvm_disable_expensive_passes": True, "batch_size": 64}
+    distributions = {k: optuna.distributions.CategoricalDistribution([v]) for k, v in params.items()}
+    for value in (100.0, 150.0):
+        study.add_trial(optuna.trial.create_trial(params=params, distributions=distributions, value=value,
+                                                  user_attrs=trial_attrs(counted=True)))
+    done = autotune("show", "long", "--storage", storage, cwd=tmp_path, env={"COLUMNS": "80"})
+    assert done.returncode == 0, done.stderr
+    assert "…" not in done.stdout
+    rows = [line for line in done.stdout.splitlines() if "batches_per_execution=10" in line]
+    assert len(rows) == 2, done.stdout
+    assert all(", ".join(f"{k}={v}" for k, v in params.items()) in row for row in rows), done.stdout
