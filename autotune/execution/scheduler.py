@@ -8,10 +8,12 @@ before it is recorded as failed.
 
 from __future__ import annotations
 
+import contextlib
 import os
 import time
 from dataclasses import dataclass, field
-from typing import Any
+from pathlib import Path
+from typing import Any, Iterator
 
 from autotune.errors import AutotuneError
 from autotune.records import CompileRequest, TrialRequest
@@ -63,9 +65,37 @@ def connect(address: str | None, compile_slots: int = 0) -> bool:
             raise AutotuneError(f"cannot reach the Ray cluster at {address}: {str(exc).splitlines()[0][:200]}; "
                                 "check --ray-address (host:port of the head node, or 'auto')") from None
     else:
-        ray.init(num_cpus=os.cpu_count(), resources={COMPILE_RESOURCE: compile_slots} if compile_slots else None,
-                 **kwargs)
+        with _token_required():
+            ray.init(num_cpus=os.cpu_count(), resources={COMPILE_RESOURCE: compile_slots} if compile_slots else None,
+                     **kwargs)
     return True
+
+
+@contextlib.contextmanager
+def _token_required() -> Iterator[None]:
+    """A local Ray that only its owner can join.
+
+    Ray 2.60 binds its GCS and raylets to every interface, whatever node address it is given
+    (checked with ``ss -ltnp``): what keeps other users and hosts out is its token. So token mode
+    is on, even where ``RAY_AUTH_MODE=disabled`` was exported, and the token file that Ray writes
+    with the process's umask (``~/.ray/auth_token``, 0644) is readable by its owner alone."""
+    # Unset, ray.init turns token mode on itself (and for this process too, which setting the
+    # variable here after Ray's import would not do).
+    if os.environ.get("RAY_AUTH_MODE") != "token":
+        os.environ.pop("RAY_AUTH_MODE", None)
+    path = Path(os.environ.get("RAY_AUTH_TOKEN_PATH") or Path.home() / ".ray" / "auth_token")
+    _owner_only(path)
+    old = os.umask(0o077)
+    try:
+        yield
+    finally:
+        os.umask(old)
+        _owner_only(path)
+
+
+def _owner_only(path: Path) -> None:
+    if path.exists() and path.stat().st_mode & 0o077:
+        path.chmod(0o600)
 
 
 def _check_reachable(address: str) -> None:
