@@ -107,3 +107,17 @@ def test_a_real_study_measures_the_earlier_best_as_its_first_trial_after_the_bas
     assert first.params.get("batch_size") is None, "the baseline first"
     assert second.params["batch_size"] == 256 and not second.user_attrs.get("cached"), "measured, not remembered"
     assert len(later["trials"]) == 2 and later["ran"] == 2
+
+
+def test_a_warm_start_from_a_study_of_another_objective_is_refused(tmp_path) -> None:
+    storage = f"sqlite:///{tmp_path / 'db.sqlite'}"
+    other = optuna.create_study(study_name="fast-p99", storage=storage, direction="minimize")
+    other.set_user_attr("objectives", ["latency_p99"])
+    proc = subprocess.run([sys.executable, "-m", "autotune.cli", "run", str(SCRIPTS / "tiny_train.py"),
+                           "--target", "inductor", "--warm-start", "fast-p99", "--storage", storage],
+                          cwd=tmp_path, capture_output=True, text=True, timeout=120,
+                          env={**os.environ, "AWS_EC2_METADATA_DISABLED": "true"})
+    assert proc.returncode == 2, proc.stderr
+    lines = proc.stderr.strip().splitlines()
+    assert len(lines) == 1 and "--warm-start 'fast-p99' optimised latency_p99, not throughput" in lines[0], proc.stderr
+    assert optuna.get_all_study_names(storage) == ["fast-p99"], "no study was made"
