@@ -279,24 +279,31 @@ class Utilisation(BaseModel):
 
 
 def utilisation(flops_per_sample: float | None, samples_per_second: float | None, provenance: dict[str, Any],
-                *, devices_per_trial: int | None, processes: int = 1) -> Utilisation | None:
+                *, devices_per_trial: int | None, processes: int = 1,
+                model_device: str | None = None) -> Utilisation | None:
     """The utilisation of a trial that measured ``samples_per_second`` of a model of
     ``flops_per_sample`` where ``provenance`` says (:func:`autotune.provenance.provenance`); it held
-    ``devices_per_trial`` NeuronCores (``None``: none), or ran ``processes`` processes, one GPU each.
+    ``devices_per_trial`` NeuronCores (``None``: none), or ran ``processes`` processes, one GPU each;
+    ``model_device``: the device type its model was on (``cpu``: no accelerator's peak applies).
     ``None`` where the FLOPs were not counted."""
     if not flops_per_sample or not samples_per_second:
         return None
     achieved = flops_per_sample * samples_per_second
-    peak, source = device_peak(provenance, devices_per_trial=devices_per_trial, processes=processes)
+    peak, source = device_peak(provenance, devices_per_trial=devices_per_trial, processes=processes,
+                               model_device=model_device)
     return Utilisation(flops_per_sample=flops_per_sample, flops_per_second=achieved, peak_flops_per_second=peak,
                        peak_source=source, mfu=achieved / peak if peak else None)
 
 
-def device_peak(provenance: dict[str, Any], *, devices_per_trial: int | None,
-                processes: int = 1) -> tuple[float | None, str]:
+def device_peak(provenance: dict[str, Any], *, devices_per_trial: int | None, processes: int = 1,
+                model_device: str | None = None) -> tuple[float | None, str]:
     """The dense bf16 peak FLOP/s of the devices a trial held, and where it came from; or ``None``
     and why no peak is known."""
     instance = provenance.get("instance_type")
+    host = str(provenance.get("host_device") or "")
+    if model_device == "cpu":
+        cpu = host.partition(":")[2] or host
+        return None, f"no peak is known for a CPU ({cpu}), where the model ran: no utilisation"
     if devices_per_trial:
         row = instance_info(instance) if instance else None
         if row is None:
@@ -307,7 +314,7 @@ def device_peak(provenance: dict[str, Any], *, devices_per_trial: int | None,
         return devices_per_trial * per_core, (
             f"catalogue: {chip.description}, {chip.bf16_tflops:g} bf16 TFLOPS over {row.neuron_cores // row.chips} "
             f"NeuronCores; {devices_per_trial} NeuronCore{'s' if devices_per_trial > 1 else ''} of {instance}")
-    device, host = str(provenance.get("device") or ""), str(provenance.get("host_device") or "")
+    device = str(provenance.get("device") or "")
     kind, _, name = device.partition(":")
     gpu = name if kind == "cuda" else host.partition(":")[2] if name.upper() in ("CUDA", "GPU") else None
     if gpu is None:

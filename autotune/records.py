@@ -395,6 +395,9 @@ class Measurement(BaseModel):
     #: The model's FLOPs per sample: one call of the model the harness found, forward and, where
     #: the loop trains, backward (``autotune.workers.flops``); ``None`` where it could not be counted.
     flops_per_sample: float | None = None
+    #: The device type of the model's parameters at that call (``cpu``, ``cuda``, ``xla``): a model
+    #: left on the CPU of a GPU host is measured against no GPU's peak.
+    model_device: str | None = None
 
     @property
     def ci95_half_width(self) -> float:

@@ -189,3 +189,12 @@ def test_a_gpus_peak_is_found_by_its_model_name(device: str, host: str, peak_tfl
 
 def test_no_counted_flops_is_no_utilisation() -> None:
     assert utilisation(None, 1000.0, {"device": "xla:CPU"}, devices_per_trial=None) is None
+
+
+def test_a_model_left_on_the_cpu_of_a_gpu_host_is_held_to_no_gpus_peak() -> None:
+    prov = {"device": "cuda:NVIDIA H100 80GB HBM3", "host_device": "cuda:NVIDIA H100 80GB HBM3"}
+    on_gpu = utilisation(1e9, 1000.0, prov, devices_per_trial=None, model_device="cuda")
+    assert on_gpu is not None and on_gpu.peak_flops_per_second == 989e12
+    use = utilisation(1e9, 1000.0, prov, devices_per_trial=None, model_device="cpu")
+    assert use is not None and use.mfu is None and use.peak_flops_per_second is None
+    assert "CPU" in use.peak_source and "where the model ran" in use.peak_source

@@ -97,6 +97,7 @@ class TrialRuntime:
         self.applied: set[str] = set()
         #: The model's FLOPs per sample (:mod:`~autotune.workers.flops`), once its first call counted them.
         self.flops_per_sample: float | None = None
+        self.model_device: str | None = None
         self.traced_models: runtime_knobs.TracedModels | None = None
         #: The traced model that serves the script's requests (or what wraps it), whose calls are timed.
         self._serving: Callable[[], Any] = lambda: None
@@ -356,6 +357,7 @@ class TrialRuntime:
                 Module.__call__ = orig_call
                 # Before the trial's casts and compile: the model as the script wrote it.
                 runtime.flops_per_sample = model_flops_per_sample(module, args, kwargs, batch_len((args, kwargs)))
+                runtime.model_device = next(module.parameters()).device.type
                 runtime._prepare_model(module)
                 return module(*args, **kwargs)
             return orig_call(module, *args, **kwargs)
@@ -390,6 +392,7 @@ class TrialRuntime:
             r.measurement = self.clock.measurement()
             if r.measurement is not None:
                 r.measurement.flops_per_sample = self.flops_per_sample
+                r.measurement.model_device = self.model_device
             r.windows = self.clock.timed_windows()
         except Exception as exc:  # a bug in the statistics must not lose the rest of the result
             r.error = r.error or f"measurement failed: {exc!r}"

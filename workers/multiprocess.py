@@ -143,7 +143,8 @@ def combined_measurement(ranks: list[HarnessReport]) -> Measurement | None:
         warmup_seconds=max(m.warmup_seconds for m in measured),
         pruned=any(m.pruned for m in measured),
         # Per sample, the same model on every rank.
-        flops_per_sample=next((m.flops_per_sample for m in measured if m.flops_per_sample is not None), None))
+        flops_per_sample=next((m.flops_per_sample for m in measured if m.flops_per_sample is not None), None),
+        model_device=next((m.model_device for m in measured if m.model_device is not None), None))
 
 
 def rank_results(ranks: list[HarnessReport]) -> list[RankResult]:

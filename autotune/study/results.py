@@ -219,7 +219,8 @@ def _utilisation(stored: StudyAttrs, result: TrialResult | None,
     if m is None or result is None:
         return None
     return utilisation(m.flops_per_sample, m.throughput, prov or stored.provenance or {},
-                       devices_per_trial=stored.devices_per_trial, processes=result.plan.nproc_per_node)
+                       devices_per_trial=stored.devices_per_trial, processes=result.plan.nproc_per_node,
+                       model_device=m.model_device)
 
 
 def _named_values(names: list[str], trial: Any) -> dict[str, float]:

@@ -1,10 +1,16 @@
-"""The model's FLOPs per sample, counted on shapes alone: the figures by hand, and the model untouched."""
+"""The model's FLOPs per sample, counted on shapes alone: the figures by hand, the model untouched, and
+the count of a real trial with the device its model ran on."""
 
 from __future__ import annotations
 
+from pathlib import Path
+
 import torch
 
+from autotune.records import MeasurementProtocol
+from autotune.trial import prepare_trial, run_prepared
 from autotune.workers.flops import model_flops_per_sample
+from autotune.workers.launcher import TrialLimits
 
 # Per sample, a Linear(i, o) forward is 2*i*o FLOPs; its backward as a training loop runs it is the
 # weight's gradient (2*i*o) plus the gradient of its input where a layer before it needs that (2*i*o).
@@ -47,3 +53,15 @@ def test_batch_norm_running_statistics_do_not_move() -> None:
     mean = model[1].running_mean.clone()
     assert model_flops_per_sample(model, (torch.randn(8, 4),), {}, 8) is not None
     assert torch.equal(model[1].running_mean, mean) and model[1].num_batches_tracked.item() == 0
+
+
+def test_a_trial_of_a_cpu_training_loop_counts_its_model_and_the_device_it_ran_on(tmp_path) -> None:
+    """The same MLP trained by a real script in a real trial process, under autotune's harness."""
+    script = Path(__file__).resolve().parents[1] / "scripts" / "tiny_train.py"
+    prepared = prepare_trial(script, target="inductor", sets={"batch_size": 16, "mode": "eager"})
+    result = run_prepared(prepared, ["--steps", "200"], trial_dir=tmp_path / "trial", limits=TrialLimits(timeout_s=120),
+                          protocol=MeasurementProtocol(max_measure_seconds=1.0))
+    assert result.ok, result.failure
+    m = result.measurement
+    assert m.flops_per_sample == TRAINING and m.model_device == "cpu"
+    assert m.flops_per_second == TRAINING * m.throughput
