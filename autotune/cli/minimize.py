@@ -28,8 +28,8 @@ def minimize(
     script_args: Optional[list[str]] = opt.SCRIPT_ARGS,
     trial: Optional[int] = typer.Option(None, "--trial", help="The failed trial of study STUDY to reduce."),
     storage: Optional[str] = opt.STORAGE,
-    budget: Optional[int] = typer.Option(None, "--budget", help="Stop after this many trials and say what was "
-                                                                "shown so far."),
+    budget: Optional[int] = typer.Option(None, "--budget", help="Stop after this many trials of the reduction (the "
+                                                                "configuration's own aside) and say what was shown."),
     out: Optional[Path] = typer.Option(None, "--out", help="Folder of the bug report (default: "
                                                            ".autotune/minimize/<script>-<time>)."),
     json_out: bool = typer.Option(False, "--json", help="Print the smallest set and its proof as one JSON object."),
