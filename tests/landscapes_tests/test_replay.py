@@ -221,8 +221,7 @@ def test_autotune_run_replays_as_the_benchmark_does(path, tmp_path) -> None:
     from autotune.study.options import StudyOptions
 
     assert StudyOptions.model_fields["sampler"].default == "autotune"
-    if not path.exists():
-        pytest.skip(f"{path.name} is not recorded")
+    assert path.exists(), f"{path} is tracked in the repository and must be there"
     land = load_landscape(path)
     result, pool = replay_study(land, trials=10, seed=4, workdir=tmp_path / "study")
     trace = simulate(land, AutotuneSampler(land.space, seed=4),
@@ -236,8 +235,7 @@ def test_autotune_run_replays_as_the_benchmark_does(path, tmp_path) -> None:
 
 @pytest.mark.parametrize("path", RECORDED, ids=lambda p: p.stem)
 def test_a_recorded_landscape_replays_exactly(path) -> None:
-    if not path.exists():
-        pytest.skip(f"{path.name} is not recorded")
+    assert path.exists(), f"{path} is tracked in the repository and must be there"
     land = load_landscape(path)
     assert len(land.records) == land.header["configurations"] >= 48
     pool = ReplayPool(land)
@@ -255,15 +253,14 @@ def test_a_recorded_landscape_replays_exactly(path) -> None:
 
 def test_the_recorded_landscapes_keep_their_failures() -> None:
     # The inductor space has none on the CPU it was recorded on; the xla one crashes.
-    failed = [r for path in RECORDED if path.exists() for r in load_landscape(path).records if not r.ok]
+    failed = [r for path in RECORDED for r in load_landscape(path).records if not r.ok]
     assert failed and all(r.category for r in failed)
 
 
 @pytest.mark.slow
 def test_an_exhaustive_study_on_a_recorded_landscape_finds_its_best(tmp_path) -> None:
     path = RECORDED[0]
-    if not path.exists():
-        pytest.skip(f"{path.name} is not recorded")
+    assert path.exists(), f"{path} is tracked in the repository and must be there"
     land = load_landscape(path)
     result, pool = replay_study(land, exhaustive=True, workdir=tmp_path / "study")
     assert result.best.params == land.best().params
@@ -298,8 +295,7 @@ def test_confirm_measures_the_best_again_and_picks_the_best_mean(path, tmp_path)
 
     from autotune.trial_attrs import TrialAttrs
 
-    if not path.exists():
-        pytest.skip(f"{path.name} is not recorded")
+    assert path.exists(), f"{path} is tracked in the repository and must be there"
     land = load_landscape(path)
     result, pool = replay_study(land, trials=10, seed=3, noise_seed=3, confirm=2, workdir=tmp_path / "study")
     study = optuna.load_study(study_name=result.study, storage=result.storage)
