@@ -125,9 +125,9 @@ class Budget:
         for cap, unit, scale in ((self.hours, "instance-hours", 1.0),
                                  (self.usd, "USD", self.price.per_hour if self.price else 0.0)):
             if cap is not None and expected * scale > cap:
-                spent = f"{hours * scale:.4g}" if unit == "instance-hours" else f"${hours * scale:.4g}"
-                self.stopped = (f"the budget of {cap:g} {unit} stopped the study: it had spent {spent} over {ran} "
-                                f"trials, and one more (about {mean * scale:.3g} each) would pass it")
+                self.stopped = (f"the budget of {cap:g} {unit} stopped the study: it had spent {hours * scale:.4g} "
+                                f"{unit} over {ran} trials, and one more (about {mean * scale:.3g} {unit} each) "
+                                "would pass it")
                 return False
         return True
 
