@@ -40,6 +40,18 @@ it by then (nothing is better than the best)::
     python bench/surrogate_bench.py landscapes/xla-vit.jsonl
 
 Exit code 0 when every target passes, 1 otherwise.
+
+``--warm-start`` compares instead, on pairs of landscapes, autotune's default started cold with the
+same warm-started from an earlier study of the pair's first landscape (autotune's default, 20
+trials, its own seed), as ``autotune run`` warm-starts from the earlier studies of the same script
+(:mod:`autotune.study.warm_start`): the earlier best measured right after the baseline, the
+earlier results a prior of the sampler. The pairs are the landscapes of one script: its whole
+space before the small one, and the small one before the whole space; for xla the two were also
+recorded under another setting (the small landscape ran one epoch per trial, the whole space
+three). Target: fewer trials to within 5% of the best warm than cold (median) on at least two
+pairs::
+
+    python bench/surrogate_bench.py --warm-start
 """
 
 from __future__ import annotations
@@ -86,6 +98,15 @@ AFTER = (8, 12, 20)
 AT_THE_BEST = 0.999
 #: A study that has not come within 2% by then is stopped and counted as never reaching it.
 MAX_TRIALS = 60
+#: (the earlier study's landscape, this study's): see ``--warm-start`` in the docstring.
+WARM_PAIRS = [("landscapes/whole/inductor.jsonl", "landscapes/inductor-vit.jsonl"),
+              ("landscapes/whole/xla.jsonl", "landscapes/xla-vit.jsonl"),
+              ("landscapes/inductor-vit.jsonl", "landscapes/whole/inductor.jsonl"),
+              ("landscapes/xla-vit.jsonl", "landscapes/whole/xla.jsonl")]
+#: Pairs on which a warm start must need fewer trials than a cold one.
+WARM_PAIRS_FEWER = 2
+#: Trials of the earlier study that a warm start reads.
+EARLIER_TRIALS = 20
 
 
 def _by_hand(space: Any, seed: int) -> Any:
@@ -157,6 +178,65 @@ def _one(args: tuple[str, Strategy, int, int]) -> Outcome:
     return Outcome(reach, after)
 
 
+def _earlier_study(path: str, seed: int) -> list[tuple[dict[str, Any], float | None]]:
+    """The results of an earlier study on ``path``: autotune's default for EARLIER_TRIALS trials."""
+    import json
+
+    from autotune.search.strategy import AutotuneSampler
+
+    land = surrogate(path)
+    trace = simulate(land, AutotuneSampler(land.space, seed=seed), starting_points=starting_points(land.space),
+                     max_trials=EARLIER_TRIALS, early_stop=PRUNED)
+    return [(json.loads(step.key), step.value) for step in trace.steps]
+
+
+def _warm_one(args: tuple[str, str, int, bool, int]) -> float:
+    """Trials to within 5% of the best on the pair's second landscape, warm-started or cold."""
+    from autotune.search.strategy import AutotuneSampler
+    from autotune.study.warm_start import after_baseline, of_space
+    from autotune.targets import get_target
+
+    earlier, path, seed, warm, max_trials = args
+    land = surrogate(path)
+    best = land.best().throughput
+    sampler = AutotuneSampler(land.space, seed=seed)
+    points = starting_points(land.space)
+    if warm:
+        results = _earlier_study(earlier, seed + 1000)
+        ranked = sorted((r for r in results if r[1] is not None), key=lambda r: -r[1])
+        check = get_target(land.space.target).check
+        bests = next(([fits] for fits in (of_space(c, land.space, check) for c, _ in ranked) if fits is not None), [])
+        sampler.warm(results, starts=bests)
+        points = after_baseline(points, bests)
+    trace = simulate(land, sampler, starting_points=points, max_trials=max_trials, stop_at=(1 - 0.05) * best,
+                     early_stop=PRUNED)
+    hit = trace.reach((1 - 0.05) * best)
+    return float(hit[0]) if hit else math.inf
+
+
+def warm_start(seeds: int, jobs: int, max_trials: int) -> bool:
+    """Print warm against cold on each pair of WARM_PAIRS; whether warm needs fewer trials on
+    WARM_PAIRS_FEWER of them."""
+    work = [(str(REPO / a), str(REPO / b), seed, warm, max_trials)
+            for a, b in WARM_PAIRS for warm in (False, True) for seed in range(seeds)]
+    with ProcessPoolExecutor(max_workers=jobs) as pool:
+        trials = list(pool.map(_warm_one, work, chunksize=1))
+    by: dict[tuple[str, str, bool], list[float]] = {}
+    for (a, b, _, warm, _), n in zip(work, trials):
+        by.setdefault((a, b, warm), []).append(n)
+    print(f"Warm start against cold: trials to within 5% of the best (median of {seeds} seeds; the earlier "
+          f"study: autotune's default, {EARLIER_TRIALS} trials)\n")
+    fewer = 0
+    for a, b in WARM_PAIRS:
+        cold, warm = (_median(by[(str(REPO / a), str(REPO / b), w)]) for w in (False, True))
+        fewer += warm < cold
+        print(f"  {b} after {a}: cold {_fmt(cold)}, warm {_fmt(warm)}"
+              + ("  (fewer warm)" if warm < cold else ""))
+    ok = fewer >= WARM_PAIRS_FEWER
+    print(f"  target fewer trials warm on at least {WARM_PAIRS_FEWER} pairs: {fewer}  {'PASS' if ok else 'FAIL'}")
+    return ok
+
+
 def run(paths: list[str], strategies: list[Strategy], seeds: int, jobs: int,
         max_trials: int) -> dict[tuple[str, str], list[Outcome]]:
     work = [(p, s, seed, max_trials) for p in paths for s in strategies for seed in (range(seeds) if s.seeded else [0])]
@@ -179,7 +259,11 @@ def main() -> int:
     parser.add_argument("--max-trials", type=int, default=MAX_TRIALS,
                         help=f"stop a study that has not come within 2%% by then (default {MAX_TRIALS})")
     parser.add_argument("--jobs", type=int, default=os.cpu_count() or 1)
+    parser.add_argument("--warm-start", action="store_true",
+                        help="compare warm-started studies with cold ones on pairs of landscapes instead")
     args = parser.parse_args()
+    if args.warm_start:
+        return 0 if warm_start(args.seeds, args.jobs, args.max_trials) else 1
     paths = args.landscapes or [str(p) for folder in (REPO / "landscapes" / "whole", REPO / "landscapes")
                                 for p in sorted(folder.glob("*.jsonl"))]
     by_name = {s.name: s for s in STRATEGIES}
