@@ -92,6 +92,8 @@ def test_every_dependency_has_a_lower_bound() -> None:
     for text in PROJECT["dependencies"]:
         req = Requirement(text)
         assert any(spec.operator in (">=", "==") for spec in req.specifier), text
+    ci = (ROOT / ".ci" / "run").read_text()
+    assert '--resolution lowest-direct -e ".[test]"' in ci and '-m "not slow"' in ci
 
 
 def test_provenance_names_the_installed_version() -> None:
