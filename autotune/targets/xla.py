@@ -44,6 +44,17 @@ def xla_flags(params: Mapping[str, Any]) -> list[str]:
     return flags
 
 
+#: What torch-xla adds to ``XLA_FLAGS`` itself, at its import, where the flag is missing
+#: (``torch_xla/__init__.py``): with it or without it, the same run.
+TORCH_XLA_OWN_FLAGS = ("--xla_cpu_enable_fast_math=false",)
+
+
+def user_flags(value: str) -> str:
+    """``XLA_FLAGS`` without what torch-xla adds itself: a process that imported torch-xla (a
+    driver, a test) reads the user's flags, not its own additions."""
+    return " ".join(f for f in value.split() if f not in TORCH_XLA_OWN_FLAGS)
+
+
 def merge_flag_string(user_flags: str, ours: list[str]) -> str:
     """Append ``ours`` to the flags the user already exported, ours replacing the user's same flag."""
     names = {f.split("=", 1)[0] for f in ours}
@@ -104,9 +115,23 @@ class XlaTarget(Target):
 
         ours = xla_flags(params)
         if ours:
-            env["XLA_FLAGS"] = merge_flag_string(base_env.get("XLA_FLAGS", ""), ours)
+            env["XLA_FLAGS"] = merge_flag_string(user_flags(base_env.get("XLA_FLAGS", "")), ours)
         return TrialPlan(target=self.name, params=dict(params), env=env,
                          flags_env="XLA_FLAGS" if ours else None, knobs=knobs, notes=notes)
+
+    def result_env(self, environ: Mapping[str, str]) -> dict[str, str]:
+        """The caller's variables as a trial sees them: ``PJRT_DEVICE=CPU`` is what the plan sets
+        where it is unset, and torch-xla's own additions to ``XLA_FLAGS`` are no flags of the
+        user's (torch-xla writes both into the environment of any process that imports it or asks
+        for a device)."""
+        env = super().result_env(environ)
+        if "XLA_FLAGS" in env:
+            env["XLA_FLAGS"] = user_flags(env["XLA_FLAGS"])
+            if not env["XLA_FLAGS"]:
+                del env["XLA_FLAGS"]
+        if env.get("PJRT_DEVICE", "").upper() == "CPU":
+            del env["PJRT_DEVICE"]
+        return env
 
     def cache_env(self, root: str, params: Mapping[str, Any]) -> tuple[dict[str, str], list[str]]:
         device = os.environ.get("PJRT_DEVICE", "CPU").upper()
