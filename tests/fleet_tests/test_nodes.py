@@ -131,7 +131,8 @@ def test_a_node_lost_mid_trial_is_not_the_configurations_fault(ray_fleet, postgr
             continue
         running = sum(t.state.name == "RUNNING" for t in study.get_trials())
     assert running == 2, "the two trials did not start"
-    time.sleep(2)  # into the trial
+    # At once: a trial of the tiny loop (process start, a few hundred steps, stopped once its figure
+    # converges) can end within 2 s on a quiet machine, and then no trial is lost with the node.
     ray_fleet.kill_second()
 
     result = result_of(driver)
