@@ -1,5 +1,5 @@
 """Every attribute of an object exists from its constructor on: no method of a class in
-``autotune/`` or ``workers/`` creates one that ``__init__`` (or a method it calls) did not.
+``autotune/`` creates one that ``__init__`` (or a method it calls) did not.
 
 A reader then finds all of an object's state in one place, and no attribute is missing on a path
 that skipped the method creating it."""
@@ -10,7 +10,7 @@ import ast
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[1]
-SOURCES = [*(ROOT / "autotune").rglob("*.py"), *(ROOT / "workers").rglob("*.py")]
+SOURCES = [*(ROOT / "autotune").rglob("*.py")]
 CONSTRUCTORS = ("__init__", "__post_init__", "model_post_init")
 
 

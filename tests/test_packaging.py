@@ -37,7 +37,7 @@ def test_every_package_folder_is_declared() -> None:
 
 
 @pytest.mark.slow
-def test_the_wheel_installs_workers_and_search_spaces_under_autotune(tmp_path: Path) -> None:
+def test_the_wheel_holds_the_package_alone_with_its_data_files(tmp_path: Path) -> None:
     subprocess.run([sys.executable, "-m", "pip", "wheel", "--no-deps", "-q", "-w", str(tmp_path), str(ROOT)],
                    check=True, capture_output=True, timeout=300)
     (wheel,) = tmp_path.glob("torch_autotune-*.whl")
@@ -63,7 +63,7 @@ def test_the_distribution_has_a_name_of_its_own() -> None:
 def test_no_install_hint_names_another_project() -> None:
     """Every ``pip install`` of an extra, in the code and in the docs, names this distribution."""
     hint = re.compile(r"""pip install (?:-e )?["'`]?([A-Za-z][A-Za-z0-9_-]*)\[""")
-    files = [*ROOT.glob("autotune/**/*.py"), *ROOT.glob("workers/**/*.py"), *ROOT.glob("bench/*.py"),
+    files = [*ROOT.glob("autotune/**/*.py"), *ROOT.glob("bench/*.py"),
              ROOT / "README.md", *ROOT.glob("docs/**/*.md")]
     wrong = [f"{path.relative_to(ROOT)}: {m.group(0)}" for path in files for m in hint.finditer(path.read_text())
              if m.group(1) != DISTRIBUTION]

@@ -1,4 +1,4 @@
-"""Search spaces: one YAML file per target and platform under ``search_spaces/``.
+"""Search spaces: one YAML file per target and platform under ``autotune/search_spaces/``.
 
 A file looks like::
 

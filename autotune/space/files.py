@@ -319,7 +319,6 @@ def builtin_space(name: str) -> SearchSpace:
 
 
 def _spaces_root() -> Path:
-    # The repository's ``search_spaces/`` folder is installed as ``autotune.search_spaces``.
     from importlib.resources import files
 
     return Path(str(files("autotune.search_spaces")))

@@ -12,7 +12,7 @@ from autotune.space import builtin_space, config_key
 from autotune.space.processes import most_processes, with_processes
 from autotune.trial import prepare_trial
 
-SCRIPT = Path(__file__).resolve().parent / "scripts" / "tiny_train.py"
+SCRIPT = Path(__file__).resolve().parent.parent / "scripts" / "tiny_train.py"
 
 
 def test_a_space_that_does_not_name_it_is_unchanged() -> None:

@@ -15,7 +15,7 @@ from autotune.space import builtin_space, load_space
 from autotune.space.processes import with_processes
 from autotune.trial import prepare_trial
 
-SCRIPT = Path(__file__).resolve().parent / "scripts" / "tiny_train.py"
+SCRIPT = Path(__file__).resolve().parent.parent / "scripts" / "tiny_train.py"
 
 
 def test_a_list_narrows_the_space_and_the_study_picks_only_from_it() -> None:
