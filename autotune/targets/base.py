@@ -35,6 +35,9 @@ class Target(abc.ABC):
     #: Env vars a user may export that change this target's results: each trial of a study gets the
     #: caller's values, and they are part of a result's key (and recorded with a landscape).
     environment: ClassVar[tuple[str, ...]] = ()
+    #: The compiler flags, env vars and cache folders that only this target may write: nothing
+    #: outside ``autotune/targets/`` spells one (``tests/targets_tests/test_target_knowledge.py``).
+    spellings: ClassVar[tuple[str, ...]] = ()
 
     def default_space(self, platform: str | None = None) -> SearchSpace:
         """The built-in space for ``platform`` (or the target's default one)."""

@@ -76,6 +76,7 @@ class XlaTarget(Target):
     failure_patterns = XLA_FAILURES
     spaces = ("xla",)
     environment = ("PJRT_DEVICE", "XLA_FLAGS", "CUDA_VISIBLE_DEVICES")
+    spellings = (OPT_LEVEL_FLAG, *XLA_BOOL_FLAGS.values())
 
     def check(self, params: Mapping[str, Any]) -> None:
         precision = params.get("precision")

@@ -18,9 +18,11 @@ from autotune.targets.neuron.flags import (
     _BOOL_PARAMS,
     _CHOICES,
     _INT_PARAMS,
+    COMPILER_FLAGS,
     FLAGS_ENV,
     KNOWN_PARAMS,
     NATIVE_ONLY,
+    WRAPPER_FLAGS,
     XLA_BF16_VARS,
     XLA_BF16_VARS_UNTIL,
     XLA_ONLY,
@@ -49,6 +51,9 @@ class NeuronTarget(Target):
     device_resource = "neuron_cores"
     device_noun = "NeuronCores"
     environment = (FLAGS_ENV,)
+    # Not ``--target``: autotune's own option is spelled so too.
+    spellings = (FLAGS_ENV, XLA_CACHE_DIR, *WRAPPER_FLAGS,
+                 *(alias for flag in COMPILER_FLAGS for alias in flag.aliases if alias != "--target"))
 
     def space_name(self, platform: str | None = None) -> str:
         """trn1/trn1n -> neuron-trn1, inf2 -> neuron-inf2, trn2/trn3 -> neuron-trn2 (instance
