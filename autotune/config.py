@@ -42,11 +42,11 @@ class JobConfig(BaseModel):
     METAVAR: ClassVar[dict[str, str]] = {"confirm": "K", "objective": "NAME", "constraint": "NAME<=VALUE",
                                          "prefer": "NAME", "price_per_hour": "USD",
                                          "budget_usd": "USD", "budget_hours": "HOURS",
-                                         "warm_start": "STUDY"}
+                                         "warm_start": "STUDY", "gpus_per_trial": "G"}
     #: Options the command line passes on as text for the model to parse: ``--price-per-hour cheap``
     #: is then the one-line error that names the option, as ``--price-per-hour -1`` is, and not
     #: click's usage box.
-    PARSED_BY_MODEL: ClassVar[frozenset[str]] = frozenset({"price_per_hour"})
+    PARSED_BY_MODEL: ClassVar[frozenset[str]] = frozenset({"price_per_hour", "gpus_per_trial"})
 
     trials: int = Field(20, ge=1, description="Measured trials the study should hold (a rerun continues up "
                                                 "to this number).")
@@ -65,8 +65,13 @@ class JobConfig(BaseModel):
         "variables a target reads (PJRT_DEVICE, XLA_FLAGS, NEURON_CC_FLAGS, CUDA_VISIBLE_DEVICES) are the "
         "caller's already: a trial's compiler flags are added to the caller's, and they key its result."))
     workers: int | None = Field(None, ge=1, description="Trials at once (default: 1 on a small CPU machine; "
-                                                        "NeuronCores / --cores-per-trial for Neuron).")
+                                                        "NeuronCores / --cores-per-trial for Neuron, GPUs / "
+                                                        "--gpus-per-trial on CUDA).")
     cores_per_trial: int = Field(1, ge=1, description="NeuronCores each trial holds.")
+    gpus_per_trial: int | None = Field(None, ge=0, description="GPUs each trial holds, through Ray; it sees only "
+                                                               "those (CUDA_VISIBLE_DEVICES). Default: 1 where the "
+                                                               "target runs on CUDA (inductor on a machine with a "
+                                                               "GPU), else 0.")
     nproc_per_node: int = Field(1, ge=1, description="Processes of each trial, as torchrun's --nproc_per_node: "
                                                      "above 1 the script runs through torchrun, the batch "
                                                      "size applies to each process.")

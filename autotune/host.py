@@ -48,6 +48,11 @@ def cpu_model() -> str:
     return platform.processor() or platform.machine()
 
 
+def nvidia_gpus() -> int:
+    """How many GPUs the NVIDIA driver lists on this machine (0 without the driver)."""
+    return len(list(_NVIDIA_GPUS.glob("*/information")))
+
+
 def host_device() -> str:
     """``cuda:<model>`` where the NVIDIA driver lists a GPU, else ``cpu:<model>``."""
     gpus = sorted(_NVIDIA_GPUS.glob("*/information"))

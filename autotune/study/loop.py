@@ -83,7 +83,7 @@ class Study:
 
         self.o = options
         self.script = check_script(options.script)
-        self.target: Target = resolve_target(options.target, self.script)
+        self.target: Target = resolve_target(options.target, self.script, options.gpus_per_trial)
         base_space, sets = with_processes(load_trial_space(self.target, options.space, options.platform)
                                           .with_flags(options.script_flags()), options.sets, options.nproc_per_node)
         validate_for(self.target, base_space, {k: v for k, v in sets.items() if k not in base_space.parameters})
@@ -125,7 +125,7 @@ class Study:
         self.constraints = [Constraint.parse(text) for text in options.constraint]
         #: The devices a trial holds (None: the target holds none, as on CPU), and what a
         #: sample-second of a trial costs where the study optimises or bounds cost.
-        self.devices_per_trial = options.cores_per_trial if self.target.device_resource else None
+        self.devices_per_trial = self.target.devices_per_trial(options.cores_per_trial) or None
         costed = "cost" in [o.name for o in self.objectives] + [c.name for c in self.constraints]
         self.usd_per_sample_second = trial_rate(self.price, instance_type=self.instance_type,
                                                 devices_per_trial=self.devices_per_trial) if costed else None

@@ -44,11 +44,13 @@ def all_targets() -> list[Target]:
     return [cls() for cls in TARGETS.values()]
 
 
-def get_target(name: str) -> Target:
+def get_target(name: str, gpus_per_trial: int | None = None) -> Target:
+    """The target ``name``; ``gpus_per_trial`` (``--gpus-per-trial``) where the run chose it."""
     try:
-        return TARGETS[name]()
+        cls = TARGETS[name]
     except KeyError:
         raise TargetError(f"unknown target {name!r}; choose one of auto, {', '.join(TARGETS)}") from None
+    return cls(gpus_per_trial)
 
 
 def detect_target(script: str | Path) -> str:
@@ -67,9 +69,9 @@ def detect_target(script: str | Path) -> str:
     return "inductor"
 
 
-def resolve_target(name: str, script: str | Path) -> Target:
+def resolve_target(name: str, script: str | Path, gpus_per_trial: int | None = None) -> Target:
     """The target a run asks for (``auto``: :func:`detect_target`), its packages checked."""
-    target = get_target(detect_target(script) if name == "auto" else name)
+    target = get_target(detect_target(script) if name == "auto" else name, gpus_per_trial)
     target.require()
     return target
 

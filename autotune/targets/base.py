@@ -9,8 +9,9 @@ from __future__ import annotations
 
 import abc
 from pathlib import Path
-from typing import Any, ClassVar, Mapping, MutableMapping
+from typing import Any, ClassVar, Mapping, MutableMapping, Sequence
 
+from autotune.errors import InvalidConfigError
 from autotune.host import host_device
 from autotune.measurement.failures import FailurePattern
 from autotune.records import RuntimeKnobs, TrialPlan
@@ -28,16 +29,33 @@ class Target(abc.ABC):
     failure_patterns: ClassVar[tuple[FailurePattern, ...]] = ()
     #: Built-in search spaces of this target, first one the default.
     spaces: ClassVar[tuple[str, ...]]
-    #: The Ray resource through which a trial holds its devices (``neuron_cores``), and what a
-    #: person calls them; ``None`` for targets whose trials share the host's CPUs.
-    device_resource: ClassVar[str | None] = None
+    #: The Ray resource through which a trial holds its devices (``neuron_cores``, ``GPU``), and
+    #: what a person calls them; ``None`` for targets whose trials share the host's CPUs. The
+    #: placement, the daemon's slots and the price of a trial count devices through it.
+    device_resource: str | None = None
     device_noun: ClassVar[str] = "devices"
+    #: The option that sets how many of them a trial holds, and the env var through which a
+    #: trial's runtime sees the ones its placement gave it.
+    device_flag: ClassVar[str | None] = None
+    visible_devices: ClassVar[str | None] = None
     #: Env vars a user may export that change this target's results: each trial of a study gets the
     #: caller's values, and they are part of a result's key (and recorded with a landscape).
     environment: ClassVar[tuple[str, ...]] = ()
     #: The compiler flags, env vars and cache folders that only this target may write: nothing
     #: outside ``autotune/targets/`` spells one (``tests/targets_tests/test_target_knowledge.py``).
     spellings: ClassVar[tuple[str, ...]] = ()
+
+    def __init__(self, gpus_per_trial: int | None = None) -> None:
+        """``gpus_per_trial``: ``--gpus-per-trial``, which only a target whose trials run on CUDA takes."""
+        if gpus_per_trial:
+            holds = f"{self.device_noun} ({self.device_flag}), not GPUs" if self.device_flag else "no GPUs"
+            raise InvalidConfigError(f"--gpus-per-trial {gpus_per_trial}: the {self.name} target's trials hold "
+                                     f"{holds}; leave it out (the inductor target's trials hold GPUs)")
+
+    def devices_per_trial(self, cores_per_trial: int = 1, processes: int = 1) -> int:
+        """How many of :attr:`device_resource` one trial of ``processes`` processes holds (0: none);
+        ``cores_per_trial`` is ``--cores-per-trial``."""
+        return 0
 
     def default_space(self, platform: str | None = None) -> SearchSpace:
         """The built-in space for ``platform`` (or the target's default one)."""
@@ -105,10 +123,17 @@ class Target(abc.ABC):
         """The device a result was measured on, for its provenance (``cpu:<model>``, ``cuda:<model>``)."""
         return host_device()
 
-    def claim_devices(self, environ: MutableMapping[str, str]) -> dict[str, str]:
-        """In a worker that Ray gave this target's devices: put the env vars Ray set into the form
-        the target's runtime reads, and return where the worker's trials run (for each result)."""
+    def claim_devices(self, environ: MutableMapping[str, str], ids: Sequence[str] = ()) -> dict[str, str]:
+        """In a worker that Ray gave this target's devices (``ids``, Ray's ids of them): put them
+        into the env vars the target's runtime reads, and return those variables: where the
+        worker's trials run (for each result), and what each trial it starts must see."""
         return {}
+
+    def held_alone(self, placement: Mapping[str, str]) -> bool:
+        """Whether a trial placed as ``placement`` had its devices to itself: only then is its
+        running out of device memory the configuration's own, and not a neighbour's (trials that
+        share a GPU, or ran with no placement)."""
+        return self.visible_devices is not None and bool(placement.get(self.visible_devices))
 
     def check_processes(self, nproc: int, devices_per_process: int) -> None:
         """Reject a trial of ``nproc`` processes holding ``devices_per_process`` devices each that

@@ -6,14 +6,16 @@ selected inductor options, autocast dtype, and the data loader's batch size and 
 
 from __future__ import annotations
 
+import os
 from pathlib import Path
-from typing import Any, Mapping
+from typing import Any, Mapping, MutableMapping, Sequence
 
 from autotune.errors import InvalidConfigError
 from autotune.measurement.failures import FailurePattern, failure_pattern
 from autotune.records import CompileSpec, TrialPlan
 from autotune.records import FailureCategory as C
 from autotune.targets.base import CacheUnit, Target, common_knobs, directory_usage, file_units, package_version
+from autotune.targets.gpus import GPU_RESOURCE, VISIBLE_DEVICES, claim_gpus, cuda_gpus
 
 #: The folder of the cache root that is TORCHINDUCTOR_CACHE_DIR.
 CACHE_DIR = "inductor"
@@ -45,7 +47,27 @@ class InductorTarget(Target):
     name = "inductor"
     failure_patterns = INDUCTOR_FAILURES
     spaces = ("inductor",)
-    environment = ("CUDA_VISIBLE_DEVICES",)
+    environment = (VISIBLE_DEVICES,)
+    device_noun = "GPUs"
+    device_flag = "--gpus-per-trial"
+    visible_devices = VISIBLE_DEVICES
+
+    def __init__(self, gpus_per_trial: int | None = None) -> None:
+        """On CUDA (a GPU that CUDA sees here) a trial holds ``gpus_per_trial`` GPUs, one by
+        default; on a CPU none, unless ``--gpus-per-trial`` asks for them (a driver without a GPU
+        whose Ray cluster has them)."""
+        super().__init__()
+        #: GPUs each trial holds: Ray's ``GPU`` resource where above 0; the trials share the host's
+        #: CPUs (and whatever GPU the script finds) at 0.
+        self.gpus_per_trial = gpus_per_trial if gpus_per_trial is not None else min(1, cuda_gpus(os.environ))
+        self.device_resource = GPU_RESOURCE if self.gpus_per_trial else None
+
+    def devices_per_trial(self, cores_per_trial: int = 1, processes: int = 1) -> int:
+        # The trial's GPUs, whatever its processes: each rank sees all of them (targets/gpus.py).
+        return self.gpus_per_trial
+
+    def claim_devices(self, environ: MutableMapping[str, str], ids: Sequence[str] = ()) -> dict[str, str]:
+        return claim_gpus(environ, ids)
 
     def check(self, params: Mapping[str, Any]) -> None:
         mode = params.get("mode")

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from dataclasses import replace
 from pathlib import Path
-from typing import Any, Mapping, MutableMapping
+from typing import Any, Mapping, MutableMapping, Sequence
 
 from autotune.errors import InvalidConfigError, TargetError
 from autotune.records import CompileSpec, TraceSpec, TrialPlan
@@ -50,6 +50,8 @@ class NeuronTarget(Target):
     spaces = ("neuron-trn1", "neuron-inf2", "neuron-trn2", "neuron-inf2-inference")
     device_resource = "neuron_cores"
     device_noun = "NeuronCores"
+    device_flag = "--cores-per-trial"
+    visible_devices = VISIBLE_CORES
     environment = (FLAGS_ENV,)
     # Not ``--target``: autotune's own option is spelled so too.
     spellings = (FLAGS_ENV, XLA_CACHE_DIR, *WRAPPER_FLAGS,
@@ -238,8 +240,13 @@ class NeuronTarget(Target):
     def available(self) -> bool:
         return neuron_present()
 
-    def claim_devices(self, environ: MutableMapping[str, str]) -> dict[str, str]:
-        cores = environ.get(VISIBLE_CORES)
+    def devices_per_trial(self, cores_per_trial: int = 1, processes: int = 1) -> int:
+        # torch-xla under torchrun gives each process its cores: a trial holds them for each.
+        return cores_per_trial * processes
+
+    def claim_devices(self, environ: MutableMapping[str, str], ids: Sequence[str] = ()) -> dict[str, str]:
+        # Ray sets the variable itself, as a list; its ids of the cores say the same.
+        cores = ",".join(ids) or environ.get(VISIBLE_CORES)
         if not cores:
             return {}
         slot = NeuronCoreSlot.parse(cores)
