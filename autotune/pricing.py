@@ -8,7 +8,8 @@ one date), a prices file of the user's, or ``--price-per-hour``.
 
 The arithmetic is AWS's: cost per 1M samples = 1e6 / (samples per second) x (price per hour) / 3600,
 where the samples per second are the whole instance's: a trial that held C of the instance's N
-NeuronCores is scaled by the N // C such trials the instance runs side by side.
+devices (NeuronCores, or GPUs: the catalogue's device column) is scaled by the N // C such trials
+the instance runs side by side.
 
 The catalogue also holds each accelerator's peak (dense bf16): a model's FLOP/s over the peak of
 the devices its trial held is its model FLOPs utilisation. Where no peak is known (a CPU), it says
@@ -23,7 +24,7 @@ import math
 import re
 from importlib import resources
 from pathlib import Path
-from typing import Any
+from typing import Any, Literal
 
 import yaml
 from pydantic import BaseModel, ConfigDict, Field, model_validator
@@ -33,22 +34,31 @@ from autotune.errors import PricingError, UnknownInstanceTypeError
 FLAG_SOURCE = "--price-per-hour"
 
 
+#: The catalogue's device kinds, named as the Ray resource of the targets that hold them
+#: (:attr:`autotune.targets.base.Target.device_resource`).
+NEURON_CORES, GPU = "neuron_cores", "GPU"
+
+
 class Instance(BaseModel):
-    """One row of the catalogue: an EC2 instance type with Neuron devices."""
+    """One row of the catalogue: an EC2 instance type with Neuron devices or GPUs."""
 
     model_config = ConfigDict(extra="forbid", frozen=True)
 
     name: str
-    #: NeuronCores a process sees at the default configuration (logical ones on trn2, LNC=2).
-    neuron_cores: int = Field(ge=1)
-    #: Physical NeuronCores, where they differ from ``neuron_cores``.
+    #: What a trial holds of it: NeuronCores or GPUs.
+    device: Literal["neuron_cores", "GPU"]
+    #: How many: the NeuronCores a process sees at the default configuration (logical ones on trn2,
+    #: LNC=2), or the GPUs.
+    devices: int = Field(ge=1)
+    #: Physical NeuronCores, where they differ from ``devices``.
     physical_neuron_cores: int | None = Field(None, ge=1)
     vcpus: int = Field(ge=1)
     memory_gib: float = Field(gt=0)
     device_memory_gib: float = Field(gt=0)
     #: On-demand price in US dollars per hour; ``None`` where there is no public one.
     usd_per_hour: float | None = Field(None, gt=0, allow_inf_nan=False)
-    #: Its Neuron chips: how many, and which (a name of the catalogue's ``chips``).
+    #: Its accelerator chips: how many, and which (a name of the catalogue's ``chips``, or a GPU's
+    #: description in its ``gpus``).
     chips: int = Field(ge=1)
     chip: str
 
@@ -98,7 +108,8 @@ class Catalogue(BaseModel):
         names = [row.name for row in self.instances]
         if len(set(names)) != len(names):
             raise ValueError("an instance type is listed twice")
-        unknown = {row.chip for row in self.instances} - {c.name for c in self.chips}
+        known = {NEURON_CORES: {c.name for c in self.chips}, GPU: {g.description for g in self.gpus}}
+        unknown = {row.chip for row in self.instances if row.chip not in known[row.device]}
         if unknown:
             raise ValueError(f"instances name chips the catalogue does not list: {sorted(unknown)}")
         return self
@@ -228,8 +239,8 @@ def instance_throughput(trial_samples_per_second: float, *, devices_per_trial: i
     """The instance's samples/s and the number of trials it runs side by side.
 
     ``instance_devices`` is ``None`` when the instance is unknown or the target holds no devices
-    (a CPU or GPU trial): the trial then stands for the whole instance. A trial that needs more
-    devices than the instance has still counts once.
+    (a CPU trial, or one that shared the host's GPUs): the trial then stands for the whole
+    instance. A trial that needs more devices than the instance has still counts once.
     """
     if devices_per_trial < 1:
         raise ValueError(f"devices_per_trial must be at least 1, not {devices_per_trial}")
@@ -243,7 +254,7 @@ def instance_rate(trial_samples_per_second: float, *, instance_type: str | None,
     ``devices_per_trial`` devices (``None``: the target holds none)."""
     row = instance_info(instance_type) if instance_type else None
     return instance_throughput(trial_samples_per_second, devices_per_trial=devices_per_trial or 1,
-                               instance_devices=row.neuron_cores if row is not None and devices_per_trial else None)
+                               instance_devices=row.devices if row is not None and devices_per_trial else None)
 
 
 def cost_per_million_samples(instance_samples_per_second: float, price: Price) -> float:
@@ -283,7 +294,8 @@ def utilisation(flops_per_sample: float | None, samples_per_second: float | None
                 model_device: str | None = None) -> Utilisation | None:
     """The utilisation of a trial that measured ``samples_per_second`` of a model of
     ``flops_per_sample`` where ``provenance`` says (:func:`autotune.provenance.provenance`); it held
-    ``devices_per_trial`` NeuronCores (``None``: none), or ran ``processes`` processes, one GPU each;
+    ``devices_per_trial`` NeuronCores or GPUs (``None``: none; on a GPU, then ``processes``
+    processes, one GPU each);
     ``model_device``: the device type its model was on (``cpu``: no accelerator's peak applies).
     ``None`` where the FLOPs were not counted."""
     if not flops_per_sample or not samples_per_second:
@@ -304,24 +316,26 @@ def device_peak(provenance: dict[str, Any], *, devices_per_trial: int | None, pr
     if model_device == "cpu":
         cpu = host.partition(":")[2] or host
         return None, f"no peak is known for a CPU ({cpu}), where the model ran: no utilisation"
-    if devices_per_trial:
-        row = instance_info(instance) if instance else None
-        if row is None:
-            return None, (f"no peak is known for instance type {instance}" if instance else
-                          "the instance type is not known (--instance-type names it): no peak")
-        chip = next(c for c in catalogue().chips if c.name == row.chip)
-        per_core = chip.bf16_tflops * 1e12 * row.chips / row.neuron_cores
-        return devices_per_trial * per_core, (
-            f"catalogue: {chip.description}, {chip.bf16_tflops:g} bf16 TFLOPS over {row.neuron_cores // row.chips} "
-            f"NeuronCores; {devices_per_trial} NeuronCore{'s' if devices_per_trial > 1 else ''} of {instance}")
     device = str(provenance.get("device") or "")
     kind, _, name = device.partition(":")
     gpu = name if kind == "cuda" else host.partition(":")[2] if name.upper() in ("CUDA", "GPU") else None
-    if gpu is None:
-        return None, f"no peak is known for a CPU ({host.partition(':')[2] or device}): no utilisation"
-    row_gpu = next((g for g in catalogue().gpus if re.search(g.pattern, gpu)), None)
-    if row_gpu is None:
-        return None, f"no peak is known for the GPU {gpu}: no utilisation"
-    return processes * row_gpu.bf16_tflops * 1e12, (
-        f"catalogue: {row_gpu.description}, {row_gpu.bf16_tflops:g} bf16 TFLOPS (dense)"
-        + (f" x {processes} processes" if processes > 1 else ""))
+    if gpu is not None:
+        row_gpu = next((g for g in catalogue().gpus if re.search(g.pattern, gpu)), None)
+        if row_gpu is None:
+            return None, f"no peak is known for the GPU {gpu}: no utilisation"
+        # The GPUs the trial held; a trial that held none ran one on each of its processes.
+        gpus = devices_per_trial or processes
+        return gpus * row_gpu.bf16_tflops * 1e12, (
+            f"catalogue: {row_gpu.description}, {row_gpu.bf16_tflops:g} bf16 TFLOPS (dense)"
+            + (f" x {gpus} {'GPUs' if devices_per_trial else 'processes'}" if gpus > 1 else ""))
+    if devices_per_trial:
+        row = instance_info(instance) if instance else None
+        if row is None or row.device != NEURON_CORES:
+            return None, (f"no peak is known for instance type {instance}" if instance else
+                          "the instance type is not known (--instance-type names it): no peak")
+        chip = next(c for c in catalogue().chips if c.name == row.chip)
+        per_core = chip.bf16_tflops * 1e12 * row.chips / row.devices
+        return devices_per_trial * per_core, (
+            f"catalogue: {chip.description}, {chip.bf16_tflops:g} bf16 TFLOPS over {row.devices // row.chips} "
+            f"NeuronCores; {devices_per_trial} NeuronCore{'s' if devices_per_trial > 1 else ''} of {instance}")
+    return None, f"no peak is known for a CPU ({host.partition(':')[2] or device}): no utilisation"

@@ -20,27 +20,60 @@ from autotune.pricing import (
     instance_throughput,
     read_prices,
     resolve_price,
+    trial_rate,
     utilisation,
 )
+from autotune.targets import get_target
 
 #: The on-demand us-east-1 prices of the issue that asked for them, US dollars per hour.
 ON_DEMAND = {"trn1.2xlarge": 1.34375, "trn1.32xlarge": 21.50, "trn1n.32xlarge": 24.78, "inf2.xlarge": 0.7582,
              "inf2.8xlarge": 1.96786, "inf2.24xlarge": 6.49, "inf2.48xlarge": 12.981, "trn2.48xlarge": None}
+#: GPU instances and their GPUs; no price of theirs is in the sources of the catalogue.
+GPUS = {"p5.48xlarge": 8, "p5en.48xlarge": 8, "p4d.24xlarge": 8, "p4de.24xlarge": 8, "g6.xlarge": 1,
+        "g6.12xlarge": 4, "g6.48xlarge": 8, "g6e.xlarge": 1, "g6e.12xlarge": 4, "g6e.48xlarge": 8}
 CATALOGUE_SOURCE = "catalogue: us-east-1 on-demand, 2026-11-23"
 
 
 def test_the_catalogue_lists_the_neuron_instances_with_their_prices() -> None:
-    rows = {row.name: row for row in catalogue().instances}
+    rows = {row.name: row for row in catalogue().instances if row.device == "neuron_cores"}
     assert set(rows) == set(ON_DEMAND)
     assert {name: row.usd_per_hour for name, row in rows.items()} == ON_DEMAND
     assert catalogue().prices.region == "us-east-1" and catalogue().prices.date == datetime.date(2026, 11, 23)
     assert catalogue().source == CATALOGUE_SOURCE
     # Two NeuronCores per Trainium/Inferentia2 chip; trn2: 128 physical, 64 logical at LNC=2.
-    assert [(rows[n].neuron_cores, rows[n].vcpus, rows[n].memory_gib) for n in
+    assert [(rows[n].devices, rows[n].vcpus, rows[n].memory_gib) for n in
             ("trn1.2xlarge", "trn1.32xlarge", "inf2.xlarge", "inf2.8xlarge", "inf2.24xlarge", "inf2.48xlarge")] == \
         [(2, 8, 32), (32, 128, 512), (2, 4, 16), (2, 32, 128), (12, 96, 384), (24, 192, 768)]
-    assert (rows["trn2.48xlarge"].neuron_cores, rows["trn2.48xlarge"].physical_neuron_cores) == (64, 128)
+    assert (rows["trn2.48xlarge"].devices, rows["trn2.48xlarge"].physical_neuron_cores) == (64, 128)
     assert instance_info("inf2.xlarge") == rows["inf2.xlarge"] and instance_info("m5.large") is None
+
+
+def test_the_catalogue_counts_the_gpus_of_gpu_instances_as_their_devices() -> None:
+    rows = {row.name: row for row in catalogue().instances if row.device == "GPU"}
+    assert {name: row.devices for name, row in rows.items()} == GPUS
+    assert all(row.usd_per_hour is None for row in rows.values()), "no GPU price without a source"
+    assert {g.description for g in catalogue().gpus} >= {row.chip for row in rows.values()}
+
+
+def test_a_gpu_trial_is_priced_by_the_gpus_it_held() -> None:
+    """A trial of 2 of a p5.48xlarge's 8 GPUs is a quarter of the instance: 4 run side by side.
+    Before, the catalogue counted NeuronCores alone, and a GPU trial stood for the whole instance."""
+    price = Price(per_hour=98.32, source="--price-per-hour")
+    cost = Cost.of(100.0, price, instance_type="p5.48xlarge", devices_per_trial=2)
+    assert (cost.trials_side_by_side, cost.instance_samples_per_second) == (4, 400.0)
+    assert cost.usd_per_million_samples == pytest.approx(1e6 / 400.0 * 98.32 / 3600)
+    assert trial_rate(price, instance_type="g6.12xlarge", devices_per_trial=1) == pytest.approx(98.32 / 3600 / 4)
+    # What a trial holds comes from its target: inductor on a GPU holds --gpus-per-trial of them.
+    assert get_target("inductor", 2).devices_per_trial(cores_per_trial=1) == 2
+    assert get_target("neuron").devices_per_trial(cores_per_trial=2, processes=2) == 4
+
+
+def test_a_trial_that_held_gpus_is_held_to_their_peak() -> None:
+    prov = {"device": "cuda:NVIDIA H100 80GB HBM3", "host_device": "cuda:NVIDIA H100 80GB HBM3",
+            "instance_type": "p5.48xlarge"}
+    use = utilisation(1e9, 1000.0, prov, devices_per_trial=2)
+    assert use is not None and use.peak_flops_per_second == 2 * 989e12, use.peak_source
+    assert use.peak_source.endswith("x 2 GPUs")
 
 
 def test_a_price_comes_from_the_flag_then_the_prices_file_then_the_catalogue(tmp_path: Path) -> None:
