@@ -27,14 +27,9 @@ from typing import Any, Iterator
 from autotune.atomic_file import write_atomic
 from autotune.errors import AutotuneError
 from autotune.published import PUBLISHED_DIR, Published
-from autotune.records import FailureCategory, PROTOCOL_VERSION, TrialResult
+from autotune.records import PROTOCOL_VERSION, TrialResult
 from autotune.targets import all_targets
 from autotune.targets.base import directory_usage
-
-#: Failures that the same configuration in the same environment would meet again. Timeouts,
-#: crashes, host OOM and busy cores may be the machine's fault and are measured again.
-REMEMBERED_FAILURES = {FailureCategory.compile_error, FailureCategory.device_oom,
-                       FailureCategory.numerics, FailureCategory.invalid_config}
 
 
 def default_cache_root() -> Path:
@@ -113,7 +108,7 @@ class CacheRoot:
 
     def put_result(self, key: str, result: TrialResult) -> bool:
         """Remember ``result`` if it would hold next time (a success, or a deterministic failure)."""
-        if not result.ok and (result.failure is None or result.failure.category not in REMEMBERED_FAILURES):
+        if not result.ok and (result.failure is None or not result.failure.category.remembered):
             return False
         write_atomic(self._result_path(key), result.model_dump_json())
         return True

@@ -26,6 +26,10 @@ BATCH_SIZE_PARAM = "batch_size"
 
 
 class FailureCategory(str, enum.Enum):
+    """Why a trial gave no figure. What a category says of its configuration is asked of it here
+    (:attr:`configuration_fault`, :attr:`tried`, :attr:`remembered`, :attr:`convicts_level`,
+    :attr:`stops_study`), never by comparing its name elsewhere."""
+
     invalid_config = "invalid_config"
     compile_error = "compile_error"
     device_oom = "device_oom"
@@ -34,7 +38,7 @@ class FailureCategory(str, enum.Enum):
     crash = "crash"
     script_error = "script_error"
     numerics = "numerics"
-    # Not a property of the configuration: the cores it was given were taken. Worth a retry.
+    #: Not a property of the configuration: the cores it was given were taken.
     device_unavailable = "device_unavailable"
     #: The ranks of a multi-process trial never all met (a rank missing, a port that cannot be used).
     rendezvous = "rendezvous"
@@ -42,6 +46,54 @@ class FailureCategory(str, enum.Enum):
     #: set that is not where the script reads it, a download this machine cannot make). Every
     #: configuration would fail the same way, so a study stops asking for trials.
     missing_data = "missing_data"
+
+    @classmethod
+    def named(cls, name: str | None) -> FailureCategory | None:
+        """The category stored as ``name`` (a trial's attribute, a landscape's line), or ``None``
+        where there is none or its name is one this version does not know."""
+        try:
+            return cls(name) if name is not None else None
+        except ValueError:
+            return None
+
+    @property
+    def configuration_fault(self) -> bool:
+        """The failure says something of the configuration, so a search learns from it. Busy
+        devices or missing data would have failed any configuration the same way."""
+        return self not in _NOT_THE_CONFIGURATIONS
+
+    @property
+    def tried(self) -> bool:
+        """The configuration itself was tried: the trial is one of the search's (an outlook
+        counts it). An invalid one was rejected before anything ran (and is no trial of
+        ``--trials`` either); busy devices or missing data stopped it before its settings mattered."""
+        return self.configuration_fault and self is not FailureCategory.invalid_config
+
+    @property
+    def remembered(self) -> bool:
+        """The same configuration in the same environment would fail so again: the cache root
+        keeps the result and answers the configuration from it. A timeout, a crash or a host out of
+        memory may be the machine's doing (what else ran), and is measured again."""
+        return self in _REMEMBERED
+
+    @property
+    def convicts_level(self) -> bool:
+        """The configuration itself does not compile or run: two such failures with one level of
+        a parameter convict that level. A timeout, an out-of-memory or a diverging loss may come
+        from the other settings."""
+        return self in _CONVICTING
+
+    @property
+    def stops_study(self) -> bool:
+        """Every configuration would fail the same way: the study asks for no more trials, and the
+        failed one is measured first when the study continues."""
+        return self is FailureCategory.missing_data
+
+
+_NOT_THE_CONFIGURATIONS = frozenset({FailureCategory.device_unavailable, FailureCategory.missing_data})
+_REMEMBERED = frozenset({FailureCategory.compile_error, FailureCategory.device_oom, FailureCategory.numerics,
+                         FailureCategory.invalid_config})
+_CONVICTING = frozenset({FailureCategory.compile_error, FailureCategory.crash, FailureCategory.invalid_config})
 
 
 class CompileSpec(BaseModel):

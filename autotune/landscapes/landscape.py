@@ -36,7 +36,7 @@ from typing import Any, Callable
 
 from autotune.atomic_file import write_atomic
 from autotune.errors import AutotuneError, InvalidConfigError
-from autotune.records import MeasurementProtocol, TrialResult
+from autotune.records import FailureCategory, MeasurementProtocol, TrialResult
 from autotune.search.configurations import enumerate_space, grid_size, sample_space
 from autotune.space import SearchSpace, compile_key, config_key, load_space, parse_space
 
@@ -85,6 +85,11 @@ class ConfigRecord:
         return self.status == "ok" and self.throughput is not None
 
     @property
+    def outcome(self) -> str:
+        """``ok``, or the category of its failure (a failure recorded without one: the script's)."""
+        return "ok" if self.ok else (self.category or FailureCategory.script_error.value)
+
+    @property
     def compile_cached(self) -> bool:
         """The recording loaded this configuration's graphs from the compile cache."""
         return bool(self.cache_hits) and not self.cache_misses
@@ -117,7 +122,7 @@ class ConfigRecord:
             rec.step_time_median = m.step_time_median
         else:
             failure = result.failure
-            rec.category = failure.category.value if failure else "script_error"
+            rec.category = (failure.category if failure else FailureCategory.script_error).value
             rec.reason = failure.reason if failure else "the trial measured nothing"
         return rec
 

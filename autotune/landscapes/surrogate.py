@@ -141,7 +141,7 @@ class Surrogate:
         forest = sk.ensemble.RandomForestRegressor
         X = self.encoder.encode([r.params for r in records])
         self.levels = self.encoder.level_indices([r.params for r in records])
-        labels = [OK if r.ok else (r.category or "script_error") for r in records]
+        labels = [r.outcome for r in records]
         self.labels = sorted(set(labels))
         self.status = None
         if len(self.labels) > 1:
@@ -160,7 +160,7 @@ class Surrogate:
         times = np.array([[math.log(r.compile_seconds + 0.1), math.log(max(r.wall_seconds - r.compile_seconds, 0) + 0.1)]
                           for r in records])
         self.times = forest(n_estimators=TREES, random_state=seed, n_jobs=1).fit(X, times)
-        self.reasons = {lab: next(r.reason for r in records if not r.ok and (r.category or "script_error") == lab)
+        self.reasons = {lab: next(r.reason for r in records if not r.ok and r.outcome == lab)
                         for lab in self.labels if lab != OK}
 
     @classmethod
@@ -360,7 +360,7 @@ def held_out_error(landscape: Landscape, *, folds: int = 5, seed: int = 0) -> Su
     ok = [i for i, r in enumerate(records) if r.ok]
     rel = [abs(predicted[i][0] - records[i].throughput) / records[i].throughput for i in ok]
     const = [abs(constant[i] - records[i].throughput) / records[i].throughput for i in ok]
-    truth = [OK if r.ok else (r.category or "script_error") for r in records]
+    truth = [r.outcome for r in records]
     failed = [i for i, r in enumerate(records) if not r.ok]
     noise = [(r.ci95_high - r.ci95_low) / 2 / r.throughput for r in records if r.ok and r.ci95_high is not None]
     top = sorted(ok, key=lambda i: -records[i].throughput)[:max(5, len(ok) // 10)] if len(ok) >= 10 else []

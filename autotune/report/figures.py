@@ -12,16 +12,23 @@ import json
 from typing import Any
 
 from autotune.objectives import objective
+from autotune.records import FailureCategory as C
 from autotune.report.data import StudyReport
 from autotune.study.outputs import TrialSummary
 from autotune.trial_attrs import StudyAttrs
 
 #: Failure categories get one marker colour each, always the same (a crash is red in every report).
-_CATEGORY_COLOURS = {
-    "compile_error": "#d62728", "crash": "#8c1c13", "device_oom": "#ff7f0e", "host_oom": "#e377c2",
-    "timeout": "#9467bd", "script_error": "#7f7f7f", "numerics": "#bcbd22", "invalid_config": "#17becf",
-    "device_unavailable": "#8c564b", "rendezvous": "#aec7e8", "missing_data": "#c7c7c7",
+CATEGORY_COLOURS: dict[C, str] = {
+    C.compile_error: "#d62728", C.crash: "#8c1c13", C.device_oom: "#ff7f0e", C.host_oom: "#e377c2",
+    C.timeout: "#9467bd", C.script_error: "#7f7f7f", C.numerics: "#bcbd22", C.invalid_config: "#17becf",
+    C.device_unavailable: "#8c564b", C.rendezvous: "#aec7e8", C.missing_data: "#c7c7c7",
 }
+
+
+def _colour(category: str) -> str:
+    """A failure category's colour; black for one this version does not know."""
+    named = C.named(category)
+    return CATEGORY_COLOURS[named] if named is not None else "#000"
 
 
 def value_axis(report: StudyReport) -> str:
@@ -70,7 +77,7 @@ def history(report: StudyReport) -> Any:
     for category, ts in report.failures_by_category().items():
         fig.add_trace(go.Scatter(x=[t.number for t in ts], y=[0] * len(ts), mode="markers",
                                  name=f"failed: {category}",
-                                 marker=dict(symbol="x", size=11, color=_CATEGORY_COLOURS.get(category, "#000")),
+                                 marker=dict(symbol="x", size=11, color=_colour(category)),
                                  text=[f"{_hover(t)}<br>{html.escape(t.reason or '')}" for t in ts],
                                  hovertemplate="%{text}<extra>" + category + "</extra>"))
     fig.update_layout(title="Optimisation history", xaxis_title="trial (number)", yaxis_title=value_axis(report),

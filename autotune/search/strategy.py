@@ -124,6 +124,7 @@ from typing import Any, Sequence
 import numpy as np
 from optuna.samplers import BaseSampler
 
+from autotune.records import FailureCategory
 from autotune.search.models import (
     CategoricalGP,
     convicted,
@@ -532,8 +533,9 @@ def _transform(value: float, maximize: bool) -> float:
 
 def measured_history(study: Any) -> tuple[list[tuple[dict[str, Any], float | None, dict[str, float]]], set[str]]:
     """Each distinct finished configuration as (config, value or None if it failed, its costs:
-    ``wall`` and ``compile`` seconds, and ``convicting`` 1 for a failure of :data:`CONVICTING`),
-    and the keys of the configurations in flight."""
+    ``wall`` and ``compile`` seconds, and ``convicting`` 1 for a failure whose category
+    :attr:`~autotune.records.FailureCategory.convicts_level`), and the keys of the configurations
+    in flight. A failure that is not the configuration's doing is no point of its history."""
     import optuna
 
     found: dict[str, tuple[dict[str, Any], float | None, dict[str, float]]] = {}
@@ -544,7 +546,8 @@ def measured_history(study: Any) -> tuple[list[tuple[dict[str, Any], float | Non
         key = attrs.config_key
         if key and not attrs.counted and t.state != optuna.trial.TrialState.COMPLETE:
             continue  # failed for its driver's sake (killed, stale heartbeat): run again, not the config's fault
-        if attrs.category in ("device_unavailable", "missing_data"):  # not the configuration's doing
+        category = FailureCategory.named(attrs.category)
+        if category is not None and not category.configuration_fault:
             continue
         config = json.loads(key) if key else {k: v for k, v in t.params.items() if v is not None}
         if not config or (config_key(config) in found and found[config_key(config)][1] is not None):
@@ -554,17 +557,12 @@ def measured_history(study: Any) -> tuple[list[tuple[dict[str, Any], float | Non
         feasible = all(v <= 0 for v in (getattr(t, "constraints", None) or {}).values())
         value = t.value if t.state == optuna.trial.TrialState.COMPLETE and feasible else None
         facts = _costs(attrs.result)
-        if value is None and attrs.category in CONVICTING:
+        if value is None and category is not None and category.convicts_level:
             facts["convicting"] = 1.0
         found[config_key(config)] = (config, value, facts)
     running = study.get_trials(deepcopy=False, states=(optuna.trial.TrialState.RUNNING,))
     in_flight = {TrialAttrs.of(t).config_key for t in running if TrialAttrs.of(t).config_key}
     return list(found.values()), in_flight
-
-
-#: Failures that say the configuration itself does not compile or run: two with one flag convict it.
-#: A timeout, an out-of-memory or a diverging loss may come from the other settings.
-CONVICTING = frozenset({"compile_error", "crash", "invalid_config"})
 
 
 def _broke(history: list[tuple[dict[str, Any], float | None, dict[str, float]]]) -> np.ndarray:

@@ -31,6 +31,7 @@ import math
 from pydantic import BaseModel, Field
 
 from autotune.objectives import objective
+from autotune.records import FailureCategory
 from autotune.space import SearchSpace
 from autotune.study.outputs import BestConfig, TrialSummary
 
@@ -39,8 +40,6 @@ MIN_TRIALS = 8
 NOISE_FLOOR = 0.01
 GAIN_LIKELY = 0.02
 GAIN_SMALL = 0.005
-#: Failures that say nothing of the configuration: they are not trials of the search.
-_NOT_TRIED = {"invalid_config", "device_unavailable", "missing_data"}
 #: Objectives read from the throughput, whose interval is theirs too.
 _FROM_THROUGHPUT = {"throughput", "cost"}
 
@@ -71,8 +70,7 @@ def search_outlook(trials: list[TrialSummary], space: SearchSpace, best: BestCon
     """The outlook of a study whose trials are ``trials`` (its summaries), on ``space``;
     ``exhausted``: every configuration of the space has been measured; ``stopped``: why the study
     asked for no more trials."""
-    tried = sorted((t for t in trials if t.duplicate_of is None and t.confirms is None and
-                    (t.state == "COMPLETE" or (t.state == "FAIL" and t.category and t.category not in _NOT_TRIED))),
+    tried = sorted((t for t in trials if t.duplicate_of is None and t.confirms is None and _tried(t)),
                    key=lambda t: t.number)
     n = len(tried)
     since = _since_improvement(tried, metric, maximize)
@@ -145,6 +143,15 @@ def _found(n: int, best: BestConfig | None, metric: str) -> str:
         return f"{what}: no configuration ran"
     speed = f" ({best.speedup:.2f}x the baseline)" if best.speedup else ""
     return f"{what}: best {objective(metric).format(best.value)}{speed} at trial {best.trial}"
+
+
+def _tried(t: TrialSummary) -> bool:
+    """A trial of the search: measured, or failed in a way that says the configuration was tried
+    (:attr:`~autotune.records.FailureCategory.tried`; an invalid configuration never ran)."""
+    if t.state == "COMPLETE":
+        return True
+    category = FailureCategory.named(t.category)
+    return t.state == "FAIL" and category is not None and category.tried
 
 
 def _since_improvement(tried: list[TrialSummary], metric: str, maximize: bool) -> int | None:

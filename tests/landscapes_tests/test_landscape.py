@@ -123,7 +123,7 @@ def test_a_sample_starts_with_the_baseline_and_known_good_and_keeps_the_conditio
 
 
 def test_the_built_in_spaces_are_too_large_for_a_grid(tmp_path) -> None:
-    space = REPO / "search_spaces" / "xla.yaml"
+    space = REPO / "autotune" / "search_spaces" / "xla.yaml"
     with pytest.raises(AutotuneError, match="record a sample of it with --sample"):
         recorded_configurations(load_space(space), RecordOptions(script=TINY, target="xla", space=space,
                                                                  out=tmp_path / "x.jsonl"))
