@@ -27,8 +27,8 @@ from typing import Any, Iterator
 from autotune.atomic_file import write_atomic
 from autotune.errors import AutotuneError
 from autotune.published import PUBLISHED_DIR, Published
-from autotune.records import PROTOCOL_VERSION, TrialResult
-from autotune.targets import all_targets
+from autotune.records import PROTOCOL_VERSION, FailureCategory, TrialResult
+from autotune.targets import all_targets, get_target
 from autotune.targets.base import directory_usage
 
 
@@ -107,8 +107,14 @@ class CacheRoot:
             return None
 
     def put_result(self, key: str, result: TrialResult) -> bool:
-        """Remember ``result`` if it would hold next time (a success, or a deterministic failure)."""
+        """Remember ``result`` if it would hold next time (a success, or a deterministic failure).
+        Out of device memory is the configuration's own only where its trial had its devices to
+        itself (:meth:`autotune.targets.base.Target.held_alone`): trials that shared a GPU, or ran
+        with no placement, may have run out of each other's memory."""
         if not result.ok and (result.failure is None or not result.failure.category.remembered):
+            return False
+        if result.failure is not None and result.failure.category is FailureCategory.device_oom \
+                and not get_target(result.plan.target).held_alone(result.placement):
             return False
         write_atomic(self._result_path(key), result.model_dump_json())
         return True

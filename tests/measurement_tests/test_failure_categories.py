@@ -94,8 +94,9 @@ def test_a_failure_of_a_category_this_version_does_not_know_is_no_trial_of_the_o
 def test_the_cache_root_remembers_a_failure_that_would_happen_again(category: FailureCategory,
                                                                     tmp_path: Path) -> None:
     cache = open_cache(tmp_path)
+    # A trial that held its GPU alone: its out-of-memory is its own (tests/targets_tests/test_gpus.py).
     result = TrialResult(status="failed", plan=TrialPlan(target="inductor", params={"mode": "eager"}),
-                         failure=Failure(category=category, reason="x"))
+                         failure=Failure(category=category, reason="x"), placement={"CUDA_VISIBLE_DEVICES": "0"})
     assert cache.put_result("ab" * 32, result) is category.remembered
     assert (cache.get_result("ab" * 32) is not None) is category.remembered
 
