@@ -56,13 +56,8 @@ def record_cmd(
     least trusted and a search ends: at the best it predicts. --repeat measures the top again, so
     that a lucky single run falls back and the noise between runs is on record.
     """
-    from autotune.landscapes.landscape import (
-        RecordOptions,
-        load_landscape,
-        record,
-        recorded_configurations,
-        summary,
-    )
+    from autotune.landscapes.landscape import load_landscape, summary
+    from autotune.landscapes.recording import RecordOptions, record, recorded_configurations
     from autotune.records import MeasurementProtocol
     from autotune.search.configurations import grid_size
     from autotune.space import load_space

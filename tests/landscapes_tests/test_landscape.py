@@ -9,13 +9,8 @@ from pathlib import Path
 import pytest
 
 from autotune.errors import AutotuneError, SpaceError
-from autotune.landscapes.landscape import (
-    RecordOptions,
-    load_landscape,
-    record,
-    recorded_configurations,
-    summary,
-)
+from autotune.landscapes.landscape import load_landscape, summary
+from autotune.landscapes.recording import RecordOptions, record, recorded_configurations
 from autotune.records import MeasurementProtocol
 from autotune.search.configurations import enumerate_space, sample_space
 from autotune.space import load_space, parse_space
