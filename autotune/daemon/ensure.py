@@ -74,6 +74,8 @@ def ensure_key(script: Path, args: list[str], target: Any, run: RunOptions, spac
     # Only where given, so that the keys of the studies tuned for one metric stay as they were.
     doc.update({name: getattr(run, name) for name in ("objective", "constraint", "prefer", "arg")
                 if getattr(run, name)})
+    if run.gpus_per_trial is not None:  # trials of 2 GPUs measure what trials of 1 do not
+        doc["gpus_per_trial"] = run.gpus_per_trial
     return hashlib.sha256(json.dumps(doc, sort_keys=True, default=str).encode()).hexdigest()
 
 

@@ -34,9 +34,11 @@ import psutil
 
 from autotune.daemon.jobs import JOB_STALE_S, JobRecord, JobStore
 from autotune.daemon.records import EXIT_CANCELLED, JobState
+from autotune.errors import AutotuneError
 from autotune.execution.scheduler import cpu_trial_slots
 from autotune.log_tail import log_tail
 from autotune.process_tree import kill_tree
+from autotune.targets import detect_target, get_target
 
 #: Attempts of a job whose process dies (killed, out of memory, machine lost) before it is failed.
 MAX_ATTEMPTS = 3
@@ -47,13 +49,27 @@ TICK_S = 0.5
 
 # -- slots and shares ----------------------------------------------------------------------------
 
-def trial_slots(resources: dict[str, float], cores_per_trial: int = 1) -> int:
-    """Trials the cluster runs at once: NeuronCores // cores per trial where it declares
-    NeuronCores; otherwise a study's CPU rule (:func:`autotune.execution.scheduler.cpu_trial_slots`)."""
-    cores = int(resources.get("neuron_cores", 0))
-    if cores:
-        return max(1, cores // max(1, cores_per_trial))
+def trial_slots(resources: dict[str, float], device_resource: str | None = None, devices_per_trial: int = 1) -> int:
+    """Trials the cluster runs at once: its devices // a trial's where its trials hold the Ray
+    resource ``device_resource`` (``neuron_cores``, ``GPU``: the target's) and the cluster declares
+    it; otherwise a study's CPU rule (:func:`autotune.execution.scheduler.cpu_trial_slots`)."""
+    devices = int(resources.get(device_resource, 0)) if device_resource else 0
+    if devices:
+        return max(1, devices // max(1, devices_per_trial))
     return cpu_trial_slots(int(resources.get("CPU", 1)))
+
+
+def job_devices(job: JobRecord, files: JobFiles) -> tuple[str | None, int]:
+    """What each trial of ``job`` holds, as its target says: the Ray resource and how many of it
+    (``None``: the host's CPUs). A job whose target cannot be told here (a package it needs is
+    missing) counts as a CPU job; its own process says what is wrong."""
+    run = job.spec.run
+    script, _ = job_workdir(job, files)
+    try:
+        target = get_target(detect_target(script) if run.target == "auto" else run.target, run.gpus_per_trial)
+    except AutotuneError:
+        return None, 0
+    return target.device_resource, target.devices_per_trial(run.cores_per_trial, run.nproc_per_node)
 
 
 def fair_share(slots: int, sharing: int, wanted: int | None = None) -> int:
@@ -89,12 +105,12 @@ class Slots:
             pass
         self._read_at = time.monotonic()
 
-    def for_job(self, cores_per_trial: int = 1) -> int:
+    def for_job(self, device_resource: str | None = None, devices_per_trial: int = 1) -> int:
         if self.fixed is not None:
             return self.fixed
         if self.ray_address and time.monotonic() - self._read_at > self.REFRESH_S:
             self._refresh()
-        return trial_slots(self._resources, cores_per_trial)
+        return trial_slots(self._resources, device_resource, devices_per_trial)
 
 
 # -- a job's files and command line ---------------------------------------------------------------
@@ -337,9 +353,8 @@ class JobRunner:
             return
         sharing = min(self.max_concurrent_jobs, len(self._procs) + len(queued))
         for job in queued[:free]:
-            run = job.spec.run  # a trial holds its cores for each of its processes
-            workers = fair_share(self.slots.for_job(run.cores_per_trial * run.nproc_per_node), sharing, run.workers)
-            self._start(job, workers)
+            slots = self.slots.for_job(*job_devices(job, JobFiles(Path(job.directory))))
+            self._start(job, fair_share(slots, sharing, job.spec.run.workers))
 
     def _start(self, job: JobRecord, workers: int) -> None:
         if not self.store.claim(job.id, workers):

@@ -1,7 +1,8 @@
 """Placement of trials on Ray workers, kept apart from choosing them (that is the study's job).
 
-A pool of actors, one trial per actor at a time. For Neuron targets each actor holds
-``cores_per_trial`` NeuronCores (Ray's ``neuron_cores`` resource), so trials never share a core.
+A pool of actors, one trial per actor at a time. Where the target's trials hold devices, each
+actor holds a trial's share of the target's Ray resource (``cores_per_trial`` NeuronCores of
+``neuron_cores``; ``--gpus-per-trial`` GPUs of ``GPU``), so trials never share a core or a GPU.
 A worker that dies mid-trial is replaced, and its trial is run once more on another worker
 before it is recorded as failed.
 """
@@ -30,7 +31,7 @@ class Placement:
     workers: int
     #: The target whose trials the workers run.
     target: str
-    #: Each worker holds this many of the Ray resource ``device_resource`` (``neuron_cores``).
+    #: Each worker holds this many of the Ray resource ``device_resource`` (``neuron_cores``, ``GPU``).
     devices_per_worker: int = 0
     device_resource: str | None = None
     cpus_per_worker: float = 1.0
@@ -133,10 +134,11 @@ def plan_placement(target: Target, *, workers: int | None, cores_per_trial: int,
                    nodes: list[dict[str, float]] | None = None) -> Placement:
     """How many workers, and what each holds, from the resources of the cluster's ``nodes``.
 
-    A target whose trials hold devices (:attr:`Target.device_resource`, ``neuron_cores``) gets
-    one worker per ``cores_per_trial`` of them, for each of a trial's ``processes_per_trial``, on
-    each node (a trial's processes and cores are on one node: a trial that needs more than the
-    largest node has is an error, before any trial starts). The others get a share of one node's
+    A target whose trials hold devices (:attr:`Target.device_resource`: ``neuron_cores``, ``GPU``)
+    gets one worker per trial's share of them (:meth:`Target.devices_per_trial` of
+    ``cores_per_trial`` and ``processes_per_trial``) on each node (a trial's processes and devices
+    are on one node: a trial that needs more than the largest node has is an error, before any
+    trial starts). The others get a share of one node's
     CPUs each, never the cluster's total: a worker that asks for more CPUs than any node has is
     never placed, and one that asks for all of a cluster's CPUs leaves no room for a second study.
     """
@@ -150,20 +152,19 @@ def plan_placement(target: Target, *, workers: int | None, cores_per_trial: int,
             notes.append(f"the Ray cluster declares no {resource}: trials run without {noun}")
             return Placement(workers=workers or 1, target=target.name, cpus_per_worker=0, notes=notes,
                              per_node=workers or 1)
-        if cores_per_trial * processes_per_trial > max(per_node):
-            raise AutotuneError(f"a trial of {processes_per_trial} process(es) x {cores_per_trial} {noun} needs "
-                                f"{cores_per_trial * processes_per_trial} {noun} on one node; the largest node has "
-                                f"{max(per_node)}: lower --nproc-per-node or --cores-per-trial")
-        cores_per_trial *= processes_per_trial
-        most = sum(c // cores_per_trial for c in per_node)
+        held = target.devices_per_trial(cores_per_trial, processes_per_trial)
+        if held > max(per_node):
+            raise AutotuneError(f"a trial of {processes_per_trial} process(es) needs {held} {noun} on one node; "
+                                f"the largest node has {max(per_node)}: lower --nproc-per-node or {target.device_flag}")
+        most = sum(c // held for c in per_node)
         if workers and workers > most:
             notes.append(f"{workers} workers asked for, but the cluster's {cores} {noun} hold only {most} "
-                         f"trials of {cores_per_trial} cores: using {most}")
+                         f"trials of {held} {noun}: using {most}")
         # The devices are the scarce resource; compiling uses host CPUs that Ray does not ration.
         n = min(workers or most, most)
-        return Placement(workers=n, target=target.name, devices_per_worker=cores_per_trial,
+        return Placement(workers=n, target=target.name, devices_per_worker=held,
                          device_resource=resource, cpus_per_worker=0, notes=notes,
-                         per_node=min(n, max(per_node) // cores_per_trial))
+                         per_node=min(n, max(per_node) // held))
     # CPU targets: parallel trials on a small machine distort each other's measurements. The
     # default is what one node holds without that; more is asked for with --workers.
     node_cpus = [int(n.get("CPU", 0)) for n in nodes if n.get("CPU", 0) >= 1] or [os.cpu_count() or 1]
@@ -264,7 +265,9 @@ class WorkerPool:
 
     def _spawn(self) -> Any:
         self._next_id += 1
-        return self._cls.remote(self._next_id, self.placement.target, self.placement.per_node)
+        # A compile worker's compile_slots are no devices of the target's.
+        held = None if self.placement.compiles else self.placement.device_resource
+        return self._cls.remote(self._next_id, self.placement.target, self.placement.per_node, held)
 
     @property
     def free(self) -> int:

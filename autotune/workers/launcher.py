@@ -18,7 +18,7 @@ import subprocess
 import time
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Callable
+from typing import Callable, Mapping
 
 import psutil
 
@@ -77,11 +77,14 @@ def run_trial(
     seed: int = 0,
     base_env: dict[str, str] | None = None,
     pause: Callable[[], bool] | None = None,
+    devices: Mapping[str, str] | None = None,
 ) -> TrialResult:
     """Run one trial and return its result. ``pause``, polled with the memory, says when the trial
     must stop running for a while (a compile job while a measurement runs on its node): its process
     group is stopped (SIGSTOP) until it may go on (SIGCONT), and that time does not count against
-    its timeout."""
+    its timeout. ``devices``: the env vars that give the trial the devices its worker holds
+    (``CUDA_VISIBLE_DEVICES``); they win over the plan's (a caller's exported value travels in it)
+    and are recorded in the trial's ``spec.json``, while the result keeps the plan as planned."""
     trial_dir = Path(trial_dir)
     trial_dir.mkdir(parents=True, exist_ok=True)
     result_path = trial_dir / "report.json"
@@ -90,8 +93,9 @@ def run_trial(
     ranks_dir = trial_dir / "ranks"
     shutil.rmtree(ranks_dir, ignore_errors=True)
     ranks_dir.mkdir()
-    env = trial_env(multiprocess.divide_threads(plan), base_env)
-    spec = TrialSpec(plan=plan, script=str(Path(script).resolve()), args=plan.script_args(list(args or [])),
+    placed = plan.model_copy(update={"env": {**plan.env, **devices}}) if devices else plan
+    env = trial_env(multiprocess.divide_threads(placed), base_env)
+    spec = TrialSpec(plan=placed, script=str(Path(script).resolve()), args=plan.script_args(list(args or [])),
                      cwd=str(Path(cwd or os.getcwd()).resolve()), result_path=str(result_path),
                      protocol=protocol or MeasurementProtocol(), seed=seed, ranks_dir=str(ranks_dir))
     rank_env = get_target(plan.target).rank_envs(env, plan.nproc_per_node, multiprocess.free_port())

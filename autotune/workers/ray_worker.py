@@ -1,9 +1,10 @@
 """The Ray actor that runs trials, one at a time, through the process launcher.
 
 Each actor holds its share of the machine for the whole study: for a target whose trials hold
-devices, ``cores_per_trial`` of them through a Ray resource (Neuron: ``neuron_cores``, for which
-Ray sets ``NEURON_RT_VISIBLE_CORES``). The target puts that env var in the form its runtime reads
-(:meth:`autotune.targets.base.Target.claim_devices`); the trial process inherits it.
+devices, a trial's worth of them through a Ray resource (Neuron: ``neuron_cores``; CUDA: ``GPU``,
+which an actor asks for as ``num_gpus``). The target puts Ray's ids of them into the env var its
+runtime reads (:meth:`autotune.targets.base.Target.claim_devices`: ``NEURON_RT_VISIBLE_CORES``,
+``CUDA_VISIBLE_DEVICES``), and every trial process the actor starts sees those devices alone.
 """
 
 from __future__ import annotations
@@ -20,6 +21,7 @@ import psutil
 
 from autotune.host import host_device
 from autotune.targets import get_target
+from autotune.targets.gpus import GPU_RESOURCE
 
 #: The folder, under ``$XDG_RUNTIME_DIR`` (else the temporary folder), where the trials measuring
 #: on a node say so, one file per measuring process: compile jobs on that node stop while one is
@@ -31,18 +33,23 @@ MEASURING_NAME = "autotune-measuring-{uid}"
 class TrialWorker:
     """Runs trials of one target for the driver. Used as a Ray actor (see :func:`worker_class`)."""
 
-    def __init__(self, worker_id: int, target: str, per_node: int = 1) -> None:
+    def __init__(self, worker_id: int, target: str, per_node: int = 1, device_resource: str | None = None) -> None:
         import ray
 
         self.worker_id = worker_id
         #: Trials of this study that may run at once on this node, each in its share of its memory.
         self.per_node = per_node
+        #: The Ray resource of the devices this worker holds for its trials; ``None``: the host's CPUs.
+        self.device_resource = device_resource
+        context = ray.get_runtime_context()
+        ids = context.get_accelerator_ids().get(device_resource, []) if device_resource else []
+        #: The env vars through which each trial sees the devices this worker holds.
+        self.devices = get_target(target).claim_devices(os.environ, [str(i) for i in ids])
         # Several Ray nodes can share a host name (or a machine): the node id tells them apart. The
         # machine's device and CPUs are this node's, which the driver's provenance does not describe.
-        self.placement: dict[str, str] = {"node": socket.gethostname(),
-                                          "ray_node": ray.get_runtime_context().get_node_id(),
+        self.placement: dict[str, str] = {"node": socket.gethostname(), "ray_node": context.get_node_id(),
                                           "host_device": host_device(), "cpu_count": str(os.cpu_count()),
-                                          "worker": str(worker_id), **get_target(target).claim_devices(os.environ)}
+                                          "worker": str(worker_id), **self.devices}
 
     def info(self) -> dict[str, str]:
         return dict(self.placement)
@@ -54,7 +61,7 @@ class TrialWorker:
 
         request = TrialRequest.model_validate_json(request_json)
         # A trial that measures on the host's CPUs keeps this node's compile jobs stopped.
-        with measuring(get_target(request.plan.target).device_resource is None):
+        with measuring(self.device_resource is None):
             return self._run(request).model_dump_json()
 
     def _run(self, request: Any, pause: Any = None) -> Any:
@@ -64,7 +71,7 @@ class TrialWorker:
         result = run_trial(
             request.plan, request.script, request.args, trial_dir=request.trial_dir, cwd=request.cwd,
             limits=TrialLimits(timeout_s=request.timeout_s, memory_bytes=request.memory_bytes, sharing=self.per_node),
-            protocol=request.protocol, seed=request.seed, pause=pause,
+            protocol=request.protocol, seed=request.seed, pause=pause, devices=self.devices,
         )
         result.placement = dict(self.placement)
         return result
@@ -163,9 +170,13 @@ def measuring_here() -> bool:
 
 
 def worker_class(*, resources: dict[str, float] | None = None, num_cpus: float = 1.0, compiles: bool = False) -> Any:
-    """The Ray actor class holding ``resources`` (``{"neuron_cores": 2}``; none for CPU targets);
-    with ``compiles``, the compile worker's."""
+    """The Ray actor class holding ``resources`` (``{"neuron_cores": 2}``, ``{"GPU": 1}``; none for
+    CPU targets); with ``compiles``, the compile worker's."""
     import ray
 
+    custom = dict(resources or {})
+    # Ray refuses GPU among custom resources: an actor asks for GPUs as num_gpus.
+    gpus = custom.pop(GPU_RESOURCE, 0)
     # max_restarts=0: a dead worker is replaced by the driver, which also retries its trial once.
-    return ray.remote(num_cpus=num_cpus, resources=resources, max_restarts=0)(CompileWorker if compiles else TrialWorker)
+    return ray.remote(num_cpus=num_cpus, num_gpus=gpus, resources=custom or None,
+                      max_restarts=0)(CompileWorker if compiles else TrialWorker)

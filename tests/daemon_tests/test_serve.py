@@ -8,6 +8,7 @@ import tarfile
 from pathlib import Path
 
 from autotune.daemon.runner import fair_share, trial_slots
+from autotune.targets import get_target
 
 from .conftest import SCRIPTS, autotune, free_port
 
@@ -83,7 +84,13 @@ def test_an_upload_that_escapes_its_directory_is_refused(start_daemon) -> None:
 def test_jobs_share_the_slots_fairly() -> None:
     assert trial_slots({"CPU": 2}) == 1
     assert trial_slots({"CPU": 64}) == 8
-    assert trial_slots({"CPU": 128, "neuron_cores": 32}, cores_per_trial=2) == 16
+    assert trial_slots({"CPU": 128, "neuron_cores": 32}, "neuron_cores", 2) == 16
+    # Counted through the target: a GPU target's trials hold GPUs (before, 8 GPUs gave the CPU rule's 2 slots).
+    gpus = get_target("inductor", gpus_per_trial=2)
+    assert trial_slots({"CPU": 16, "GPU": 8}, gpus.device_resource, gpus.devices_per_trial()) == 4
+    neuron = get_target("neuron")
+    assert trial_slots({"CPU": 16, "GPU": 8}, neuron.device_resource, neuron.devices_per_trial(2)) == 2, \
+        "a Neuron job on a cluster of GPUs: no NeuronCores, the CPU rule"
     assert [fair_share(8, n) for n in (1, 2, 3, 4, 8, 16)] == [8, 4, 2, 2, 1, 1]
     assert fair_share(8, 2, wanted=3) == 3 and fair_share(8, 1, wanted=3) == 3
     assert fair_share(1, 2) == 1, "every running job gets at least one worker"
