@@ -247,7 +247,7 @@ class TrialPlan(BaseModel):
     notes: list[str] = Field(default_factory=list)
     #: Processes of the trial: above 1 it is started through torch's elastic launcher (torchrun),
     #: one rank per process, on one node; the knobs (batch size included) apply to each rank.
-    nproc_per_node: int = Field(1, ge=1)
+    nproc_per_node: int = Field(default=1, ge=1)
     #: A command the trial's command line runs under (a compile job on Neuron runs under
     #: ``neuron_parallel_compile``); empty for a plain trial.
     wrapper: list[str] = Field(default_factory=list)
