@@ -48,12 +48,12 @@ class JobConfig(BaseModel):
     #: click's usage box.
     PARSED_BY_MODEL: ClassVar[frozenset[str]] = frozenset({"price_per_hour", "gpus_per_trial"})
 
-    trials: int = Field(20, ge=1, description="Measured trials the study should hold (a rerun continues up "
+    trials: int = Field(default=20, ge=1, description="Measured trials the study should hold (a rerun continues up "
                                                 "to this number).")
-    target: str = Field("auto", description="auto, " + ", ".join(TARGETS) + ".")
-    space: str | None = Field(None, description="Search space: a YAML file or a built-in name (xla, inductor, "
+    target: str = Field(default="auto", description="auto, " + ", ".join(TARGETS) + ".")
+    space: str | None = Field(default=None, description="Search space: a YAML file or a built-in name (xla, inductor, "
                                                 "neuron-trn1, neuron-inf2, neuron-trn2).")
-    platform: str | None = Field(None, description="Neuron platform: trn1, trn1n, inf2, trn2.")
+    platform: str | None = Field(default=None, description="Neuron platform: trn1, trn1n, inf2, trn2.")
     sets: dict[str, Any] = Field(default_factory=dict, description="Fix a parameter, KEY=VALUE; repeatable.")
     arg: list[str] = Field(default_factory=list, description=(
         "Give a parameter to the script as a flag of its own, PARAM=FLAG (batch_size=--batch_size): each "
@@ -64,36 +64,36 @@ class JobConfig(BaseModel):
         "An env var each trial runs with, KEY=VALUE, over the caller's environment; repeatable. The "
         "variables a target reads (PJRT_DEVICE, XLA_FLAGS, NEURON_CC_FLAGS, CUDA_VISIBLE_DEVICES) are the "
         "caller's already: a trial's compiler flags are added to the caller's, and they key its result."))
-    workers: int | None = Field(None, ge=1, description="Trials at once (default: 1 on a small CPU machine; "
+    workers: int | None = Field(default=None, ge=1, description="Trials at once (default: 1 on a small CPU machine; "
                                                         "NeuronCores / --cores-per-trial for Neuron, GPUs / "
                                                         "--gpus-per-trial on CUDA).")
-    cores_per_trial: int = Field(1, ge=1, description="NeuronCores each trial holds.")
-    gpus_per_trial: int | None = Field(None, ge=0, description="GPUs each trial holds, through Ray; it sees only "
+    cores_per_trial: int = Field(default=1, ge=1, description="NeuronCores each trial holds.")
+    gpus_per_trial: int | None = Field(default=None, ge=0, description="GPUs each trial holds, through Ray; it sees only "
                                                                "those (CUDA_VISIBLE_DEVICES). Default: 1 where the "
                                                                "target runs on CUDA (inductor on a machine with a "
                                                                "GPU), else 0.")
-    nproc_per_node: int = Field(1, ge=1, description="Processes of each trial, as torchrun's --nproc_per_node: "
+    nproc_per_node: int = Field(default=1, ge=1, description="Processes of each trial, as torchrun's --nproc_per_node: "
                                                      "above 1 the script runs through torchrun, the batch "
                                                      "size applies to each process.")
-    compile_workers: int = Field(0, ge=0, description="Compile processes that compile configurations ahead of "
+    compile_workers: int = Field(default=0, ge=0, description="Compile processes that compile configurations ahead of "
                                                       "their measurement, so that trials only measure (0: each "
                                                       "trial compiles its own). On a Ray cluster: compile workers "
                                                       "on the nodes that declare the compile_slots resource.")
-    compile_ahead: int | None = Field(None, ge=1, description="Configurations compiling or compiled ahead of the "
+    compile_ahead: int | None = Field(default=None, ge=1, description="Configurations compiling or compiled ahead of the "
                                                              "measurements at most (default with a compile stage: "
                                                              "compile workers + trials at once); alone, on a Ray "
                                                              "cluster, it turns the compile stage on with every "
                                                              "compile_slots the cluster declares.")
-    study: str | None = Field(None, description="Study name (default: <script>-<target>).")
-    trial_timeout: float = Field(1800.0, gt=0, description="Hard timeout of each trial, seconds.")
-    timeout: float | None = Field(None, gt=0, description="Stop starting trials after this many seconds.")
-    sampler: str = Field("autotune", description="autotune (expected improvement from a Gaussian process over "
+    study: str | None = Field(default=None, description="Study name (default: <script>-<target>).")
+    trial_timeout: float = Field(default=1800.0, gt=0, description="Hard timeout of each trial, seconds.")
+    timeout: float | None = Field(default=None, gt=0, description="Stop starting trials after this many seconds.")
+    sampler: str = Field(default="autotune", description="autotune (expected improvement from a Gaussian process over "
                                                  "whole configurations; bench/search_bench.py), tpe "
                                                  "(multivariate, constant liar), random or qmc.")
-    seed: int | None = Field(None, description="Seed of the sampler and of the trials.")
-    metric: str = Field("throughput", description="What to optimise: throughput, or a metric the script "
+    seed: int | None = Field(default=None, description="Seed of the sampler and of the trials.")
+    metric: str = Field(default="throughput", description="What to optimise: throughput, or a metric the script "
                                                   "reports with autotune.report().")
-    direction: str = Field("maximize", description="maximize or minimize the metric.")
+    direction: str = Field(default="maximize", description="maximize or minimize the metric.")
     objective: list[str] = Field(default_factory=list, description=(
         "What to optimise, its direction implied: throughput (samples/s), cost ($ per 1M samples; needs a "
         "price), latency_p50, latency_p90, latency_p99 (ms), peak_memory, or a metric the script reports "
@@ -102,47 +102,47 @@ class JobConfig(BaseModel):
     constraint: list[str] = Field(default_factory=list, description=(
         "A bound a configuration must keep, e.g. latency_p99<=50 (ms), throughput>=200, peak_memory<=12GiB; "
         "repeatable. A configuration that breaks one is never the best."))
-    prefer: str | None = Field(None, description="With several --objective: the objective whose best point of "
+    prefer: str | None = Field(default=None, description="With several --objective: the objective whose best point of "
                                                   "the Pareto front goes to best.env (default: the first).")
-    memory_limit: str | None = Field(None, description="Host-memory limit per trial, e.g. 8GiB.")
-    fresh: bool = Field(False, description="Measure again: ignore remembered results and start the study "
+    memory_limit: str | None = Field(default=None, description="Host-memory limit per trial, e.g. 8GiB.")
+    fresh: bool = Field(default=False, description="Measure again: ignore remembered results and start the study "
                                            "anew (the old one is kept under another name).")
-    retry_failed: bool = Field(False, description="Compile again configurations whose compile failed before.")
+    retry_failed: bool = Field(default=False, description="Compile again configurations whose compile failed before.")
     # Batch size and cast move the mean of the first losses a little (within 0.2 of the baseline's);
     # divergence moves it a lot.
-    loss_tolerance: float = Field(0.2, gt=0, description="Numerics guard: how far (relative) the mean of a "
+    loss_tolerance: float = Field(default=0.2, gt=0, description="Numerics guard: how far (relative) the mean of a "
                                                          "trial's first losses may leave the baseline's.")
-    numerics_guard: bool = Field(True, description="Never report a configuration whose losses diverge as best.")
-    prune: bool = Field(True, description="Stop measuring a trial once its 95% interval is wholly more than "
+    numerics_guard: bool = Field(default=True, description="Never report a configuration whose losses diverge as best.")
+    prune: bool = Field(default=True, description="Stop measuring a trial once its 95% interval is wholly more than "
                                           "2% behind the best so far.")
-    confirm: int = Field(0, ge=0, le=1000, description="Measure the best K configurations once more at the "
+    confirm: int = Field(default=0, ge=0, le=1000, description="Measure the best K configurations once more at the "
                                                        "end, unpruned, and pick the best on the mean of each "
                                                        "one's measurements (one lucky measurement does not win).")
-    instance_type: str | None = Field(None, description="EC2 instance type the study measures on, e.g. inf2.xlarge "
+    instance_type: str | None = Field(default=None, description="EC2 instance type the study measures on, e.g. inf2.xlarge "
                                                         "(default: the EC2 metadata service's answer); it picks "
                                                         "the price of the cost figures.")
-    price_per_hour: float | None = Field(None, description="US dollars per hour of this instance, instead of the "
+    price_per_hour: float | None = Field(default=None, description="US dollars per hour of this instance, instead of the "
                                                            "catalogue's on-demand price (a reserved or spot rate).")
-    prices: Path | None = Field(None, description="YAML or JSON file of 'instance_type: US dollars per hour' that "
+    prices: Path | None = Field(default=None, description="YAML or JSON file of 'instance_type: US dollars per hour' that "
                                                   "overrides the catalogue's on-demand prices.")
     warm_start: list[str] = Field(default_factory=list, description=(
         "An earlier study (of this storage, the same objective) to start from: its best configuration is "
         "measured right after the baseline and its results inform the sampler, never counted as this "
         "study's; repeatable."))
-    warm: bool = Field(True, description="Warm-start also from the other studies of the same script (by file "
+    warm: bool = Field(default=True, description="Warm-start also from the other studies of the same script (by file "
                                          "name) and target in this storage (--no-warm: only --warm-start's).")
-    budget_usd: float | None = Field(None, gt=0, allow_inf_nan=False, description=(
+    budget_usd: float | None = Field(default=None, gt=0, allow_inf_nan=False, description=(
         "Stop asking for trials once the next would take the study's spend past this many US dollars: the "
         "machine time of its trials and compiles at the instance's price (needs --instance-type or "
         "--price-per-hour); what runs finishes."))
-    budget_hours: float | None = Field(None, gt=0, allow_inf_nan=False, description=(
+    budget_hours: float | None = Field(default=None, gt=0, allow_inf_nan=False, description=(
         "As --budget-usd, in instance-hours: the trials' and compiles' wall time, each at its share of the "
         "instance."))
 
     @field_validator("target", "sampler", "direction")
     @classmethod
     def _one_of(cls, value: str, info: ValidationInfo) -> str:
-        allowed = {"target": ("auto", *TARGETS), "sampler": SAMPLERS, "direction": DIRECTIONS}[info.field_name]
+        allowed = {"target": ("auto", *TARGETS), "sampler": SAMPLERS, "direction": DIRECTIONS}[str(info.field_name)]
         if value not in allowed:
             raise ValueError(f"unknown {info.field_name} {value!r}; choose one of {', '.join(allowed)}")
         return value
@@ -224,7 +224,7 @@ class JobConfig(BaseModel):
 
     def trial_env(self) -> dict[str, str]:
         """``--env`` as a dict (the last of a name given twice wins)."""
-        return dict(item.partition("=")[::2] for item in self.env)
+        return {name: value for name, _, value in (item.partition("=") for item in self.env)}
 
     @field_validator("sets")
     @classmethod
@@ -271,12 +271,12 @@ class JobConfig(BaseModel):
 class RunConfig(JobConfig):
     """A run on this machine: a :class:`JobConfig` and the resources it uses here."""
 
-    ray_address: str | None = Field(None, description="Join this Ray cluster instead of starting a local Ray.")
-    storage: str | None = Field(None, description="Optuna storage URL (default: sqlite under .autotune/; "
+    ray_address: str | None = Field(default=None, description="Join this Ray cluster instead of starting a local Ray.")
+    storage: str | None = Field(default=None, description="Optuna storage URL (default: sqlite under .autotune/; "
                                                   "postgresql://... for a fleet).")
-    out: Path | None = Field(None, description="Where best.json, best.env and trials.csv go "
+    out: Path | None = Field(default=None, description="Where best.json, best.env and trials.csv go "
                                                "(default: .autotune/<study>/).")
-    cache: Path | None = Field(None, description="Cache root for compiled artifacts and measured results "
+    cache: Path | None = Field(default=None, description="Cache root for compiled artifacts and measured results "
                                                  "(default: ~/.cache/autotune; share it across a fleet).")
 
 

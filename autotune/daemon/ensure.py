@@ -135,7 +135,7 @@ def ensure_local(script: Path, args: list[str], run: RunOptions, *, out: Path, s
 
     started = time.monotonic()
     script = check_script(script)
-    target = resolve_target(run.target, script)
+    target = resolve_target(run.target, script, run.gpus_per_trial)
     space = str(space_file) if space_file is not None else run.space
     key = ensure_key(script, args, target, run, space_identity(run.space, run.space_yaml))
     name = ensure_study_name(script, target.name, key)

@@ -21,6 +21,8 @@ from typing import Any, Callable
 
 import psutil
 import sqlalchemy as sa
+from sqlalchemy import event
+from sqlalchemy.exc import IntegrityError, SQLAlchemyError
 
 from autotune.daemon.records import EXIT_CANCELLED, JobSpec, JobState
 from autotune.errors import AutotuneError
@@ -111,7 +113,7 @@ class JobStore:
             self.engine = sa.create_engine(engine_url(url), future=True, pool_pre_ping=True,
                                            connect_args=connect_args(url))
             if self.engine.dialect.name == "sqlite":
-                sa.event.listen(self.engine, "connect", _sqlite_pragmas)
+                event.listen(self.engine, "connect", _sqlite_pragmas)
             create_schema(url, self._create_schema)
             # Close the connection that created the schema: a process that exits without closing
             # its SQLite connections leaves the WAL files beside the database.
@@ -119,7 +121,7 @@ class JobStore:
         except ModuleNotFoundError as exc:
             raise AutotuneError(f"storage {self.redacted_url}: the database driver is not installed "
                                 f"({exc.name}); install it, e.g. pip install -e \".[fleet]\"") from None
-        except sa.exc.SQLAlchemyError as exc:
+        except SQLAlchemyError as exc:
             first = str(exc).strip().splitlines()[0][:200]
             raise AutotuneError(f"cannot open the job queue in {self.redacted_url}: {first}") from None
 
@@ -276,7 +278,7 @@ class DaemonLease:
                 if taken != 1:
                     raise DaemonRunning("another autotune serve took this database at the same moment; "
                                         "one daemon per database")
-        except sa.exc.IntegrityError:
+        except IntegrityError:
             raise DaemonRunning("another autotune serve took this database at the same moment; "
                                 "one daemon per database") from None
 
@@ -304,7 +306,7 @@ class DaemonLease:
             while not self._stop.wait(LEASE_BEAT_S):
                 try:
                     held = self.renew()
-                except sa.exc.SQLAlchemyError:  # a database hiccup: the next beat tries again
+                except SQLAlchemyError:  # a database hiccup: the next beat tries again
                     continue
                 if not held:
                     on_lost("another autotune serve took over its database")
@@ -317,7 +319,7 @@ class DaemonLease:
         try:
             with self.store.engine.begin() as c:
                 c.execute(daemon_table.delete().where(self._mine()))
-        except sa.exc.SQLAlchemyError:  # it lapses by itself
+        except SQLAlchemyError:  # it lapses by itself
             pass
 
 

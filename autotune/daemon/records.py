@@ -42,7 +42,7 @@ class RunOptions(JobConfig):
     are held to the forms that may appear on a job's command line."""
 
     #: A search-space file travels as its text; ``space`` then names none.
-    space_yaml: str | None = Field(None, max_length=1_000_000)
+    space_yaml: str | None = Field(default=None, max_length=1_000_000)
 
     @field_validator("space")
     @classmethod
@@ -62,7 +62,8 @@ class RunOptions(JobConfig):
     @field_validator("metric")
     @classmethod
     def _metric(cls, metric: str) -> str:
-        return _matching(metric, r"^[A-Za-z_][A-Za-z0-9_.]{0,63}$", "a metric name")
+        _matching(metric, r"^[A-Za-z_][A-Za-z0-9_.]{0,63}$", "a metric name")
+        return metric
 
     @field_validator("memory_limit")
     @classmethod
@@ -89,7 +90,7 @@ class JobSpec(BaseModel):
     script: str = Field(min_length=1, max_length=4096)
     args: list[str] = Field(default_factory=list)
     #: The id ``POST /uploads`` returned for the job's snapshot; ``None`` for shared storage.
-    upload: str | None = Field(None, pattern=r"^[0-9a-f]{32}$")
+    upload: str | None = Field(default=None, pattern=r"^[0-9a-f]{32}$")
     run: RunOptions = Field(default_factory=RunOptions)
 
 

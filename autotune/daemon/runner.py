@@ -38,7 +38,7 @@ from autotune.errors import AutotuneError
 from autotune.execution.scheduler import cpu_trial_slots
 from autotune.log_tail import log_tail
 from autotune.process_tree import kill_tree
-from autotune.targets import detect_target, get_target
+from autotune.targets import DEVICE_RESOURCES, detect_target, get_target
 
 #: Attempts of a job whose process dies (killed, out of memory, machine lost) before it is failed.
 MAX_ATTEMPTS = 3
@@ -106,11 +106,18 @@ class Slots:
         self._read_at = time.monotonic()
 
     def for_job(self, device_resource: str | None = None, devices_per_trial: int = 1) -> int:
+        """Trials at once of a job whose trials hold ``devices_per_trial`` of ``device_resource``."""
         if self.fixed is not None:
             return self.fixed
         if self.ray_address and time.monotonic() - self._read_at > self.REFRESH_S:
             self._refresh()
         return trial_slots(self._resources, device_resource, devices_per_trial)
+
+    def overall(self) -> int:
+        """The slots the daemon shows: trials of one device each, of the first kind of device the
+        cluster declares (NeuronCores, GPUs), else the CPU rule's."""
+        declared = next((r for r in DEVICE_RESOURCES if self._resources.get(r)), None)
+        return self.for_job(declared)
 
 
 # -- a job's files and command line ---------------------------------------------------------------

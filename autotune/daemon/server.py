@@ -120,7 +120,7 @@ class Daemon:
         self.settings = DaemonSettings(storage=storage, cache=open_cache(config.cache).path, jobs_dir=jobs_dir,
                                        ray_address=config.ray_address)
         self.slots = Slots(config.slots, config.ray_address)
-        max_jobs = config.max_concurrent_jobs or min(4, self.slots.for_job(1))
+        max_jobs = config.max_concurrent_jobs or min(4, self.slots.overall())
         self.runner = JobRunner(self.store, self.settings, self.slots, max_jobs, log=log)
         self._ensure_lock = threading.Lock()
         # Last, so that a start that fails holds nothing; before anything touches the jobs.
@@ -278,7 +278,7 @@ class Daemon:
         from autotune.targets import resolve_target
 
         script = self.script_of(spec)
-        target = resolve_target(spec.run.target, script)
+        target = resolve_target(spec.run.target, script, spec.run.gpus_per_trial)
         key = ensure_key(script, spec.args, target, spec.run, space_identity(spec.run.space, spec.run.space_yaml))
         name = ensure_study_name(script, target.name, key)
         with self._ensure_lock:  # two pipelines asking at once share one job
@@ -289,6 +289,7 @@ class Daemon:
                     shutil.rmtree(self.upload_dir(spec.upload), ignore_errors=True)
                 if best is not None:
                     return EnsureReply(source="stored", study=name, best=best)
+            if active is not None:
                 return EnsureReply(source="job", study=name, job=self.info(active))
             run = spec.run.model_copy(update={"target": target.name, "study": name, "fresh": False})
             job = self.create_job(spec.model_copy(update={"run": run}), study=name, ensure_key=key)
@@ -372,7 +373,7 @@ def create_app(daemon: Daemon, port: int) -> FastAPI:
     @app.get("/health", response_model=DaemonHealth)
     def health() -> DaemonHealth:
         return DaemonHealth(version=autotune.__version__, storage=daemon.store.redacted_url,
-                            slots=daemon.slots.for_job(1), max_concurrent_jobs=daemon.runner.max_concurrent_jobs,
+                            slots=daemon.slots.overall(), max_concurrent_jobs=daemon.runner.max_concurrent_jobs,
                             max_upload_bytes=daemon.config.max_upload_bytes, jobs=daemon.store.counts())
 
     @app.post("/uploads", response_model=UploadInfo, status_code=201,
@@ -498,7 +499,7 @@ def serve(config: DaemonConfig) -> None:
         daemon.lease.release()
         raise
     daemon.runner.start()
-    log(f"autotune serve: listening on {url} (storage {daemon.store.redacted_url}, {daemon.slots.for_job(1)} "
+    log(f"autotune serve: listening on {url} (storage {daemon.store.redacted_url}, {daemon.slots.overall()} "
         f"slot(s), at most {daemon.runner.max_concurrent_jobs} job(s) at once, "
         f"{'token required' if config.token else 'no token: any local user may submit jobs'})")
     if config.token:

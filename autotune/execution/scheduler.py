@@ -250,8 +250,8 @@ class WorkerPool:
         from autotune.workers.ray_worker import worker_class
 
         self.placement = placement
-        devices = ({placement.device_resource: placement.devices_per_worker}
-                   if placement.device_resource and placement.devices_per_worker else None)
+        devices: dict[str, float] | None = ({placement.device_resource: placement.devices_per_worker}
+                                            if placement.device_resource and placement.devices_per_worker else None)
         self._cls = worker_class(resources=devices, num_cpus=placement.cpus_per_worker,
                                  compiles=placement.compiles)
         self._next_id = 0
@@ -282,6 +282,7 @@ class WorkerPool:
     def wait(self, timeout: float) -> list[tuple[Any, str | None, str | None]]:
         """Finished trials as ``(tag, result_json, error)``; a lost worker's trial is run again once."""
         import ray
+        from ray.exceptions import RayActorError, RayError
 
         self._place_started()
         if not self.running:
@@ -295,14 +296,14 @@ class WorkerPool:
             try:
                 done.append((job.tag, _noting_loss(ray.get(ref), job.lost), None))
                 self.idle.append(job.worker)
-            except ray.exceptions.RayActorError as exc:
+            except RayActorError as exc:
                 self._replace(job.worker)
                 if job.attempts < 2:
                     job.attempts, job.lost = job.attempts + 1, _first_line(exc)
                     self.queued.append(job)
                 else:
                     done.append((job.tag, None, f"the worker running this trial died twice: {_first_line(exc)}"))
-            except ray.exceptions.RayError as exc:
+            except RayError as exc:
                 self.idle.append(job.worker)
                 done.append((job.tag, None, f"the worker failed: {_first_line(exc)}"))
         self._run_queued()
@@ -320,7 +321,8 @@ class WorkerPool:
         if not self.queued or self.idle or self.running or \
                 any(now - asked < PLACE_TIMEOUT_S for _, asked in self.starting.values()):
             return []
-        done = [(job.tag, None, f"no worker is left to run this trial: {job.lost}") for job in self.queued]
+        done: list[tuple[Any, str | None, str | None]] = [
+            (job.tag, None, f"no worker is left to run this trial: {job.lost}") for job in self.queued]
         self.queued = []
         return done
 
@@ -329,13 +331,15 @@ class WorkerPool:
 
         if not self.starting:
             return
+        from ray.exceptions import RayError
+
         ready, _ = ray.wait(list(self.starting), num_returns=len(self.starting), timeout=0)
         for ref in ready:
             worker, _ = self.starting.pop(ref)
             try:
                 ray.get(ref)
                 self.idle.append(worker)
-            except ray.exceptions.RayError:
+            except RayError:
                 pass  # lost before it took a trial
 
     def _replace(self, dead: Any) -> None:

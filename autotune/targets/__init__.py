@@ -9,8 +9,10 @@ from pathlib import Path
 from autotune.errors import MissingPackageError, TargetError
 from autotune.measurement.failures import HOST_PATTERNS, FailurePattern
 from autotune.targets.base import Target
+from autotune.targets.gpus import GPU_RESOURCE
 from autotune.targets.inductor import InductorTarget
 from autotune.targets.neuron import NeuronTarget, neuron_present
+from autotune.targets.neuron.cores import CORES_RESOURCE
 from autotune.targets.xla import TORCH_XLA_INSTALL, XlaTarget
 
 TARGETS: dict[str, type[Target]] = {
@@ -18,6 +20,8 @@ TARGETS: dict[str, type[Target]] = {
     "xla": XlaTarget,
     "inductor": InductorTarget,
 }
+#: Every Ray resource a target's trials may hold.
+DEVICE_RESOURCES: tuple[str, ...] = (CORES_RESOURCE, GPU_RESOURCE)
 
 def imports_torch_xla(source: str) -> bool:
     """Whether the script imports torch_xla anywhere (``import os, torch_xla`` included)."""
@@ -76,4 +80,4 @@ def resolve_target(name: str, script: str | Path, gpus_per_trial: int | None = N
     return target
 
 
-__all__ = ["TARGETS", "Target", "all_targets", "get_target", "detect_target", "resolve_target"]
+__all__ = ["DEVICE_RESOURCES", "TARGETS", "Target", "all_targets", "get_target", "detect_target", "resolve_target"]

@@ -256,9 +256,9 @@ def _died(returncode: int | None, log_tail: str) -> Failure:
     """A trial process that ended without writing its report."""
     if returncode is not None and returncode < 0:
         name = _signal_name(-returncode)
-        reason = {signal.SIGABRT: "the trial aborted (SIGABRT)",
-                  signal.SIGKILL: "the trial was killed (SIGKILL) from outside"}.get(-returncode,
-                                                                                    f"the trial died of {name}")
+        said: dict[int, str] = {signal.SIGABRT: "the trial aborted (SIGABRT)",
+                                signal.SIGKILL: "the trial was killed (SIGKILL) from outside"}
+        reason = said.get(-returncode, f"the trial died of {name}")
         return classify(log_tail, failure_patterns(), default=FailureCategory.crash, default_reason=reason,
                         signal=name)
     code = returncode if returncode is not None else -1

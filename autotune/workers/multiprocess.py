@@ -89,7 +89,7 @@ def combine(main: HarnessReport | None, ranks: list[HarnessReport]) -> HarnessRe
             out.knobs_applied[knob] = out.knobs_applied.get(knob, False) or applied
         out.notes.extend(note for note in r.notes if note not in out.notes)
     failed = next((r for r in ranks if r.failure is not None), None)
-    if out.failure is None and failed is not None:
+    if out.failure is None and failed is not None and failed.failure is not None:
         out.failure = failed.failure.model_copy(update={"reason": f"rank {failed.rank}: {failed.failure.reason}"})
         out.error = failed.error
     if not measured:

@@ -178,5 +178,5 @@ def worker_class(*, resources: dict[str, float] | None = None, num_cpus: float =
     # Ray refuses GPU among custom resources: an actor asks for GPUs as num_gpus.
     gpus = custom.pop(GPU_RESOURCE, 0)
     # max_restarts=0: a dead worker is replaced by the driver, which also retries its trial once.
-    return ray.remote(num_cpus=num_cpus, num_gpus=gpus, resources=custom or None,
+    return ray.remote(num_cpus=num_cpus, num_gpus=gpus, resources=custom,
                       max_restarts=0)(CompileWorker if compiles else TrialWorker)

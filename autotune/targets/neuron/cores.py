@@ -8,6 +8,8 @@ from dataclasses import dataclass
 
 from autotune.errors import AutotuneError
 
+#: The Ray resource of a NeuronCore, and the variable in which Ray gives a worker its cores.
+CORES_RESOURCE = "neuron_cores"
 VISIBLE_CORES = "NEURON_RT_VISIBLE_CORES"
 #: Where the Neuron runtime's collectives of one job meet (``host:port``); torch-xla defaults it
 #: to port 62182, on which two trials side by side would meet each other.

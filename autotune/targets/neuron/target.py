@@ -12,7 +12,7 @@ from autotune.space import SearchSpace
 from autotune.space.parameters import Parameter
 from autotune.targets.base import CacheUnit, Target, common_knobs, directory_usage, file_units, package_version
 from autotune.targets.neuron.cache import CACHE_URL_ENV, TRACED_CACHE_DIR, XLA_CACHE_DIR, compile_cache_env, failed_entry, neuron_cache_entries
-from autotune.targets.neuron.cores import VISIBLE_CORES, NeuronCoreSlot, rank_env
+from autotune.targets.neuron.cores import CORES_RESOURCE, VISIBLE_CORES, NeuronCoreSlot, rank_env
 from autotune.targets.neuron.errors import NEURON_FAILURES
 from autotune.targets.neuron.flags import (
     _BOOL_PARAMS,
@@ -48,7 +48,7 @@ class NeuronTarget(Target):
     name = "neuron"
     failure_patterns = NEURON_FAILURES
     spaces = ("neuron-trn1", "neuron-inf2", "neuron-trn2", "neuron-inf2-inference")
-    device_resource = "neuron_cores"
+    device_resource = CORES_RESOURCE
     device_noun = "NeuronCores"
     device_flag = "--cores-per-trial"
     visible_devices = VISIBLE_CORES
@@ -321,7 +321,8 @@ class NeuronTarget(Target):
         measure = plan.model_copy(deep=True)
         family = plan.params.get("target")
         if family is None:
-            family = platform_family(platform) if platform else detect_platform()
+            # The study's platform was checked when its space was chosen (space_name).
+            family = (platform_family(platform) if platform else None) or detect_platform()
             measure.env[FLAGS_ENV] = canonical_flags({"target": family}, plan.env.get(FLAGS_ENV, ""))
         job = measure.model_copy(deep=True)
         job.wrapper = [PARALLEL_COMPILE]
