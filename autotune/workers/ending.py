@@ -1,6 +1,6 @@
 """How the script of a trial process ended, as its report says it, and the report written.
 
-Shared by the harness's own process and by the workers a script spawns (:mod:`.ranks`).
+Shared by the harness's own process and by the workers a script spawns (:mod:`.spawned`).
 """
 
 from __future__ import annotations
@@ -8,16 +8,13 @@ from __future__ import annotations
 import sys
 import traceback
 from pathlib import Path
-from typing import TYPE_CHECKING
+from typing import Protocol
 
 from autotune.atomic_file import write_atomic
 from autotune.measurement.failures import classify
 from autotune.records import Failure, FailureCategory, HarnessReport
 from autotune.targets import failure_patterns
 from autotune.workers.step_clock import NumericsFailure, TrialComplete, WorkerComplete
-
-if TYPE_CHECKING:
-    from autotune.workers.harness import TrialRuntime
 
 #: Of an exception's message, the characters a failure's reason quotes.
 MESSAGE_CHARS = 160
@@ -57,10 +54,20 @@ def raised(exc: BaseException) -> str:
     return f"the script raised {type(exc).__name__}" + (f": {first}" if first else "")
 
 
-def write_report(runtime: TrialRuntime, path: Path) -> None:
-    report = runtime.report
+class ReportingTrial(Protocol):
+    """A trial whose report is written (the harness's :class:`~autotune.workers.harness.TrialRuntime`)."""
+
+    report: HarnessReport
+
+    def finalize(self) -> HarnessReport:
+        """Put what the trial measured into its report."""
+        ...
+
+
+def write_report(trial: ReportingTrial, path: Path) -> None:
+    report = trial.report
     try:
-        runtime.finalize()
+        trial.finalize()
     except BaseException as exc:
         report.error = report.error or f"harness finalize failed: {exc!r}"
     write_atomic(path, report.model_dump_json())

@@ -63,7 +63,7 @@ from autotune.workers.apply import after_import
 from autotune.workers.backends import Backends
 from autotune.workers.ending import record_end, write_report
 from autotune.workers.flops import model_flops_per_sample
-from autotune.workers.step_clock import NumericsFailure, StepClock
+from autotune.workers.step_clock import NumericsFailure, RankStop, StepClock
 from autotune.workers.tensors import batch_len, to_float
 
 
@@ -82,13 +82,14 @@ class TrialRuntime:
         #: One of several measured processes of the trial (a torchrun rank, a spawned worker).
         self.is_rank = is_rank
         self.report = HarnessReport(rank=ranks.process_rank() if is_rank else None, pid=os.getpid())
-        self.clock = StepClock(self)
         self.started_at: float | None = None
         self.losses: list[Any] = []
         self.last_loss: Any = None
         self.model: Any = None
         self.user_compiled = False
         self.backends = Backends()
+        self.clock = StepClock(spec.protocol, self, self.backends, lazy=spec.plan.knobs.lazy_device,
+                               stop=RankStop(spec.ranks_dir if is_rank else None), spawned=spawned)
         self._root_hook_installed = False
         self._orig_module_call: Callable | None = None
         self._orig_torch_compile: Callable | None = None

@@ -10,7 +10,7 @@ import threading
 import time
 import weakref
 from pathlib import Path
-from typing import TYPE_CHECKING
+from typing import Protocol
 
 from autotune.measurement.windows import (
     Estimate,
@@ -21,10 +21,29 @@ from autotune.measurement.windows import (
     steady_windows,
     without_compiles,
 )
-from autotune.records import Measurement, TimedWindow
+from autotune.records import Measurement, MeasurementProtocol, TimedWindow
 
-if TYPE_CHECKING:
-    from autotune.workers.harness import TrialRuntime
+
+class TimedTrial(Protocol):
+    """What the clock reads of the trial it times, as the trial runs (the harness's
+    :class:`~autotune.workers.harness.TrialRuntime` is one)."""
+
+    #: The thread that runs the training loop, once known: a boundary on any other is no step.
+    training_thread: threading.Thread | None
+    #: When the script began (``time.perf_counter``): the warm-up's start.
+    started_at: float | None
+
+    def check_numerics(self) -> None:
+        """Raise :class:`NumericsFailure` if the latest loss is NaN or infinite."""
+        ...
+
+
+class TrialBackends(Protocol):
+    """What the clock asks of the trial's compilers and devices (:class:`~autotune.workers.backends.Backends`)."""
+
+    def compiled_graphs(self) -> int: ...
+
+    def wait_device(self) -> None: ...
 
 
 class TrialComplete(BaseException):
@@ -65,12 +84,16 @@ class StepClock:
     measurement, so the figure is what the script's own timing loop would print in steady state.
     """
 
-    def __init__(self, runtime: TrialRuntime) -> None:
-        self.rt = runtime
-        self.protocol = runtime.spec.protocol
-        self.lazy = runtime.spec.plan.knobs.lazy_device
+    def __init__(self, protocol: MeasurementProtocol, trial: TimedTrial, backends: TrialBackends, *,
+                 lazy: bool = False, stop: RankStop | None = None, spawned: bool = False) -> None:
+        self.protocol = protocol
+        self.trial = trial
+        self.backends = backends
+        self.lazy = lazy
         #: Only the ranks of a multi-process trial stop together; a lone process stops on its own.
-        self.stop = RankStop(runtime.spec.ranks_dir if runtime.is_rank else None)
+        self.stop = stop or RankStop(None)
+        #: In a worker the script spawned, the loop ends with a clean exit (:class:`WorkerComplete`).
+        self.spawned = spawned
         #: The leading dimension of the model's latest input: the samples of a step that no
         #: loader delimits.
         self.model_samples: float | None = None
@@ -140,7 +163,7 @@ class StepClock:
         trained, a batch taken with gradients off (under ``torch.no_grad()``) belongs to an
         evaluation between epochs and is no step: a test pass of larger batches would otherwise be
         counted as training, and its time is not the training loop's either (:meth:`_evaluating`)."""
-        training_thread = threading.current_thread() is self.rt.training_thread
+        training_thread = threading.current_thread() is self.trial.training_thread
         if grad_enabled or not self.trained:
             if training_thread and self.paused_at is not None and self.resumed_at is None:
                 self.resumed_at = asked_at
@@ -152,7 +175,7 @@ class StepClock:
         """The loop asked its loader for a batch at ``asked_at`` and there was none: an epoch's last
         step ended then. An evaluation seen next ends the window there (:meth:`_evaluating`); on a
         lazy device once the device has run the graph the loader cut."""
-        if (threading.current_thread() is not self.rt.training_thread or self.done or self.warming
+        if (threading.current_thread() is not self.trial.training_thread or self.done or self.warming
                 or self.window_start is None or self.paused_at is not None):
             return
         if self.lazy:
@@ -190,7 +213,7 @@ class StepClock:
         self.resumed_at = None
 
     def boundary(self, source: str, samples: float | None) -> None:
-        if self.done or threading.current_thread() is not self.rt.training_thread:
+        if self.done or threading.current_thread() is not self.trial.training_thread:
             return
         if source == "loader":
             self.optimizer_steps_since_batch = 0
@@ -262,7 +285,7 @@ class StepClock:
         warms up (its graphs compile) and is measured in windows of its own, and from here on the
         run is measured to its end (or the cap), so that each phase weighs in the figure as much
         as it does in the run: stopping in the first phase measured 0.83 of a two-layer run."""
-        if threading.current_thread() is not self.rt.training_thread or self.done:
+        if threading.current_thread() is not self.trial.training_thread or self.done:
             return
         if self.warming:
             self.phase += 1
@@ -296,7 +319,7 @@ class StepClock:
             self.first_step_at = now
         if not aligned:
             return
-        compiles = self.rt.backends.compiled_graphs()
+        compiles = self.backends.compiled_graphs()
         if compiles != self.last_compiles or self.steps <= 1:
             self.quiet = 0
             self.last_compiles = compiles
@@ -316,7 +339,7 @@ class StepClock:
             self.warming = False
             if not self.windows:  # not a later phase's warm-up: the run's
                 self.warmup_steps = self.steps
-                self.warmup_seconds = now - (self.rt.started_at or now)
+                self.warmup_seconds = now - (self.trial.started_at or now)
                 self.step_times = []
             self._open_window(now)
             self.measure_started = now
@@ -349,7 +372,7 @@ class StepClock:
         if not aligned or (not capped and now - (self.window_start or now) < p.min_window_seconds):
             return
         self._close_window(now)
-        self.rt.check_numerics()
+        self.trial.check_numerics()
         if capped and self._late_compile(now):
             capped = False
         est = estimate(without_compiles(self.windows))
@@ -411,7 +434,7 @@ class StepClock:
         self.window_start = now
         self.window_first_step = self.steps
         self.window_samples = 0.0
-        self.window_compiles_at_start = self.rt.backends.compiled_graphs()
+        self.window_compiles_at_start = self.backends.compiled_graphs()
 
     def _close_window(self, now: float, *, running_step: bool = False) -> None:
         """The open window ends at ``now``: with ``running_step``, the step that began at the last
@@ -424,7 +447,7 @@ class StepClock:
             steps += 1
             samples += self.sample_counts[-1] if self.sample_counts else 0.0
         self.windows.append(Window(steps, samples, now - self.window_start,
-                                   self.rt.backends.compiled_graphs() - self.window_compiles_at_start,
+                                   self.backends.compiled_graphs() - self.window_compiles_at_start,
                                    self.window_start, self.phase))
 
     def _stop_with_the_others(self, aligned: bool, samples: float) -> None:
@@ -439,11 +462,11 @@ class StepClock:
 
     def _end_the_loop(self) -> None:
         self.stopped = True
-        raise WorkerComplete(0) if self.rt.spawned else TrialComplete()
+        raise WorkerComplete(0) if self.spawned else TrialComplete()
 
     def _now(self, wait: bool) -> float:
         if wait:
-            self.rt.backends.wait_device()
+            self.backends.wait_device()
         return time.perf_counter()
 
     def finish(self) -> None:

@@ -4,7 +4,6 @@ real process, no torch."""
 from __future__ import annotations
 
 import threading
-from types import SimpleNamespace
 
 import pytest
 
@@ -20,12 +19,19 @@ class _Backends:
         pass
 
 
+class _Trial:
+    """The trial as the clock sees it: its loop runs on this thread, and its losses are finite."""
+
+    def __init__(self) -> None:
+        self.training_thread: threading.Thread | None = threading.current_thread()
+        self.started_at: float | None = None
+
+    def check_numerics(self) -> None:
+        pass
+
+
 def _clock() -> StepClock:
-    protocol = MeasurementProtocol(run_to_end=True)
-    spec = SimpleNamespace(protocol=protocol, plan=TrialPlan(target="inductor", params={}), ranks_dir=None)
-    runtime = SimpleNamespace(spec=spec, is_rank=False, spawned=False, training_thread=threading.current_thread(),
-                              backends=_Backends(), started_at=None, check_numerics=lambda: None)
-    return StepClock(runtime)  # type: ignore[arg-type]
+    return StepClock(MeasurementProtocol(run_to_end=True), _Trial(), _Backends())
 
 
 def _run(clock: StepClock, iteration: list[tuple[str, float | None]], times: int) -> None:
@@ -159,11 +165,9 @@ def _timed_clock(monkeypatch, protocol: MeasurementProtocol | None = None,
     now = [0.0]
     monkeypatch.setattr(step_clock.time, "perf_counter", lambda: now[0])
     protocol = protocol or MeasurementProtocol(run_to_end=True, max_measure_seconds=5.0, min_windows=4, quiet_steps=2)
-    spec = SimpleNamespace(protocol=protocol, plan=plan or TrialPlan(target="xla", params={}), ranks_dir=None)
+    plan = plan or TrialPlan(target="xla", params={})
     compiler = _Compiler()
-    runtime = SimpleNamespace(spec=spec, is_rank=False, spawned=False, training_thread=threading.current_thread(),
-                              backends=compiler, started_at=None, check_numerics=lambda: None)
-    return StepClock(runtime), compiler, now  # type: ignore[arg-type]
+    return StepClock(protocol, _Trial(), compiler, lazy=plan.knobs.lazy_device), compiler, now
 
 
 def _step(clock: StepClock, compiler: _Compiler, now: list[float], seconds: float, compiles: int = 0) -> None:

@@ -28,7 +28,7 @@ def _shadowed() -> None:
 _shadowed()
 if os.environ.get("AUTOTUNE_TRIAL_SPEC"):
     if "--multiprocessing-fork" in sys.argv:
-        from autotune.workers.ranks import install_in_spawned_workers
+        from autotune.workers.spawned import install_in_spawned_workers
 
         install_in_spawned_workers(os.environ["AUTOTUNE_TRIAL_SPEC"])
 elif os.environ.get("AUTOTUNE_APPLY") and os.path.basename(sys.argv[0] if sys.argv else "") != "autotune":
