@@ -1,118 +1,17 @@
 """autotune's search strategy: reach the best configuration in few compiles.
 
-A trial costs a compile (minutes on a NeuronCore), so the sampler spends computation to save
-trials. :class:`AutotuneSampler` is an Optuna sampler: the study's driver, storage, duplicate
-handling and baseline trial are unchanged. For each new trial it scores every configuration not
-measured yet (all of them when the space has at most ``MAX_ENUMERATED``; otherwise random ones
-and the neighbours of the best) and proposes the best-scoring one:
+:class:`AutotuneSampler` is an Optuna sampler (the study's driver, storage and duplicate handling
+are unchanged). For each new trial it scores the configurations not measured yet (every one when
+the space has at most ``MAX_ENUMERATED``; otherwise random ones and the neighbours of the best),
+within a trust region around the best measured, and proposes the best-scoring one::
 
     score = expected improvement x P(it runs)  [/ predicted trial seconds ** cost_power]
 
-* Expected improvement from a Gaussian process on the log of the objective
-  (:class:`CategoricalGP`): a kernel over whole configurations, one relevance weight per
-  parameter, ordered parameters (batch sizes, optimisation levels) measured by rank and with a
-  trend term that extrapolates past the values seen. Batch size, precision and compiler flags
-  interact; a kernel over configurations learns that from a handful of trials where TPE's
-  parameter-wise Parzen estimators need many. Before two trials have succeeded there is nothing
-  to fit: the proposal is where the model, with its prior, knows least.
-* P(it runs) from the failures seen: a logistic model on parameter levels and pairs of levels,
-  and the suspects of each failure (levels and pairs no successful trial had;
-  :func:`culprit_probability`). Optuna's TPE ignores failed trials and keeps proposing the flag
-  that crashes. A level that two configurations failed with and none ran with is ruled out
-  (:func:`convicted`): the share of the blame alone let a real xla study, its gains near the best
-  spent, propose ``thunk_runtime=False`` four times in a row after two compile errors with it;
-  given that study's first 25 trials, each of five seeds proposed it again at once, and with the
-  conviction none did.
-* Predicted seconds (off by default, ``cost_power`` 0): a ridge model of the measured trial
-  times on parameter levels, less the compile of a configuration whose graphs the compile cache
-  already holds (a twin that differs only in ``num_workers``, on a target whose cache persists).
-  The replay showed no gain from it on either landscape and a loss on inductor (below): the
-  configurations that are cheap because their compile is cached are the twins that teach least.
-* No configuration twice: the space is finite, so every proposal is one never measured (TPE
-  re-proposes measured ones; the study answers those for free, but TPE then learns nothing, and
-  after 50 in a row the study stops as if the space were exhausted).
-
-* A trust region around the best configuration measured (``local_patience``, ``local_gain``):
-  only configurations that differ from it in at most ``radius`` knobs are proposed, where the
-  radius is 1 while the best keeps improving by more than about 1% and grows by one knob for every
-  two trials since it last did. In a space of millions, expected improvement over the whole space
-  favours configurations far from everything measured, most of them slow (a batch of 8, an
-  autocast the CPU has no kernels for, two loader processes on two cores), and a model fitted on
-  a handful of trials cannot tell which knob mattered when several changed at once. Near the best
-  it changes one knob at a time, as a person tuning by hand does, but chooses the knob and its
-  value by the model. On the surrogate of the whole inductor space (``bench/surrogate_bench.py``,
-  30 seeds, before the surrogate had its residual process) it took the median trials to within 5%
-  of the best from 16 to 12 and the best after 8 trials from 0.74 to 0.86 of it; on the small xla
-  landscape trials to within 2% from 9 to 7 (to 5%: 5 to 6); the small inductor landscape is
-  unchanged (3). The patience counts from the first trial the sampler chooses, not from the
-  study's starting points: a known-good configuration that does not beat the baseline had used
-  up two trials' patience before the search began, so that the fourth trial could already change
-  two knobs at once (in one seed a batch of 64 was first tried with bf16 autocast, 0.17 of the
-  best, and the model learnt that a batch of 64 is slow). On the surrogate of the whole inductor
-  space recorded again on the idle machine (2026-11-26), 30 seeds: trials to within 5% from 9.5
-  to 4, to within 2% from 14.5 to 6, the best after 8 trials from 0.942 to 1.000 of the best; on
-  the other three surrogates every seed's trials to within 5% and the medians are unchanged.
-
-The study around it enqueues the baseline and the space's known-good configurations first, and
-prunes a measurement once it is clearly behind the best (``MeasurementProtocol.stop_below``).
-
-What the replay of the recorded landscapes showed (``python bench/search_bench.py --ablations``;
-median over 30 seeds of trials / simulated seconds to within 2% of the best, inductor | xla; the
-last column is ``--jitter``, landscapes redrawn within their recorded intervals, inductor | xla):
-
-=========================================  ============  ============  =====================
-autotune run's default (all of the below)  3 / 82 s      6 / 170 s     3 / 82 | 6 / 170
-Optuna TPE as it comes                     11 / 226 s    13 / 395 s    14 / 271 | 15 / 486
-TPE as ``autotune run --sampler tpe``      12 / 234 s    11 / 326 s    14.5 / 254 | 11 / 320
-Optuna GPSampler as it comes               10.5 / 217 s  12.5 / 386 s  12 / 256 | 13 / 387
-GPSampler after the same starting points   11 / 226 s    13 / 380 s    14 / 270 | 14 / 378
-baseline only, no known-good first         8 / 160 s     6 / 123 s     8 / 167 | 6.5 / 131
-no starting points at all                  6 / 106 s     6 / 127 s     8 / 146 | 6 / 135
-no pruning                                 3 / 82 s      6 / 174 s     3 / 82 | 6 / 174
-cost^0.25                                  4 / 92 s      6 / 170 s     5 / 102 | 6 / 170
-cost^0.5                                   9 / 178 s     6 / 170 s     7.5 / 136 | 8 / 192
-cost^1 (EI per second)                     7 / 106 s     7 / 180 s     7 / 106 | 8 / 191
-no trend term                              10 / 213 s    6 / 170 s     9.5 / 206 | 6 / 170
-categorical kernel, no ranks or trend      11 / 242 s    6 / 170 s     11 / 238 | 8 / 242
-no failure model                           3 / 82 s      6 / 170 s     3 / 82 | 6 / 170
-theta prior 1 instead of 0.3               5 / 143 s     7 / 168 s     6 / 143 | 9 / 191
-=========================================  ============  ============  =====================
-
-What decided the defaults:
-
-* The model itself. With autotune's starting points and pruning, Optuna's ``GPSampler`` in this
-  sampler's place needs 11 and 13 trials where this one needs 3 and 6: what it adds is the kernel
-  that ranks ordered levels and extrapolates along them (the categorical-kernel and no-trend rows
-  lose most of the gain on inductor). The failure model made no difference on either landscape
-  (the xla one has 8 crashes); it stays for spaces where compiles fail more often, which these
-  two do not show.
-
-* The cost term. Until the inductor landscape was recorded again with measurements three times
-  as long, its best was a compiled configuration 5% ahead of the rest; cost^0.25 and plain
-  expected improvement then made the same choices (8 / 162 s) and cost^1 spent trials on cheap,
-  cached ``num_workers`` twins (17 / 285 s). On the present landscapes plain expected
-  improvement is as good or better everywhere, so the cost term is off.
-* Known-good first helps on inductor (8 / 160 s without) and costs on xla (123 -> 170 s); the
-  study enqueues them as the product asks, so the spaces keep their known-good lists short: the
-  inductor space's second entry, ``{mode: default, cpp_simdlen: 256}``, was dropped. Inductor
-  picks the CPU's widest vector ISA itself, so a fixed ``cpp_simdlen`` is a knob to tune, not a
-  known-good start. Much of the inductor figure rests on that: with the entry the default needs
-  8 / 178 s (8 / 179 s with ``--jitter``), not only its one compile more but a different path
-  after it, which is within the trial target and misses the wall-time one (113 s).
-* The failure model makes no difference here and is kept for what it does elsewhere: the xla
-  landscape's crashes all share one flag that the known-good configurations never set; an earlier
-  replay without known-good seeding needed 13 trials instead of 6 without it.
-* Pruning saves little on these landscapes (the measurements are capped at 5 s, and compiles
-  dominate), and nothing on inductor, where the best comes third.
-* Re-measuring the top few at the end (``autotune run --confirm K``, in :mod:`autotune.study.loop`)
-  is judged by ``search_bench.py --confirm``, where each measurement is a draw within its
-  recorded interval: measuring the best two again raises the share of 12-trial studies whose
-  reported best is truly within 2% from 86% to 92% (inductor) and 80% to 88% (xla); a third
-  adds nothing. It is off by default: it costs two trials more, and how noisy a Neuron device's
-  measurements are was not measured.
-
-Parameters with ranges instead of choices: the sampler then hands every parameter to Optuna's TPE
-(multivariate, as ``autotune run --sampler tpe``); it handles finite choices only.
+Expected improvement comes from a Gaussian process over whole configurations
+(:class:`~autotune.search.models.CategoricalGP`), P(it runs) from the failures seen, a level that
+two failures convict is ruled out, and no configuration is proposed twice. A space with ranges
+instead of choices goes to Optuna's TPE. Why each part is there, and the replays of recorded
+landscapes that chose the defaults: ``docs/search.md`` ("autotune's sampler").
 """
 
 from __future__ import annotations
