@@ -5,6 +5,8 @@ Placement on a Ray cluster that declares GPUs is tested in ``tests/fleet_tests/t
 
 from __future__ import annotations
 
+import subprocess
+import sys
 from pathlib import Path
 
 import pytest
@@ -71,3 +73,16 @@ def test_an_out_of_memory_on_a_shared_gpu_is_not_the_configurations_for_good(tmp
     assert cache.get_result("aa" * 32) is None
     assert cache.put_result("bb" * 32, _oom({"node": "n1", "worker": "1", VISIBLE_DEVICES: "1"})), \
         "its own GPU: the configuration's"
+
+
+@pytest.mark.parametrize("args, said", [
+    (["--gpus-per-trial", "-1"], "--gpus-per-trial '-1': Input should be greater than or equal to 0"),
+    (["--gpus-per-trial", "two"], "--gpus-per-trial 'two': Input should be a valid integer"),
+    (["--target", "neuron", "--gpus-per-trial", "1"], "the neuron target's trials hold NeuronCores"),
+])
+def test_a_bad_gpus_per_trial_is_one_line_and_exit_2(tmp_path: Path, args: list[str], said: str) -> None:
+    script = tmp_path / "train.py"
+    script.write_text("print('never run')\n")
+    done = subprocess.run([sys.executable, "-m", "autotune.cli", "run", str(script), *args], cwd=tmp_path,
+                          capture_output=True, text=True, timeout=120)
+    assert done.returncode == 2 and said in done.stderr and len(done.stderr.strip().splitlines()) == 1, done.stderr
