@@ -1,15 +1,43 @@
-"""The pool a study runs its trials on: Ray workers, started when the first trial must run.
+"""The pools a study runs its trials on: what every pool offers (:class:`TrialPool`), and Ray
+workers started when the first trial must run (:class:`LazyPool`).
 
 A rerun whose trials are all answered from earlier results then never starts Ray.
 """
 
 from __future__ import annotations
 
-from typing import Any
+from collections.abc import Hashable
+from typing import Protocol
 
 from autotune.execution.scheduler import WorkerPool, connect, plan_compile_placement, plan_placement
 from autotune.records import CompileRequest, TrialRequest
 from autotune.targets.base import Target
+
+#: A finished job: its tag, its result as JSON (a :class:`~autotune.records.TrialResult`, or a
+#: :class:`~autotune.records.CompileOutcome` for a compile job), or ``None`` with why the worker failed.
+Finished = tuple[Hashable, "str | None", "str | None"]
+
+
+class TrialPool(Protocol):
+    """What the study's loop needs of the place its trials run: Ray workers (:class:`LazyPool`), a
+    compile stage in front of them (:class:`autotune.study.compile_stage.CompileAhead`) or a replay
+    of a recorded landscape (:class:`autotune.landscapes.replay.ReplayPool`)."""
+
+    @property
+    def free(self) -> int:
+        """How many more jobs can start now."""
+        ...
+
+    def submit(self, request: TrialRequest | CompileRequest, tag: Hashable) -> None:
+        """Start ``request``; :meth:`wait` gives it back under ``tag``."""
+        ...
+
+    def wait(self, timeout: float) -> list[Finished]:
+        """The jobs that finished, waiting at most ``timeout`` seconds for one."""
+        ...
+
+    def shutdown(self) -> None:
+        ...
 
 
 class LazyPool:
@@ -50,13 +78,13 @@ class LazyPool:
     def free(self) -> int:
         return self.pool.free if self.pool is not None else 1
 
-    def submit(self, request: TrialRequest | CompileRequest, tag: Any) -> None:
+    def submit(self, request: TrialRequest | CompileRequest, tag: Hashable) -> None:
         pool = self._start()
         if self.threads:
             (request.trial if isinstance(request, CompileRequest) else request).plan.knobs.threads = self.threads
         pool.submit(request, tag)
 
-    def wait(self, timeout: float) -> list[tuple[Any, str | None, str | None]]:
+    def wait(self, timeout: float) -> list[Finished]:
         return self.pool.wait(timeout) if self.pool is not None else []
 
     def shutdown(self) -> None:

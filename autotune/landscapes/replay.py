@@ -1,9 +1,9 @@
 """Replay: run a study against a recorded landscape instead of real trials.
 
-Kernel Tuner's simulation runner, for this project: :class:`ReplayPool` has the interface of
-:class:`autotune.execution.scheduler.WorkerPool` (``free``, ``submit``, ``wait``, ``shutdown``), so the real
-driver (:class:`autotune.study.loop.Study`, through its ``pool_factory`` option), its sampler and its
-duplicate handling run unchanged; only the trials are answered from the recording. Each
+Kernel Tuner's simulation runner, for this project: :class:`ReplayPool` is a
+:class:`autotune.execution.pool.TrialPool`, so the real driver (:class:`autotune.study.loop.Study`,
+given a pool factory), its sampler and its duplicate handling run unchanged; only the trials are
+answered from the recording. Each
 configuration gets the :class:`~autotune.records.TrialResult` the recording measured (same
 throughput, same confidence interval, same failure category).
 
@@ -16,8 +16,8 @@ graphs" means the same configuration up to parameters that only the runtime sees
 configuration recorded after its compile twin) is charged its twin's cold compile when it comes
 first in a replay.
 
-:func:`autotune.landscapes.simulate.simulate` is the same loop without the Optuna storage and the
-files a study writes, for comparing strategies over many seeds in seconds (``bench/search_bench.py``).
+:func:`autotune.landscapes.simulate.simulate` runs the same study in Optuna's in-memory storage,
+writing nothing, for comparing strategies over many seeds in seconds (``bench/search_bench.py``).
 """
 
 from __future__ import annotations
@@ -26,14 +26,17 @@ import heapq
 import math
 import random
 import tempfile
+from collections.abc import Callable, Hashable
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from autotune.errors import AutotuneError
 from autotune.landscapes.landscape import ConfigRecord, Landscape, load_landscape
 from autotune.measurement.windows import PRUNE_MIN_WINDOWS, t975
+from autotune.execution.pool import Finished
 from autotune.records import (
+    CompileRequest,
     CompileStats,
     Failure,
     FailureCategory,
@@ -43,6 +46,9 @@ from autotune.records import (
     TrialResult,
 )
 from autotune.space import compile_key
+
+if TYPE_CHECKING:
+    from autotune.study.options import StudyResult
 
 
 @dataclass(frozen=True)
@@ -126,7 +132,7 @@ def replayed_result(r: ConfigRecord, plan: TrialPlan, charge: Charge) -> TrialRe
 
 @dataclass
 class ReplayedTrial:
-    tag: Any
+    tag: Hashable
     key: str
     started: float
     finished: float
@@ -143,23 +149,32 @@ class ReplayPool:
 
     ``noise_seed``: each measurement is redrawn within the recorded 95% interval (log-normal,
     seeded), so that measuring a configuration twice gives two values, as on a machine.
+
+    ``enough``: once it holds of the trials replayed so far, the pool takes no more (``free`` is
+    0), which ends the study that drives it (a benchmark that has seen what it measures).
     """
 
-    def __init__(self, landscape: Landscape | str | Path, workers: int = 1, noise_seed: int | None = None) -> None:
+    def __init__(self, landscape: Landscape | str | Path, workers: int = 1, noise_seed: int | None = None,
+                 enough: Callable[[list[ReplayedTrial]], bool] | None = None) -> None:
         self.landscape = landscape if isinstance(landscape, Landscape) else load_landscape(landscape)
         self.workers = workers
         self.cache = CompileCacheModel(self.landscape)
         self.clock = 0.0
         self.trials: list[ReplayedTrial] = []
-        self._running: list[tuple[float, int, Any, str]] = []
+        self._running: list[tuple[float, int, Hashable, str]] = []
         self._seq = 0
         self._noise = random.Random(noise_seed) if noise_seed is not None else None
+        self._enough = enough
 
     @property
     def free(self) -> int:
+        if self._enough is not None and self._enough(self.trials):
+            return 0
         return self.workers - len(self._running)
 
-    def submit(self, request: TrialRequest, tag: Any) -> None:
+    def submit(self, request: TrialRequest | CompileRequest, tag: Hashable) -> None:
+        if isinstance(request, CompileRequest):
+            raise AutotuneError("replay pool: a recording holds measurements, not compile jobs")
         if self.free <= 0:
             raise AutotuneError("replay pool: no free worker")
         rec = self.landscape.get(request.plan.params)
@@ -176,12 +191,12 @@ class ReplayPool:
         self._seq += 1
         heapq.heappush(self._running, (finish, self._seq, tag, result.model_dump_json()))
 
-    def wait(self, timeout: float = 0.0) -> list[tuple[Any, str | None, str | None]]:
+    def wait(self, timeout: float = 0.0) -> list[Finished]:
         if not self._running:
             return []
         finish, _, tag, result_json = heapq.heappop(self._running)
         self.clock = max(self.clock, finish)
-        done = [(tag, result_json, None)]
+        done: list[Finished] = [(tag, result_json, None)]
         while self._running and self._running[0][0] <= self.clock:
             _, _, tag, result_json = heapq.heappop(self._running)
             done.append((tag, result_json, None))
@@ -194,15 +209,14 @@ class ReplayPool:
 # -- a study on a landscape -----------------------------------------------------------------------
 
 def replay_study(landscape: Landscape | str | Path, *, trials: int | None = None, workdir: str | Path | None = None,
-                 workers: int = 1, exhaustive: bool = False, study_class: type | None = None,
-                 noise_seed: int | None = None, **options: Any) -> tuple[Any, ReplayPool]:
+                 workers: int = 1, exhaustive: bool = False, noise_seed: int | None = None,
+                 **options: Any) -> tuple[StudyResult, ReplayPool]:
     """Run :class:`autotune.study.loop.Study` (the real driver) on ``landscape``; returns its result and the pool.
 
     The study's storage, outputs and cache go under ``workdir`` (a temporary folder by default),
     so nothing measured elsewhere is reused. ``trials`` defaults to the landscape's size;
     ``workers`` trials run at once on the simulated clock. ``exhaustive``: every configuration
     is enqueued in file order (as the space's known-good list), a grid through the real driver.
-    ``study_class`` replaces :class:`~autotune.study.loop.Study` (a subclass with another sampler, say).
     ``noise_seed``: measurements are redrawn within their intervals (:class:`ReplayPool`).
     """
     from autotune.study.loop import Study
@@ -210,22 +224,19 @@ def replay_study(landscape: Landscape | str | Path, *, trials: int | None = None
 
     land = landscape if isinstance(landscape, Landscape) else load_landscape(landscape)
     work = Path(workdir) if workdir else Path(tempfile.mkdtemp(prefix="autotune-replay-"))
-    pools: list[ReplayPool] = []
-
-    def factory(study: Any) -> ReplayPool:
-        pools.append(ReplayPool(land, workers=workers, noise_seed=noise_seed))
-        return pools[-1]
-
-    opts = StudyOptions(script=_script_path(land), args=list(land.header.get("args", [])),
+    pool = ReplayPool(land, workers=workers, noise_seed=noise_seed)
+    opts = StudyOptions(script=script_path(land), args=list(land.header.get("args", [])),
                         target=land.target, space=_space_file(land, work, exhaustive),
                         trials=trials or land.size,
-                        storage=f"sqlite:///{work / 'replay.db'}", out=work / "out", cache=work / "cache",
-                        pool_factory=factory, **options)
-    result = (study_class or Study)(opts).run()
-    return result, pools[-1]
+                        storage=f"sqlite:///{work / 'replay.db'}", out=work / "out", cache=work / "cache", **options)
+    return Study(opts, pools=lambda study: pool).run(), pool
 
 
-def _script_path(land: Landscape) -> str:
+def script_path(land: Landscape) -> str:
+    """The script the landscape recorded; for one that names none (made up, not recorded), this
+    module: a study is of a script, and a replay runs none."""
+    if "script" not in land.header:
+        return __file__
     script = Path(land.header["script"])
     if script.is_absolute() or script.exists():
         return str(script)
@@ -247,7 +258,7 @@ def _space_file(land: Landscape, work: Path, exhaustive: bool = False) -> str:
     return str(path)
 
 
-# -- the same loop, in memory, for many seeds -----------------------------------------------------
+# -- what noise and pruning make of a recorded measurement ---------------------------------------
 
 
 def interval_sigma(r: ConfigRecord) -> float:

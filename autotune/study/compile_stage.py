@@ -12,32 +12,42 @@ lock per graphs and publishes them when done (:mod:`autotune.published`).
 
 from __future__ import annotations
 
+from collections.abc import Callable, Hashable
 from dataclasses import dataclass
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
+from autotune.execution.pool import Finished, TrialPool
 from autotune.records import CompileOutcome, CompileRequest, CompileStage, TrialRequest, TrialResult
 from autotune.targets import Target
 
+if TYPE_CHECKING:
+    from autotune.study.options import StudyOptions
 
-def local_compile_slots(options: Any) -> int:
+#: A trial's request as its compile job and its measure job; ``None`` where it is not compiled ahead.
+Split = Callable[[TrialRequest], "tuple[CompileRequest, TrialRequest] | None"]
+
+
+def local_compile_slots(options: StudyOptions) -> int:
     """Places for compile workers in a local Ray (a cluster's nodes declare their own)."""
     return 0 if options.ray_address else (options.compile_workers or options.compile_ahead or 0)
 
 
-def compile_stage(target: Target, options: Any, baseline: dict[str, Any], pool: Any,
-                  notes: list[str]) -> CompileAhead | None:
-    """The study's compile stage on ``pool`` (compile workers), when its options ask for one and
-    its target can hand compiled graphs to a later process (else a note says why not)."""
+def compile_stage(target: Target, options: StudyOptions, baseline: dict[str, Any], trials: TrialPool,
+                  compilers: TrialPool, split: Split, notes: list[str]) -> TrialPool:
+    """The study's trial slots behind a compile stage on ``compilers``, when its options ask for
+    one and its target can hand compiled graphs to a later process (else a note says why not, and
+    the trial slots compile as they measure)."""
     if not (options.compile_workers or options.compile_ahead):
-        return None
+        return trials
     if target.compile_ahead(target.plan(baseline, {}), options.platform) is None:
         notes.append(target.compile_job_note())
-        return None
-    return CompileAhead(pool, options.compile_ahead or (options.compile_workers or 1) + (options.workers or 1))
+        return trials
+    ahead = options.compile_ahead or (options.compile_workers or 1) + (options.workers or 1)
+    return CompileAhead(trials, compilers, ahead, split)
 
 
 def compile_job(target: Target, request: TrialRequest, *, platform: str | None, cache_root: str,
-                key_of: Any) -> tuple[CompileRequest, TrialRequest] | None:
+                key_of: Callable[[dict[str, str]], str]) -> tuple[CompileRequest, TrialRequest] | None:
     """``request`` split into its compile job and its measure job; ``None`` for a configuration
     that its target does not compile ahead (it compiles in its trial, as without a compile stage).
     ``key_of(env)`` names the graphs that the measure job's env vars compile."""
@@ -56,66 +66,84 @@ def compile_job(target: Target, request: TrialRequest, *, platform: str | None, 
 
 @dataclass
 class _Waiting:
-    number: int
+    tag: Hashable
     measure: TrialRequest
     #: ``None``: a configuration its target does not compile ahead (it compiles in its trial).
     stage: CompileStage | None
 
 
 class CompileAhead:
-    """Compile jobs in flight, compiled configurations waiting for a trial slot, and what each
-    measure job's compile stage was."""
+    """The trial slots behind compile workers, as one :class:`~autotune.execution.pool.TrialPool`:
+    a trial submitted here compiles on ``compilers`` first, then waits in line for one of
+    ``trials``; a compile that fails comes back from :meth:`wait` as the trial's result."""
 
-    def __init__(self, pool: Any, ahead: int) -> None:
-        self.pool = pool
+    def __init__(self, trials: TrialPool, compilers: TrialPool, ahead: int, split: Split) -> None:
+        self.trials = trials
+        self.compilers = compilers
         self.ahead = ahead
-        #: Trial number -> its measure job, while its compile job runs.
-        self.compiling: dict[int, TrialRequest] = {}
+        self.split = split
+        #: Tag -> its measure job, while its compile job runs.
+        self.compiling: dict[Hashable, TrialRequest] = {}
         self.ready: list[_Waiting] = []
-        #: Trial number -> its compile stage, while its measure job runs.
-        self.measuring: dict[int, CompileStage] = {}
+        #: Tag -> its compile stage, while its measure job runs.
+        self.measuring: dict[Hashable, CompileStage] = {}
 
     @property
-    def room(self) -> bool:
-        """Whether the study should ask for another configuration now."""
-        return self.pool.free > 0 and len(self.compiling) + len(self.ready) < self.ahead
+    def free(self) -> int:
+        """How many more configurations the study should hand over now: while a compile worker
+        is free and fewer than ``ahead`` are compiling or compiled and waiting."""
+        return max(0, min(self.compilers.free, self.ahead - len(self.compiling) - len(self.ready)))
 
-    def submit(self, number: int, job: CompileRequest, measure: TrialRequest) -> None:
-        self.compiling[number] = measure
-        self.pool.submit(job, tag=number)
+    def submit(self, request: TrialRequest | CompileRequest, tag: Hashable) -> None:
+        if isinstance(request, CompileRequest):
+            raise TypeError("a compile stage is handed trials, and makes their compile jobs itself")
+        split = self.split(request)
+        if split is None:  # not compiled ahead: it waits in the same line for a trial slot
+            self.ready.append(_Waiting(tag, request, None))
+            return
+        job, measure = split
+        self.compiling[tag] = measure
+        self.compilers.submit(job, tag=tag)
 
-    def queue(self, number: int, request: TrialRequest) -> None:
-        """A configuration that is not compiled ahead: it waits in the same line for a trial slot."""
-        self.ready.append(_Waiting(number, request, None))
+    def wait(self, timeout: float) -> list[Finished]:
+        """Compile jobs that failed, then the measure jobs that finished (each with its compile stage)."""
+        done = self._compiled()
+        self._start_measurements()
+        for tag, result_json, error in self.trials.wait(timeout):
+            done.append((tag, self._measured(tag, result_json), error))
+        return done
 
-    def poll(self, timeout: float = 0.0) -> list[tuple[int, str | None, str | None]]:
-        """Compile jobs that failed, as ``(trial number, result_json, error)`` for the study to
-        tell Optuna; those that compiled join the line for a trial slot."""
-        failed: list[tuple[int, str | None, str | None]] = []
-        for number, outcome_json, error in self.pool.wait(timeout):
-            measure = self.compiling.pop(number)
+    def shutdown(self) -> None:
+        self.trials.shutdown()
+        self.compilers.shutdown()
+
+    def _compiled(self) -> list[Finished]:
+        """Compile jobs that failed, as the trial's outcome; those that compiled join the line for a trial slot."""
+        failed: list[Finished] = []
+        for tag, outcome_json, error in self.compilers.wait(0.0):
+            measure = self.compiling.pop(tag)
             if outcome_json is None:
-                failed.append((number, None, f"the compile job failed: {error}"))
+                failed.append((tag, None, f"the compile job failed: {error}"))
                 continue
             outcome = CompileOutcome.model_validate_json(outcome_json)
             if outcome.result is not None and not outcome.result.ok:
                 outcome.result.compile_stage = outcome.stage
-                failed.append((number, outcome.result.model_dump_json(), None))
+                failed.append((tag, outcome.result.model_dump_json(), None))
             else:
-                self.ready.append(_Waiting(number, measure, outcome.stage))
+                self.ready.append(_Waiting(tag, measure, outcome.stage))
         return failed
 
-    def start_measurements(self, trials: Any) -> None:
+    def _start_measurements(self) -> None:
         """Hand compiled configurations to free trial slots, first compiled first."""
-        while self.ready and trials.free:
+        while self.ready and self.trials.free:
             waiting = self.ready.pop(0)
             if waiting.stage is not None:
-                self.measuring[waiting.number] = waiting.stage
-            trials.submit(waiting.measure, tag=waiting.number)
+                self.measuring[waiting.tag] = waiting.stage
+            self.trials.submit(waiting.measure, tag=waiting.tag)
 
-    def measured(self, number: int, result_json: str | None) -> str | None:
+    def _measured(self, tag: Hashable, result_json: str | None) -> str | None:
         """A measure job's result, with its compile stage."""
-        stage = self.measuring.pop(number, None)
+        stage = self.measuring.pop(tag, None)
         if stage is None or result_json is None:
             return result_json
         result = TrialResult.model_validate_json(result_json)

@@ -68,10 +68,6 @@ class StudyOptions(RunConfig):
     script: str | Path
     args: list[str] = Field(default_factory=list)
     protocol: MeasurementProtocol = Field(default_factory=MeasurementProtocol)
-    #: Builds the pool that runs trials instead of Ray actors; it gets the :class:`Study` and must
-    #: offer ``free``, ``submit(request, tag)``, ``wait(timeout)`` and ``shutdown()`` as
-    #: :class:`autotune.execution.scheduler.WorkerPool` does (a replay of a recorded landscape, say).
-    pool_factory: Callable[..., Any] | None = None
     #: Called after each finished trial (progress displays).
     on_update: Callable[..., None] | None = None
 

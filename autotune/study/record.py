@@ -9,7 +9,7 @@ between two trials loses nothing it measured.
 from __future__ import annotations
 
 import math
-from typing import Any, Callable
+from typing import TYPE_CHECKING, Any, Callable
 
 from autotune.cache import CacheRoot
 from autotune.errors import InvalidConfigError
@@ -18,13 +18,17 @@ from autotune.records import Failure, FailureCategory, TrialPlan, TrialResult
 from autotune.study.numerics import constraint_value, loss_deviation
 from autotune.study.options import FinishedTrial, StudyOptions, StudyProgress
 from autotune.study.results import _baseline_losses, _trial_env
+from autotune.study.storage import GRACE_S
 from autotune.trial_attrs import StudyAttrs, TrialAttrs, trial_attrs, write
+
+if TYPE_CHECKING:
+    import optuna
 
 
 class TrialRecorder:
     """Tells Optuna each outcome of one study, and counts what this driver ran and reused."""
 
-    def __init__(self, study: Any, options: StudyOptions, cache: CacheRoot, progress: StudyProgress,
+    def __init__(self, study: optuna.Study, options: StudyOptions, cache: CacheRoot | None, progress: StudyProgress,
                  baseline_params: dict[str, Any], notes: list[str], on_told: Callable[[], None], *,
                  objectives: list[Objective], constraints: list[Constraint],
                  usd_per_sample_second: float | None,
@@ -44,7 +48,7 @@ class TrialRecorder:
         self.usd_per_sample_second = usd_per_sample_second
         self.ran = self.reused = 0
 
-    def tell(self, trial: Any, result_json: str | None, error: str | None, from_cache: bool = False) -> None:
+    def tell(self, trial: optuna.Trial, result_json: str | None, error: str | None, from_cache: bool = False) -> None:
         """Tell Optuna a measured (or remembered) trial: ``result_json`` is its :class:`TrialResult`,
         or ``None`` with ``error`` when the worker itself failed."""
         import optuna
@@ -103,22 +107,22 @@ class TrialRecorder:
             self.on_result(trial.number, result)
         self.on_told()
 
-    def _remember(self, trial: Any, result: TrialResult) -> None:
+    def _remember(self, trial: optuna.Trial, result: TrialResult) -> None:
         """Keep a measured result in the cache root before anything is written to its trial: a
         driver that took the trial for lost has finished it, and every write to it fails, yet the
         measurement still answers its configuration next time. A result that lacks an objective
         the script reports is not kept (a typo of the objective's name is no measurement of it)."""
         key = TrialAttrs.of(trial).result_key
-        if key is not None and (not result.ok or self.values(result) is not None):
+        if self.cache is not None and key is not None and (not result.ok or self.values(result) is not None):
             self.cache.put_result(key, result)
 
-    def tell_known_failure(self, trial: Any, plan: TrialPlan, reason: str) -> None:
+    def tell_known_failure(self, trial: optuna.Trial, plan: TrialPlan, reason: str) -> None:
         """A configuration whose compile failed before (the target's compile cache says so)."""
         result = TrialResult(status="failed", plan=plan,
                              failure=Failure(category=FailureCategory.compile_error, reason=reason))
         self.tell(trial, result.model_dump_json(), None, from_cache=True)
 
-    def tell_duplicate(self, trial: Any, params: dict[str, Any], earlier: Any) -> None:
+    def tell_duplicate(self, trial: optuna.Trial, params: dict[str, Any], earlier: optuna.trial.FrozenTrial) -> None:
         """A configuration measured before in this study: Optuna is told the earlier outcome."""
         import optuna
 
@@ -136,7 +140,7 @@ class TrialRecorder:
         self.finished(trial.number, params, earlier.values[0] if earlier.values else None,
                       f"same as trial {earlier.number}")
 
-    def tell_measured_elsewhere(self, trial: Any, params: dict[str, Any], earlier: Any) -> None:
+    def tell_measured_elsewhere(self, trial: optuna.Trial, params: dict[str, Any], earlier: optuna.trial.FrozenTrial) -> None:
         """A configuration another driver is measuring now: this trial ends at once, a duplicate of it."""
         import optuna
 
@@ -144,7 +148,7 @@ class TrialRecorder:
         self.study.tell(trial, state=optuna.trial.TrialState.FAIL)
         self.finished(trial.number, params, None, f"measured by trial {earlier.number}")
 
-    def tell_confirmation(self, original: Any, result_json: str | None, error: str | None) -> None:
+    def tell_confirmation(self, original: optuna.trial.FrozenTrial, result_json: str | None, error: str | None) -> None:
         """Store a re-measurement of ``original`` as a finished trial of its own."""
         import optuna
 
@@ -171,7 +175,26 @@ class TrialRecorder:
         else:
             self.finished(original.number, original.params, value, "ok, measured again")
 
-    def tell_invalid(self, trial: Any, reason: str) -> None:
+    def tell_surplus(self, trial: optuna.Trial, trials: int) -> None:
+        """A trial asked for after other drivers' trials filled the study: failed, uncounted."""
+        import optuna
+
+        write(trial, reason=f"the study already had its {trials} trials")
+        self.study.tell(trial, state=optuna.trial.TrialState.FAIL)
+
+    def tell_held(self, trial: optuna.Trial, result_json: str | None, error: str | None) -> None:
+        """Tell a trial this driver ran, unless another driver took it for lost meanwhile (its
+        heartbeats stopped reaching the database for longer than the grace period): that driver
+        failed it and queued its configuration again, so this measurement is not counted twice."""
+        import optuna
+
+        try:
+            self.tell(trial, result_json, error)
+        except optuna.exceptions.UpdateFinishedTrialError:
+            self.notes.append(f"trial {trial.number} was taken for lost while it ran (no heartbeat reached "
+                              f"the database for {GRACE_S} s); its configuration was queued again")
+
+    def tell_invalid(self, trial: optuna.Trial, reason: str) -> None:
         """A configuration the space or the target rejects: failed without running."""
         import optuna
 
@@ -196,7 +219,7 @@ class TrialRecorder:
         values = [o.read(result, self.usd_per_sample_second) for o in self.objectives]
         return None if any(v is None for v in values) else values  # type: ignore[return-value]
 
-    def _check_reported(self, trial: Any, result: TrialResult) -> None:
+    def _check_reported(self, trial: optuna.Trial, result: TrialResult) -> None:
         """A metric objective that the study's first complete run never reported is a typo, not a
         configuration's failure: the study stops there, nothing remembered of it."""
         import optuna
@@ -222,7 +245,7 @@ class TrialRecorder:
         what = missing[0].name if missing else "value"
         return "script_error", f"the trial gave no {what}: no step was measured"
 
-    def _judge_constraints(self, trial: Any, result: TrialResult) -> list[str]:
+    def _judge_constraints(self, trial: optuna.Trial, result: TrialResult) -> list[str]:
         """Tell Optuna how far the result is from each constraint (above 0: broken); the broken ones."""
         violated = []
         for c in self.constraints:
@@ -234,7 +257,7 @@ class TrialRecorder:
             write(trial, violated=violated)
         return violated
 
-    def _guard_numerics(self, trial: Any, result: TrialResult) -> None:
+    def _guard_numerics(self, trial: optuna.Trial, result: TrialResult) -> None:
         """Record how far this trial's first losses are from the baseline's (a constraint)."""
         if not self.o.numerics_guard or not result.losses:
             return

@@ -36,13 +36,13 @@ def numerics_violated(study: Any, trial: Any, base: list[float] | None = None,
     storage each read is a query; a caller that judges every trial reads them once).
     """
     attrs = attrs or StudyAttrs.of(study)
-    if attrs.numerics_guard is False or TrialAttrs.of(trial).result is None:
-        return False
-    if TrialAttrs.of(trial).config_key == attrs.baseline_key:
+    told = TrialAttrs.of(trial)
+    if attrs.numerics_guard is False or told.result is None or told.config_key == attrs.baseline_key:
         return False
     base = _baseline_losses(study, attrs) if base is None else base
-    losses = TrialResult.model_validate_json(TrialAttrs.of(trial).result).losses
-    deviation = loss_deviation(losses, base) if base else None
+    if not base:  # no baseline losses to leave
+        return False
+    deviation = loss_deviation(TrialResult.model_validate_json(told.result).losses, base)
     tolerance = attrs.loss_tolerance
     if tolerance is None:
         tolerance = JobConfig.model_fields["loss_tolerance"].default
@@ -54,16 +54,16 @@ def _trial_env(result: TrialResult) -> dict[str, str]:
     return {**result.plan.env, **{k: v for k, v in result.placement.items() if k.startswith("NEURON_")}}
 
 
-def objective_names(study: Any) -> list[str]:
-    """The study's objectives, in the order of Optuna's values."""
-    attrs = StudyAttrs.of(study)
+def objective_names(study: Any, attrs: StudyAttrs | None = None) -> list[str]:
+    """The study's objectives, in the order of Optuna's values (``attrs``: the study's, where the caller has read them)."""
+    attrs = attrs or StudyAttrs.of(study)
     return attrs.objectives or [attrs.metric or "throughput"]
 
 
-def _preferred(study: Any) -> int:
+def _preferred(study: Any, attrs: StudyAttrs | None = None) -> int:
     """The index of the objective that ranks configurations: ``--prefer``, else the first."""
-    attrs = StudyAttrs.of(study)
-    names = objective_names(study)
+    attrs = attrs or StudyAttrs.of(study)
+    names = objective_names(study, attrs)
     return names.index(attrs.prefer) if attrs.prefer in names else 0
 
 
@@ -94,17 +94,18 @@ def _measured(study: Any) -> list[tuple[Any, list[float], bool]]:
 
     attrs = StudyAttrs.of(study)
     base = _baseline_losses(study, attrs)
-    index = _preferred(study)
+    index = _preferred(study, attrs)
     first: dict[str, Any] = {}
     values: dict[str, list[float]] = {}
     flaky: set[str] = set()
     for t in study.get_trials(deepcopy=False):
-        if TrialAttrs.of(t).duplicate_of is not None or not t.state.is_finished():
+        told = TrialAttrs.of(t)
+        if told.duplicate_of is not None or not t.state.is_finished():
             continue
-        key = TrialAttrs.of(t).config_key or f"#{t.number}"
-        again = TrialAttrs.of(t).confirms is not None
-        if t.state == optuna.trial.TrialState.COMPLETE and t.values and not TrialAttrs.of(t).violated \
-                and not TrialAttrs.of(t).idle and not numerics_violated(study, t, base, attrs):
+        key = told.config_key or f"#{t.number}"
+        again = told.confirms is not None
+        if t.state == optuna.trial.TrialState.COMPLETE and t.values and not told.violated \
+                and not told.idle and not numerics_violated(study, t, base, attrs):
             values.setdefault(key, []).append(_value(t, index))
             if not again:
                 first.setdefault(key, t)

@@ -5,6 +5,7 @@ from __future__ import annotations
 import json
 from pathlib import Path
 
+import optuna
 import pytest
 
 from autotune.errors import AutotuneError
@@ -194,23 +195,26 @@ def test_a_replayed_study_prunes_what_cannot_win_and_keeps_its_values(landscape,
 
 
 def test_the_in_memory_replay_drives_a_sampler_as_the_study_does(landscape, tmp_path) -> None:
-    """``simulate`` (the benchmark's loop) and the real study propose the same configurations."""
-    from autotune.search.strategy import AutotuneSampler
-    from autotune.study.loop import Study
-
-    class AutotuneStudy(Study):
-        def _sampler(self):
-            return AutotuneSampler(self.space, seed=3)
-
-    # sampler="tpe": the study enqueues the baseline and the known-good configurations, as
-    # starting_points gives; the subclass then proposes with autotune's sampler.
-    _, pool = replay_study(landscape, trials=8, workdir=tmp_path / "study", study_class=AutotuneStudy,
-                           sampler="tpe")
-    trace = simulate(landscape, AutotuneSampler(landscape.space, seed=3),
+    """``simulate`` (the benchmark's study, in memory) and the study on a database and files
+    propose the same configurations and charge the same."""
+    _, pool = replay_study(landscape, trials=8, workdir=tmp_path / "study", sampler="random", seed=3)
+    trace = simulate(landscape, optuna.samplers.RandomSampler(seed=3),
                      starting_points=starting_points(landscape.space), max_trials=8,
                      early_stop=PRUNE_MARGIN)  # the study prunes by default
     assert [t.key for t in pool.trials] == [s.key for s in trace.steps]
     assert [t.charge.seconds for t in pool.trials] == pytest.approx([s.seconds for s in trace.steps])
+
+
+def test_a_simulated_study_stops_once_it_has_seen_enough(landscape) -> None:
+    """``stop_at``: the study ends at the first trial at least that good, once ``min_trials`` ran."""
+    full = simulate(landscape, optuna.samplers.RandomSampler(seed=5), max_trials=30)
+    goal = sorted(s.value for s in full.steps if s.value is not None)[-3]
+    first = next(i for i, s in enumerate(full.steps, 1) if s.value is not None and s.value >= goal)
+    stopped = simulate(landscape, optuna.samplers.RandomSampler(seed=5), max_trials=30, stop_at=goal)
+    assert [s.key for s in stopped.steps] == [s.key for s in full.steps[:first]]
+    at_least = simulate(landscape, optuna.samplers.RandomSampler(seed=5), max_trials=30, stop_at=goal,
+                        min_trials=first + 2)
+    assert len(at_least.steps) == first + 2
 
 
 @pytest.mark.parametrize("path", RECORDED, ids=lambda p: p.stem)

@@ -2,8 +2,6 @@
 
 from __future__ import annotations
 
-import json
-
 import numpy as np
 import optuna
 import pytest
@@ -15,10 +13,13 @@ from autotune.search.models import (
     culprit_probability,
     success_probability,
 )
+from autotune.records import CompileStats, Failure, FailureCategory, Measurement, TrialRequest, TrialResult
 from autotune.search.samplers import suggest
 from autotune.search import strategy
 from autotune.search.strategy import AutotuneSampler, _distance_table, _positions
 from autotune.space import builtin_space, config_key, parse_space
+from autotune.study.loop import Study
+from autotune.study.options import StudyOptions
 from autotune.trial_attrs import write
 
 SPACE = parse_space("""\
@@ -39,26 +40,53 @@ def speed(config: dict) -> float | None:
         * (1.0 if config["backend_opt_level"] == 2 else 0.8)
 
 
-def drive(sampler: AutotuneSampler, space, trials: int, objective=speed, study=None) -> list[dict]:
-    """Ask and tell as the study does (in ``study``, or a new one); returns the configurations in
-    the order measured."""
-    optuna.logging.set_verbosity(optuna.logging.WARNING)
-    study = study or optuna.create_study(direction="maximize", sampler=sampler)
-    measured = []
-    for _ in range(trials):
-        trial = study.ask()
-        config = suggest(trial, space)
-        write(trial, config_key=config_key(config))
-        write(trial, counted=True)
-        write(trial, result=json.dumps({"wall_seconds": 10.0, "compile": {"compile_seconds": 4.0}}))
-        measured.append(config)
-        value = objective(config)
+class ObjectivePool:
+    """A trial pool of one worker that answers each trial at once with ``objective`` of its
+    configuration (a compile error where it gives None), each costing 10 s of which 4 s compiling."""
+
+    def __init__(self, objective) -> None:
+        self.objective = objective
+        self.measured: list[dict] = []
+        self.finished: list = []
+
+    @property
+    def free(self) -> int:
+        return 0 if self.finished else 1
+
+    def submit(self, request: TrialRequest, tag) -> None:
+        config = request.plan.params
+        self.measured.append(config)
+        value = self.objective(config)
+        result = TrialResult(status="ok" if value is not None else "failed", plan=request.plan, wall_seconds=10.0,
+                             compile=CompileStats(compile_seconds=4.0))
         if value is None:
-            write(trial, category="compile_error")
-            study.tell(trial, state=optuna.trial.TrialState.FAIL)
+            result.failure = Failure(category=FailureCategory.compile_error, reason="made up")
         else:
-            study.tell(trial, value)
-    return measured
+            result.measurement = Measurement(throughput=value, ci95_low=value, ci95_high=value, step_time_median=0.01,
+                                             step_time_p90=0.01, samples_per_step=1, steps_measured=100, windows=5,
+                                             converged=True, warmup_steps=1, warmup_seconds=1.0)
+        self.finished.append((tag, result.model_dump_json(), None))
+
+    def wait(self, timeout: float) -> list:
+        out, self.finished = self.finished, []
+        return out
+
+    def shutdown(self) -> None:
+        pass
+
+
+def drive(sampler, space, trials: int, objective=speed, study=None, starting: list[dict] | None = None) -> list[dict]:
+    """``trials`` more trials on ``objective`` (in ``study``, an Optuna study in memory, or a new
+    one), driven by autotune's study as ``autotune run`` drives one, measuring ``starting`` first;
+    returns the configurations in the order measured."""
+    storage = study._storage if study is not None else optuna.storages.InMemoryStorage()
+    held = sum(t.state.is_finished() for t in study.get_trials(deepcopy=False)) if study is not None else 0
+    pool = ObjectivePool(objective)
+    options = StudyOptions(script=__file__, target=space.target, trials=held + trials, prune=False,
+                           study=study.study_name if study is not None else None)
+    Study(options, pools=lambda _: pool, in_memory=storage, space=space, sampler=sampler,
+          starting_points=starting or []).run()
+    return pool.measured
 
 
 def test_every_proposal_is_a_new_configuration_until_the_space_is_exhausted() -> None:
@@ -222,10 +250,7 @@ known_good:
 
     def knobs_from_baseline(patience_after_start: bool, seed: int) -> list[int]:
         sampler = AutotuneSampler(space, seed=seed, local_patience=2, patience_after_start=patience_after_start)
-        study = optuna.create_study(direction="maximize", sampler=sampler)
-        for config in starting_points(space):
-            study.enqueue_trial(config)
-        measured = drive(sampler, space, 5, objective=flat, study=study)
+        measured = drive(sampler, space, 5, objective=flat, starting=starting_points(space))
         assert measured[:2] == starting_points(space)
         return [sum(c.get(k) != baseline.get(k) for k in space.parameters) for c in measured[2:4]]
 

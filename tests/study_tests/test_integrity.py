@@ -10,10 +10,9 @@ from pathlib import Path
 
 import pytest
 
-from autotune import tune
 from autotune.records import MeasurementProtocol
 
-from .test_script_flags_study import InProcessPool
+from .test_script_flags_study import InProcessPool, tune_on
 
 pytestmark = pytest.mark.slow
 
@@ -34,8 +33,8 @@ def test_an_edited_script_is_measured_in_a_study_of_its_own(tmp_path, monkeypatc
     pool = InProcessPool(None)
 
     def run():
-        return tune(script, "--steps", "300", trials=1, target="inductor", space="space.yaml", seed=0,
-                    pool_factory=lambda study: pool, protocol=SHORT)
+        return tune_on(pool, script, "--steps", "300", trials=1, target="inductor", space="space.yaml", seed=0,
+                    protocol=SHORT)
 
     first = run()
     assert (first.study, first.ran) == ("train-inductor", 1)
@@ -59,13 +58,13 @@ def test_an_edited_script_is_measured_in_a_study_of_its_own(tmp_path, monkeypatc
     other.parent.mkdir()
     other.write_text(script.read_text().replace("Linear(64, 96), torch.nn.ReLU(), torch.nn.Linear(96,",
                                                 "Linear(64, 256), torch.nn.ReLU(), torch.nn.Linear(256,"))
-    theirs = tune(other, "--steps", "300", trials=1, target="inductor", space="space.yaml", seed=0,
-                  pool_factory=lambda study: pool, protocol=SHORT)
+    theirs = tune_on(pool, other, "--steps", "300", trials=1, target="inductor", space="space.yaml", seed=0,
+                  protocol=SHORT)
     assert theirs.ran == 1 and theirs.study not in (first.study, edited.study)
 
     # Other arguments are another measurement as well.
-    longer = tune(script, "--steps", "350", trials=1, target="inductor", space="space.yaml", seed=0,
-                  pool_factory=lambda study: pool, protocol=SHORT)
+    longer = tune_on(pool, script, "--steps", "350", trials=1, target="inductor", space="space.yaml", seed=0,
+                  protocol=SHORT)
     assert longer.ran == 1 and any("and its arguments changed" in n for n in longer.notes), longer.notes
 
 
@@ -76,8 +75,8 @@ def test_trials_run_in_the_callers_environment_and_their_results_key_it(tmp_path
     sets = {"model_type": "transformer", "optlevel": 3}
 
     def run():
-        return tune(SCRIPTS / "sleepy_train.py", trials=1, target="neuron", platform="trn1", sets=sets, seed=0,
-                    pool_factory=lambda study: pool, protocol=SHORT)
+        return tune_on(pool, SCRIPTS / "sleepy_train.py", trials=1, target="neuron", platform="trn1", sets=sets, seed=0,
+                    protocol=SHORT)
 
     first = run()
     # The user's flags are kept, the configuration's win on the same flag, and they travel in the plan.
@@ -105,8 +104,8 @@ def test_a_result_that_was_pruned_does_not_answer_a_run_that_does_not_prune(tmp_
     pool = InProcessPool(None)
 
     def run(study: str, prune: bool):
-        return tune(SCRIPTS / "tiny_train.py", "--steps", "300", trials=1, target="inductor", space="space.yaml",
-                    seed=0, study=study, prune=prune, pool_factory=lambda s: pool, protocol=SHORT)
+        return tune_on(pool, SCRIPTS / "tiny_train.py", "--steps", "300", trials=1, target="inductor", space="space.yaml",
+                    seed=0, study=study, prune=prune, protocol=SHORT)
 
     assert run("pruning", True).ran == 1
     # As a run that pruned it would have left it: stopped early, below the best of its study.
@@ -165,8 +164,8 @@ def test_two_projects_train_py_on_one_postgresql_database_never_share_a_study(po
         script = folder / "train.py"
         script.write_text((SCRIPTS / "tiny_train.py").read_text().replace("128", width))
         monkeypatch.chdir(folder)
-        result = tune(script, "--steps", "300", trials=1, target="inductor", space=str(tmp_path / "space.yaml"),
-                      seed=0, storage=postgres_url, pool_factory=lambda study: pool, protocol=SHORT)
+        result = tune_on(pool, script, "--steps", "300", trials=1, target="inductor", space=str(tmp_path / "space.yaml"),
+                      seed=0, storage=postgres_url, protocol=SHORT)
         assert (result.ran, result.reused) == (1, 0), project
         studies.append(result.study)
     assert studies[0] == "train-inductor" != studies[1]

@@ -11,9 +11,10 @@ from typing import Any
 
 import pytest
 
-from autotune import tune
 from autotune.records import MeasurementProtocol, TrialRequest, TrialResult
 from autotune.space import config_key
+from autotune.study.loop import Study
+from autotune.study.options import StudyOptions, StudyResult
 from autotune.workers.launcher import TrialLimits, run_trial
 
 pytestmark = pytest.mark.slow
@@ -62,13 +63,18 @@ class InProcessPool:
         pass
 
 
+def tune_on(pool: InProcessPool, script: str | Path, *args: str, **options: Any) -> StudyResult:
+    """:func:`autotune.tune` with its trials run on ``pool``."""
+    return Study(StudyOptions.checked(script=script, args=list(args), **options), pools=lambda study: pool).run()
+
+
 def test_each_trial_runs_the_script_with_its_batch_size_and_the_best_is_a_command_line(tmp_path, monkeypatch) -> None:
     monkeypatch.chdir(tmp_path)
     (tmp_path / "space.yaml").write_text(SPACE)
     pool = InProcessPool(None)
 
-    result = tune(SCRIPTS / "sliced_batches.py", "--batch_size", "8", "--epochs", "1000", trials=2,
-                  target="inductor", space="space.yaml", sampler="random", seed=0, pool_factory=lambda study: pool,
+    result = tune_on(pool, SCRIPTS / "sliced_batches.py", "--batch_size", "8", "--epochs", "1000", trials=2,
+                  target="inductor", space="space.yaml", sampler="random", seed=0, 
                   protocol=MeasurementProtocol(max_measure_seconds=1.0, max_measure_steps=400))
     ran = pool.results
     assert sorted(r.plan.params["batch_size"] for r in ran) == [16, 64], [r.failure for r in ran]
@@ -106,8 +112,8 @@ def test_knobs_a_trial_shows_never_reached_the_script_are_not_searched_any_more(
     (tmp_path / "space.yaml").write_text(IDLE_SPACE)
     pool = InProcessPool(None)
 
-    result = tune(SCRIPTS / "sliced_batches.py", "--epochs", "1000", trials=5, target="inductor",
-                  space="space.yaml", seed=0, pool_factory=lambda study: pool,
+    result = tune_on(pool, SCRIPTS / "sliced_batches.py", "--epochs", "1000", trials=5, target="inductor",
+                  space="space.yaml", seed=0, 
                   protocol=MeasurementProtocol(max_measure_seconds=1.0, max_measure_steps=400))
     ran = pool.results
     idle = [{k.param for k in r.knobs if k.took_effect is False} for r in ran]
@@ -137,7 +143,7 @@ def test_only_a_trial_that_ran_shows_a_knob_never_reaches_the_script(tmp_path) -
     study = Study(StudyOptions.checked(script=SCRIPTS / "sliced_batches.py", target="inductor",
                                        space=str(tmp_path / "space.yaml"), out=str(tmp_path / "out"),
                                        storage=f"sqlite:///{tmp_path / 'db.sqlite'}"))
-    study.study = optuna.create_study(sampler=AutotuneSampler(study.space))
+    study._opened = (optuna.create_study(sampler=AutotuneSampler(study.space)), None)  # as run() opens it
     plan = TrialPlan(target="inductor", params={"batch_size": 16, "mode": "eager"})
     idle = [KnobEffect(param="batch_size", value=16, took_effect=False, detail="the script made no DataLoader")]
     failed = TrialResult(status="failed", plan=plan, knobs=idle,

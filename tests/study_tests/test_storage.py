@@ -120,17 +120,17 @@ def test_a_driver_that_opens_the_study_while_another_creates_it_is_not_refused(t
 
     scripts = Path(__file__).resolve().parents[1] / "scripts"
 
-    def driver(url: str) -> Study:
+    def opens(url: str) -> None:
+        """A driver opens the study, as its run() does first."""
         study = Study(StudyOptions.checked(script=scripts / "tiny_train.py", target="inductor", study="shared",
                                            out=str(tmp_path / "out"), storage=url))
-        study.storage = open_storage(url)
-        return study
+        study._open_study(open_storage(url))
 
     original = optuna.study.Study.set_user_attr
     written: list[str] = []
     monkeypatch.setattr(optuna.study.Study, "set_user_attr",
                         lambda self, key, value: (original(self, key, value), written.append(key)))
-    driver(f"sqlite:///{tmp_path / 'alone.db'}")._open_study()
+    opens(f"sqlite:///{tmp_path / 'alone.db'}")
     assert {"target", "objectives", "metric"} <= set(written)
 
     for position, key in enumerate(list(written)):
@@ -139,8 +139,8 @@ def test_a_driver_that_opens_the_study_while_another_creates_it_is_not_refused(t
         def then_another_opens(self, key, value, url=url, count=count):
             original(self, key, value)
             if next(count, None) == position:
-                driver(url)._open_study()  # raises if it takes the study for another one
+                opens(url)  # raises if it takes the study for another one
 
         monkeypatch.setattr(optuna.study.Study, "set_user_attr", then_another_opens)
-        driver(url)._open_study()
+        opens(url)
         assert optuna.load_study(study_name="shared", storage=url).user_attrs["objectives"] == ["throughput"], key

@@ -1,0 +1,177 @@
+"""The study's ask-tell loop, the only one: ask Optuna for a trial, dispatch it (:mod:`.dispatch`),
+wait on the pool, tell each outcome (:mod:`.record`), until the study holds its trials, its time or
+budget runs out, or its sampler only proposes configurations measured already.
+
+The pool may be Ray workers, a compile stage in front of them, a replay of a recorded landscape or
+a test's: the loop is the same (:class:`autotune.execution.pool.TrialPool`).
+"""
+
+from __future__ import annotations
+
+import math
+import time
+from collections.abc import Callable, Hashable
+from typing import TYPE_CHECKING, Any
+
+from autotune.execution.pool import TrialPool
+from autotune.records import MeasurementProtocol, TrialRequest, TrialResult
+from autotune.search.configurations import enumerate_space, grid_size
+from autotune.space import config_key
+from autotune.study.budget import Budget
+from autotune.study.dispatch import Dispatch, Outcome
+from autotune.study.options import StudyOptions
+from autotune.study.results import _ranked_configurations, trial_counts
+from autotune.study.storage import HEARTBEAT_S, Heartbeats
+from autotune.trial_attrs import TrialAttrs
+
+if TYPE_CHECKING:
+    import optuna
+
+#: Proposals in a row answered without a run (measured before, invalid) after which the sampler
+#: is taken to have nothing new to propose.
+MAX_DUPLICATES = 50
+
+
+class AskTell:
+    """The loop of one study on one pool. ``beats``: heartbeats for the trials in flight (``None``
+    for a study no other driver can see); ``on_progress(running)`` after each round."""
+
+    def __init__(self, study: optuna.Study, dispatch: Dispatch, budget: Budget, options: StudyOptions, *,
+                 beats: Heartbeats | None, on_progress: Callable[[int], None]) -> None:
+        self.study = study
+        self.dispatch = dispatch
+        self.told = dispatch.told
+        self.budget = budget
+        self.o = options
+        self.beats = beats
+        self.on_progress = on_progress
+        self.deadline = time.monotonic() + options.timeout if options.timeout else math.inf
+        #: Every configuration of the space has been measured (the study ended before ``--trials``).
+        self.exhausted = False
+        #: Why the study asks for no more trials although it has fewer than ``--trials``: a trial
+        #: showed that the script cannot run here as it is (its data is missing), whatever the
+        #: configuration.
+        self.stopped: str | None = None
+        #: The configurations of the space, while it stays small and all-categorical.
+        self._grid: tuple[Any, set[str]] | None = None
+
+    def timed_out(self) -> bool:
+        return time.monotonic() >= self.deadline
+
+    def counts(self, exclude: set[int]) -> tuple[int, int]:
+        return trial_counts(self.study, exclude)
+
+    def measure(self, pool: TrialPool) -> None:
+        """Ask, run and tell trials until the study holds ``--trials`` of them (or time runs out)."""
+        if self.beats is None:
+            self._measure(pool)
+            return
+        with self.beats:
+            self._measure(pool)
+
+    def _measure(self, pool: TrialPool) -> None:
+        import optuna
+
+        in_flight: dict[Hashable, optuna.Trial] = {}
+        consecutive_dups = 0
+        last_check = 0.0
+
+        def tell(number: Hashable, result_json: str | None, error: str | None) -> None:
+            trial = in_flight.pop(number)
+            self._release(trial)
+            self.told.tell_held(trial, result_json, error)
+
+        while True:
+            want_more, running_elsewhere = self._wants_more(in_flight)
+            exhausted = consecutive_dups >= MAX_DUPLICATES
+            while want_more and pool.free > 0 and not self.timed_out() and not exhausted \
+                    and self.budget.allows(self.study, len(in_flight)):
+                if self._every_configuration_taken():  # only where a trial could start: it reads every trial
+                    exhausted = True
+                    break
+                trial = self.study.ask()
+                # At once: a driver killed before the trial is submitted must still leave a trial
+                # that goes stale (one with no heartbeat at all never does, and a resume would wait).
+                if self.beats is not None:
+                    self.beats.hold(trial._trial_id)
+                if self.dispatch(trial) is Outcome.submitted:
+                    in_flight[trial.number] = trial
+                    consecutive_dups = 0
+                else:
+                    self._release(trial)
+                    consecutive_dups += 1
+                want_more, running_elsewhere = self._wants_more(in_flight)
+                exhausted = consecutive_dups >= MAX_DUPLICATES
+            if exhausted and not in_flight:
+                self.exhausted = True
+                self.told.notes.append("every configuration the sampler proposes was measured already: "
+                                       "the space is exhausted")
+                return
+            if not in_flight:
+                if running_elsewhere and not self.timed_out():
+                    optuna.storages.fail_stale_trials(self.study)  # another driver's trials, or a killed one's
+                    time.sleep(1.0)
+                    continue
+                return
+            self.on_progress(len(in_flight))
+            for number, result_json, error in pool.wait(timeout=1.0):
+                tell(number, result_json, error)
+            if time.monotonic() - last_check > HEARTBEAT_S:
+                optuna.storages.fail_stale_trials(self.study)
+                last_check = time.monotonic()
+
+    def _wants_more(self, in_flight: dict[Hashable, optuna.Trial]) -> tuple[bool, int]:
+        """Whether the study wants another trial, and how many other drivers run."""
+        counted, running_elsewhere = self.counts(exclude={n for n in in_flight if isinstance(n, int)})
+        return counted + len(in_flight) + running_elsewhere < self.o.trials and self.stopped is None, \
+            running_elsewhere
+
+    def _release(self, trial: optuna.Trial) -> None:
+        if self.beats is not None:
+            self.beats.release(trial._trial_id)
+
+    def _every_configuration_taken(self) -> bool:
+        """Whether each configuration of a small all-categorical space has a trial already, measured
+        or running (the sampler would only propose duplicates; a larger space is left to the
+        sampler, which stops the study after MAX_DUPLICATES in a row)."""
+        import optuna
+
+        from autotune.search.strategy import MAX_ENUMERATED
+
+        space = self.dispatch.requests.space
+        free = space.free_parameters
+        if any(p.choices is None for p in free) or grid_size(space) > MAX_ENUMERATED:
+            return False
+        if self._grid is None or self._grid[0] is not space:
+            self._grid = (space, {config_key(c) for c in enumerate_space(space)})
+        taken = {TrialAttrs.of(t).config_key for t in self.study.get_trials(deepcopy=False)
+                 if TrialAttrs.of(t).counted or t.state == optuna.trial.TrialState.RUNNING}
+        return self._grid[1] <= taken
+
+    def confirm(self, pool: TrialPool,
+                request: Callable[[dict[str, Any], str, MeasurementProtocol], TrialRequest]) -> None:
+        """Measure the best ``confirm`` configurations once more, unpruned (each at most once per
+        study: a resumed study measures only those not measured again yet). ``request(params,
+        name, protocol)`` is the request of a re-measurement whose files go under ``trials/<name>``."""
+        todo = _ranked_configurations(self.study)[:self.o.confirm]
+        done = {TrialAttrs.of(t).confirms for t in self.study.get_trials(deepcopy=False)}
+        todo = [t for t in todo if t.number not in done]
+        in_flight: dict[Hashable, optuna.trial.FrozenTrial] = {}
+        while todo or in_flight:
+            while todo and pool.free and not self.timed_out() and self.budget.allows(self.study, len(in_flight)):
+                original = todo.pop(0)
+                params = TrialResult.model_validate_json(TrialAttrs.of(original).result or "").plan.params
+                tag = ("confirm", original.number)
+                pool.submit(request(params, f"{original.number:04d}-again", self.o.protocol), tag=tag)
+                in_flight[tag] = original
+            if not in_flight:
+                break
+            self.on_progress(len(in_flight))
+            for tag, result_json, error in pool.wait(timeout=1.0):
+                self.told.tell_confirmation(in_flight.pop(tag), result_json, error)
+        skipped = [t.number for t in todo]
+        if skipped:
+            self.told.notes.append(f"the study's time or budget ran out before trials {', '.join(map(str, skipped))} "
+                                   "were measured again")
+
+

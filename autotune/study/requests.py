@@ -1,0 +1,77 @@
+"""What a worker gets for one configuration of a study: its plan in the caller's environment, the
+script and its arguments, where its files go, and the protocol it measures by."""
+
+from __future__ import annotations
+
+import os
+from pathlib import Path
+from typing import Any
+
+from autotune.records import CompileRequest, MeasurementProtocol, TrialPlan, TrialRequest
+from autotune.space import SearchSpace, compile_key
+from autotune.study.compile_stage import compile_job
+from autotune.study.options import StudyOptions
+from autotune.targets import Target
+from autotune.trial import plan_for
+
+
+class TrialRequests:
+    """Requests for the trials of one study. ``space`` is the study's space as it stands: a knob
+    that never reached the script is held from then on."""
+
+    def __init__(self, target: Target, space: SearchSpace, script: Path, options: StudyOptions, *,
+                 environ: dict[str, str], caller_env: dict[str, str], cache_root: Path | None,
+                 memory_limit: int | None, provenance: dict[str, Any]) -> None:
+        from autotune.cache import environment_of, model_of
+
+        self.target = target
+        self.space = space
+        self.script = script
+        self.o = options
+        #: The environment a trial would inherit from the caller, and what of it travels with each trial.
+        self.environ = environ
+        self.caller_env = caller_env
+        #: Where compiled graphs and results are kept (``None``: a study kept in memory keeps none).
+        self.cache_root = cache_root
+        self.memory_limit = memory_limit
+        #: Where it measures, as each submitted trial keeps it; the parts of it that key remembered
+        #: results and compiled graphs.
+        self.provenance = provenance
+        self.model_key: dict[str, Any] = model_of(provenance)
+        self.env_key: dict[str, Any] = environment_of(provenance)
+
+    def plan(self, params: dict[str, Any]) -> TrialPlan:
+        """``params`` as a trial applies them in the caller's environment: the target adds its flags
+        to the caller's (theirs kept, its own winning on the same flag) and keeps a device the caller
+        chose; the caller's variables travel in the plan, to whichever worker runs it."""
+        plan = plan_for(self.target, self.space, params, base_env=self.environ,
+                        cache_root=str(self.cache_root) if self.cache_root is not None else None)
+        for name, value in self.caller_env.items():
+            plan.env.setdefault(name, value)
+        return plan
+
+    def request(self, params: dict[str, Any], trial_dir: Path, protocol: MeasurementProtocol,
+                plan: TrialPlan | None = None) -> TrialRequest:
+        """What a worker needs to run one trial of ``params``."""
+        return TrialRequest(
+            plan=plan or self.plan(params),
+            script=str(self.script),
+            args=list(self.o.args), cwd=os.getcwd(), trial_dir=str(trial_dir.resolve()),
+            timeout_s=self.o.trial_timeout, memory_bytes=self.memory_limit, protocol=protocol,
+            seed=self.o.seed or 0)
+
+    def result_key(self, params: dict[str, Any], devices_per_trial: int | None) -> str:
+        from autotune.cache import result_key
+
+        return result_key(model=self.model_key, environment=self.env_key, target=self.target.name,
+                          params=params, protocol_version=self.o.protocol.version,
+                          devices_per_trial=devices_per_trial)
+
+    def compile_split(self, request: TrialRequest) -> tuple[CompileRequest, TrialRequest] | None:
+        """``request`` as a compile job and the measure job that follows it (:func:`compile_job`)."""
+        from autotune.cache import artifact_key
+
+        return compile_job(self.target, request, platform=self.o.platform, cache_root=str(self.cache_root),
+                           key_of=lambda env: artifact_key(
+                               model=self.model_key, environment=self.env_key, target=self.target.name,
+                               graphs=compile_key(request.plan.params), env=env))
