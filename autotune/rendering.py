@@ -23,11 +23,12 @@ def format_value(value: float, metric: str) -> str:
 def fmt_bytes(n: int | None) -> str:
     if n is None:
         return "-"
+    size = float(n)
     for unit in ("B", "KiB", "MiB", "GiB", "TiB"):
-        if n < 1024 or unit == "TiB":
-            return f"{n:.0f} {unit}" if unit == "B" else f"{n:.1f} {unit}"
-        n /= 1024
-    return str(n)
+        if size < 1024 or unit == "TiB":
+            return f"{size:.0f} {unit}" if unit == "B" else f"{size:.1f} {unit}"
+        size /= 1024
+    return str(size)
 
 
 def fmt_seconds(s: float | None) -> str:

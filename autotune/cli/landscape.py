@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import json
 from pathlib import Path
-from typing import Optional
+from typing import Any, Optional
 
 import typer
 from rich.console import Console
@@ -162,7 +162,7 @@ def replay_cmd(
     from autotune.landscapes.replay import replay_study
 
     landscape = load_landscape(path)
-    chosen = {"sampler": sampler} if sampler else {}
+    chosen: dict[str, Any] = {"sampler": sampler} if sampler else {}
     result, pool = replay_study(landscape, trials=trials, workers=workers, seed=seed, **chosen)
     best = landscape.best()
     if json_out:
@@ -172,7 +172,7 @@ def replay_cmd(
     out = Console()
     found = result.best
     out.print(f"{len(pool.trials)} trials replayed in {pool.clock:,.0f} simulated seconds", highlight=False)
-    if found is not None:
-        out.print(f"best found: {found.throughput:,.1f} samples/s ({found.throughput / best.throughput:.1%} of the "
+    if found is not None and found.throughput is not None:
+        out.print(f"best found: {found.throughput:,.1f} samples/s ({found.throughput / best.figure:.1%} of the "
                   f"landscape's best) at {json.dumps(found.params, sort_keys=True)}", highlight=False, soft_wrap=True)
     out.print(f"landscape's best: {best.throughput:,.1f} samples/s at {best.key}", highlight=False, soft_wrap=True)

@@ -74,6 +74,13 @@ class ConfigRecord:
         return self.status == "ok" and self.throughput is not None
 
     @property
+    def figure(self) -> float:
+        """The throughput of a configuration that ran (:attr:`ok`)."""
+        if self.throughput is None:
+            raise ValueError(f"configuration {self.key} has no figure: it did not run")
+        return self.throughput
+
+    @property
     def outcome(self) -> str:
         """``ok``, or the category of its failure (a failure recorded without one: the script's)."""
         return "ok" if self.ok else (self.category or FailureCategory.script_error.value)
@@ -106,7 +113,7 @@ class ConfigRecord:
             rec.windows, rec.converged, rec.warmup_steps = m.windows, m.converged, m.warmup_steps
             rec.measure_seconds = round(m.steps_measured * m.samples_per_step / m.throughput, 3) \
                 if m.throughput > 0 else 0.0
-        if rec.status == "ok":
+        if m is not None and rec.status == "ok":
             rec.throughput, rec.ci95_low, rec.ci95_high = m.throughput, m.ci95_low, m.ci95_high
             rec.step_time_median = m.step_time_median
         else:
@@ -237,7 +244,7 @@ def runs_by_configuration(landscape: Landscape) -> dict[str, list[ConfigRecord]]
 
 def _mean_record(ok: list[ConfigRecord]) -> ConfigRecord:
     """The first of a configuration's runs that ran, with the mean of their figures."""
-    return replace(ok[0], throughput=statistics.fmean(r.throughput for r in ok))
+    return replace(ok[0], throughput=statistics.fmean(r.figure for r in ok))
 
 
 def by_configuration(landscape: Landscape) -> list[tuple[ConfigRecord, list[float]]]:
@@ -248,8 +255,8 @@ def by_configuration(landscape: Landscape) -> list[tuple[ConfigRecord, list[floa
     for rs in runs_by_configuration(landscape).values():
         ok = [r for r in rs if r.ok]
         if ok:
-            out.append((_mean_record(ok), [r.throughput for r in ok]))
-    return sorted(out, key=lambda item: -item[0].throughput)
+            out.append((_mean_record(ok), [r.figure for r in ok]))
+    return sorted(out, key=lambda item: -item[0].figure)
 
 
 def summary(landscape: Landscape) -> dict[str, Any]:
@@ -261,13 +268,13 @@ def summary(landscape: Landscape) -> dict[str, Any]:
         if not r.ok:
             failures[r.category or "unknown"] = failures.get(r.category or "unknown", 0) + 1
     best, best_runs = ranked[0] if ranked else (None, [])
-    near = [r for r, _ in ranked if best and r.throughput >= 0.98 * best.throughput]
+    near = [r for r, _ in ranked if best and r.figure >= 0.98 * best.figure]
     return {
         "configurations": len({r.key for r in landscape.records}), "measurements": len(landscape.records),
         "expected": (landscape.header.get("configurations") or 0) + landscape.header.get("refine", 0),
         "ok": len(ranked), "failures": failures,
         "best": {"params": best.params, "throughput": best.throughput, "runs": len(best_runs)} if best else None,
         "within_2pct": len(near),
-        "worst_throughput": min((r.throughput for r, _ in ranked), default=math.nan),
+        "worst_throughput": min((r.figure for r, _ in ranked), default=math.nan),
         "wall_seconds": round(sum(r.wall_seconds for r in landscape.records), 1),
     }

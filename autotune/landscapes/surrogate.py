@@ -88,13 +88,15 @@ class ConfigEncoder:
     def __init__(self, space: SearchSpace) -> None:
         self.space = space
         self.params: list[Parameter] = [p for p in space.in_dependency_order() if p.name not in space.fixed]
+        choices: dict[str, list[Any]] = {}
         for p in self.params:
             if p.choices is None:
                 raise AutotuneError(f"{space.source}: parameter {p.name!r} is a range; a surrogate needs "
                                     "every parameter to have 'choices'")
-        self.levels = {p.name: [None, *p.choices] for p in self.params}
-        self.numeric = {p.name for p in self.params
-                        if all(isinstance(v, (int, float)) and not isinstance(v, bool) for v in p.choices)}
+            choices[p.name] = list(p.choices)
+        self.levels = {name: [None, *values] for name, values in choices.items()}
+        self.numeric = {name for name, values in choices.items()
+                        if all(isinstance(v, (int, float)) and not isinstance(v, bool) for v in values)}
 
     def canonical(self, configs: list[dict[str, Any]]) -> list[dict[str, Any]]:
         return [canonical(self.space, c) for c in configs]
@@ -150,7 +152,7 @@ class Surrogate:
         ok = np.array([r.ok for r in records])
         self.ok_records = [r for r in records if r.ok]
         sigma = np.array([max(interval_sigma(r), SIGMA_FLOOR) for r in self.ok_records])
-        y = np.log([r.throughput for r in self.ok_records])
+        y = np.log([r.figure for r in self.ok_records])
         self.throughput = sk.ensemble.GradientBoostingRegressor(**BOOSTING, random_state=seed)
         self.throughput.fit(X[ok], y, sample_weight=_weights(sigma))
         self.ok_levels = self.levels[ok]
@@ -291,7 +293,7 @@ def _mean(forest: Any, X: np.ndarray, proba: bool = False) -> np.ndarray:
     the trees themselves on one row."""
     X = np.asarray(X, dtype=np.float32)
     trees = forest.estimators_
-    return sum((t.predict_proba if proba else t.predict)(X, check_input=False) for t in trees) / len(trees)
+    return np.sum([(t.predict_proba if proba else t.predict)(X, check_input=False) for t in trees], axis=0) / len(trees)
 
 
 # -- how far to trust it --------------------------------------------------------------------------
@@ -353,20 +355,23 @@ def held_out_error(landscape: Landscape, *, folds: int = 5, seed: int = 0) -> Su
         model = Surrogate(space, fitted, seed=seed)
         log_tp = model.predict_log_throughput([r.params for r in held])
         status = model.predict_status([r.params for r in held])
-        guess = statistics.median(r.throughput for r in fitted if r.ok)
+        guess = statistics.median(r.figure for r in fitted if r.ok)
         for i, lt, st in zip(test, log_tp, status):
             predicted[int(i)] = (math.exp(lt), st)
             constant[int(i)] = guess
     ok = [i for i, r in enumerate(records) if r.ok]
-    rel = [abs(predicted[i][0] - records[i].throughput) / records[i].throughput for i in ok]
-    const = [abs(constant[i] - records[i].throughput) / records[i].throughput for i in ok]
+    rel = [abs(predicted[i][0] - records[i].figure) / records[i].figure for i in ok]
+    const = [abs(constant[i] - records[i].figure) / records[i].figure for i in ok]
     truth = [r.outcome for r in records]
     failed = [i for i, r in enumerate(records) if not r.ok]
-    noise = [(r.ci95_high - r.ci95_low) / 2 / r.throughput for r in records if r.ok and r.ci95_high is not None]
-    top = sorted(ok, key=lambda i: -records[i].throughput)[:max(5, len(ok) // 10)] if len(ok) >= 10 else []
-    signed = [predicted[i][0] / records[i].throughput - 1 for i in top]
-    rho = stats.spearmanr([predicted[i][0] for i in ok], [records[i].throughput for i in ok]).statistic \
-        if len(ok) > 2 else math.nan
+    noise = [(r.ci95_high - r.ci95_low) / 2 / r.figure for r in records
+             if r.ok and r.ci95_high is not None and r.ci95_low is not None]
+    top = sorted(ok, key=lambda i: -records[i].figure)[:max(5, len(ok) // 10)] if len(ok) >= 10 else []
+    signed = [predicted[i][0] / records[i].figure - 1 for i in top]
+    # scipy's annotations leave its result tuple's class unnamed ("_"): its fields are unseen.
+    correlation = stats.spearmanr([predicted[i][0] for i in ok], [records[i].figure for i in ok]) \
+        if len(ok) > 2 else None
+    rho = correlation.statistic if correlation is not None else math.nan  # pyright: ignore[reportAttributeAccessIssue]
     return SurrogateError(
         records=len(records), folds=folds, median_relative_error=statistics.median(rel),
         rank_correlation=float(rho), constant_error=statistics.median(const),
@@ -453,14 +458,14 @@ class SurrogateLandscape(Landscape):
             self.best_basis = f"every one of its {len(pool):,} configurations"
         else:
             pool = self.answer(sample_space(self.space, MAX_ENUMERATED, self.seed))
-            ranked = sorted((r for r in pool if r.ok), key=lambda r: -r.throughput)[:LOCAL_STARTS]
+            ranked = sorted((r for r in pool if r.ok), key=lambda r: -r.figure)[:LOCAL_STARTS]
             pool = pool + [self._climb(r) for r in ranked]
             self.best_basis = (f"{MAX_ENUMERATED:,} sampled configurations of up to {self._grid:,}, and a local "
                                f"search from the best {LOCAL_STARTS}")
         ok = {config_key(canonical(self.space, r.params)): r for r in pool if r.ok}
         if not ok:
             raise AutotuneError(f"the surrogate of {self.path} predicts no configuration to run")
-        return sorted(ok.values(), key=lambda r: -r.throughput)
+        return sorted(ok.values(), key=lambda r: -r.figure)
 
     def measured(self, params: dict[str, Any]) -> list[ConfigRecord]:
         """The recorded measurements of ``params`` (its canonical form), if it was recorded."""
@@ -484,7 +489,7 @@ class SurrogateLandscape(Landscape):
         current = start
         while True:
             ok = [r for r in self.answer(one_knob_changes(self.space, current.params)) if r.ok]
-            better = max(ok, key=lambda r: r.throughput, default=None)
-            if better is None or better.throughput <= current.throughput:
+            better = max(ok, key=lambda r: r.figure, default=None)
+            if better is None or better.figure <= current.figure:
                 return current
             current = better

@@ -223,7 +223,7 @@ def convicted(X: np.ndarray, ok: np.ndarray, Xc: np.ndarray, sizes: Sequence[int
     unset = np.zeros(A.shape[1], dtype=bool)
     unset[np.cumsum([0, *sizes[:-1]])] = True
     guilty = (A[broke].sum(axis=0) >= 2) & (A[ok > 0].sum(axis=0) == 0) & ~unset
-    return (one_hot(Xc, sizes)[:, 1:] > 0)[:, guilty].any(axis=1)
+    return np.asarray((one_hot(Xc, sizes)[:, 1:] > 0)[:, guilty].any(axis=1))
 
 
 def ridge_predict(X: np.ndarray, y: np.ndarray, Xc: np.ndarray, sizes: Sequence[int], l2: float = 1.0) -> np.ndarray:

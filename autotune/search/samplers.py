@@ -47,6 +47,7 @@ def suggest_one(trial: Any, p: Parameter) -> Any:
         if p.default is None:
             choices = [None, *choices]
         return trial.suggest_categorical(p.name, choices)
+    low, high = p.bounds
     if p.type == "int":
-        return trial.suggest_int(p.name, int(p.low), int(p.high), step=int(p.step or 1), log=p.log)
-    return trial.suggest_float(p.name, float(p.low), float(p.high), step=p.step, log=p.log)
+        return trial.suggest_int(p.name, int(low), int(high), step=int(p.step or 1), log=p.log)
+    return trial.suggest_float(p.name, low, high, step=p.step, log=p.log)

@@ -111,13 +111,13 @@ class AutotuneSampler(BaseSampler):
 
     # -- the Optuna sampler interface ---------------------------------------------------------------
     def infer_relative_search_space(self, study: Any, trial: Any) -> dict[str, Any]:
-        return {} if self.categorical else self._fallback.infer_relative_search_space(study, trial)
+        return {} if self._fallback is None else self._fallback.infer_relative_search_space(study, trial)
 
     def sample_relative(self, study: Any, trial: Any, search_space: dict[str, Any]) -> dict[str, Any]:
-        return {} if self.categorical else self._fallback.sample_relative(study, trial, search_space)
+        return {} if self._fallback is None else self._fallback.sample_relative(study, trial, search_space)
 
     def sample_independent(self, study: Any, trial: Any, param_name: str, param_distribution: Any) -> Any:
-        if not self.categorical or param_name not in self.levels:
+        if self._fallback is not None:
             return self._fallback.sample_independent(study, trial, param_name, param_distribution)
         config = self._picked.get(trial._trial_id)
         if config is None:
@@ -128,12 +128,12 @@ class AutotuneSampler(BaseSampler):
         return param_distribution.choices[int(self.rng.integers(len(param_distribution.choices)))]
 
     def before_trial(self, study: Any, trial: Any) -> None:
-        if not self.categorical:
+        if self._fallback is not None:
             self._fallback.before_trial(study, trial)
 
     def after_trial(self, study: Any, trial: Any, state: Any, values: Any) -> None:
         self._picked.pop(trial._trial_id, None)
-        if not self.categorical:
+        if self._fallback is not None:
             self._fallback.after_trial(study, trial, state, values)
 
     def reseed_rng(self) -> None:
@@ -211,7 +211,8 @@ class AutotuneSampler(BaseSampler):
         if self.cost_power and len(X):
             score = score / self._predicted_cost(history, X, candidates, Xc) ** self.cost_power
         if self.local_patience and ok.any():
-            near = self._near_best(X, values, maximize, Xc, self._started(history) if self.patience_after_start else 0)
+            near = self._near_best(X, values, maximize, Xc, self.local_patience,
+                                   self._started(history) if self.patience_after_start else 0)
             if (score * near).max() > 0:
                 score = score * near
         best = np.flatnonzero(score >= score.max() * (1 - 1e-9))
@@ -244,10 +245,10 @@ class AutotuneSampler(BaseSampler):
         return float(gain.max())
 
     def _near_best(self, X: np.ndarray, values: list[float | None], maximize: bool, Xc: np.ndarray,
-                   started: int = 0) -> np.ndarray:
+                   patience: int, started: int = 0) -> np.ndarray:
         """1 for the candidates within the trust region, 0 elsewhere: those that differ from the best
         configuration measured in at most ``radius`` knobs, where the radius is 1 while the best keeps
-        improving and grows by one for every ``local_patience`` trials since it last did."""
+        improving and grows by one for every ``patience`` trials since it last did."""
         best, improved, top = -1, -1, -math.inf
         for i, v in enumerate(values):
             if v is None:
@@ -260,7 +261,7 @@ class AutotuneSampler(BaseSampler):
         # The study's starting points (the baseline, the known-good) are not the search's trials:
         # the patience counts from the first trial this sampler chose.
         improved = max(improved, min(started, len(values)) - 1)
-        radius = 1 + (len(values) - 1 - improved) // self.local_patience
+        radius = 1 + (len(values) - 1 - improved) // patience
         return ((Xc != X[best]).sum(axis=1) <= radius).astype(float)
 
     def _started(self, history: list[Any]) -> int:
@@ -460,7 +461,7 @@ def measured_history(study: Any) -> tuple[list[tuple[dict[str, Any], float | Non
             facts["convicting"] = 1.0
         found[config_key(config)] = (config, value, facts)
     running = study.get_trials(deepcopy=False, states=(optuna.trial.TrialState.RUNNING,))
-    in_flight = {TrialAttrs.of(t).config_key for t in running if TrialAttrs.of(t).config_key}
+    in_flight = {key for key in (TrialAttrs.of(t).config_key for t in running) if key}
     return list(found.values()), in_flight
 
 

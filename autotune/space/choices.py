@@ -22,7 +22,7 @@ def with_choices(space: SearchSpace, sets: dict[str, Any]) -> tuple[SearchSpace,
     for name, value in sets.items():
         param = space.parameters.get(name)
         texts = _several(param, value) if param is not None else None
-        if texts is None:
+        if param is None or texts is None:
             rest[name] = value
             continue
         if name in space.fixed:

@@ -211,10 +211,11 @@ _SHAPES = {
 
 def _space_error(error: Any, doc: dict[str, Any], source: str) -> SpaceError:
     """A :class:`SpaceError` naming the file, the line and the problem of pydantic's ``error``."""
-    loc: tuple[Any, ...] = tuple(error["loc"])
+    # A list, not a tuple: the branches below index it by its length.
+    loc: list[Any] = list(error["loc"])
     cause = (error.get("ctx") or {}).get("error")
     if isinstance(cause, _At):
-        loc, problem = loc + cause.path, str(cause)
+        loc, problem = loc + list(cause.path), str(cause)
     elif error["type"] == "extra_forbidden":
         known = ParameterSpec.model_fields if len(loc) > 2 else SpaceFile.model_fields
         problem = f"unknown key {loc[-1]!r}" + ("" if len(loc) > 2 else f" (known: {', '.join(sorted(known))})")
@@ -232,7 +233,7 @@ def _space_error(error: Any, doc: dict[str, Any], source: str) -> SpaceError:
     return SpaceError(f"{source}: {'line ' + str(line) + ': ' if line else ''}{problem}")
 
 
-def _line(doc: Any, loc: tuple[Any, ...]) -> int | None:
+def _line(doc: Any, loc: list[Any]) -> int | None:
     """The line of the deepest key of ``loc`` that the file has (or of the mapping it is missing from)."""
     line, where = None, doc
     for key in loc:

@@ -61,11 +61,19 @@ class Parameter:
             ) from None
         if self.choices is not None and value not in self.choices:
             raise InvalidConfigError(f"parameter {self.name!r}: {value!r} is not allowed{self._allowed()}")
-        if self.low is not None and self.high is not None and not (self.low <= value <= self.high):
+        if (self.low is not None and self.high is not None and isinstance(value, (int, float))
+                and not (self.low <= value <= self.high)):
             raise InvalidConfigError(
                 f"parameter {self.name!r}: {value!r} is out of range [{_fmt(self.low)}, {_fmt(self.high)}]"
             )
         return value
+
+    @property
+    def bounds(self) -> tuple[float, float]:
+        """``(low, high)`` of a parameter given as a range (its file gives both, or it has choices)."""
+        if self.low is None or self.high is None:
+            raise ValueError(f"parameter {self.name!r} has choices, not a range")
+        return self.low, self.high
 
     def _has_choice(self, value: str) -> bool:
         return self.choices is not None and value in self.choices

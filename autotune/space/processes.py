@@ -24,18 +24,19 @@ def with_processes(space: SearchSpace, sets: dict[str, Any], nproc_per_node: int
     if value is None or PROCESSES_PARAM in space.parameters:
         return with_choices(space, sets)
     try:
-        counts = tuple(sorted({int(v) for v in str(value).split(",")}))
+        counts: tuple[int, ...] = tuple(sorted({int(v) for v in str(value).split(",")}))
     except ValueError:
         counts = ()
     if not counts or counts[0] < 1:
         raise InvalidConfigError(f"--set {PROCESSES_PARAM}={value}: a process count, or several separated by "
                                  "commas, e.g. 2 or 1,2")
     # The fewest processes are the baseline: a script written for torchrun cannot run without it.
-    param = Parameter(PROCESSES_PARAM, "int", choices=counts, default=counts[0],
+    fewest = counts[0]
+    param = Parameter(PROCESSES_PARAM, "int", choices=counts, default=fewest,
                       description="processes of the trial (torchrun --nproc_per_node); the batch size is each one's")
     rest = {k: v for k, v in sets.items() if k != PROCESSES_PARAM}
     return with_choices(replace(space, parameters={**space.parameters, PROCESSES_PARAM: param}),
-                        rest if len(counts) > 1 else {**rest, PROCESSES_PARAM: counts[0]})
+                        rest if len(counts) > 1 else {**rest, PROCESSES_PARAM: fewest})
 
 
 def most_processes(space: SearchSpace) -> int:

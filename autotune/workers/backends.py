@@ -24,7 +24,8 @@ class Backends:
 
             # Only a runtime the script started: waiting would otherwise start one (and pick a
             # device) for a script that never touched XLA.
-            if torch_xla._XLAC._xla_runtime_is_initialized():
+            # torch-xla has no public check of this; its own code asks _XLAC too.
+            if torch_xla._XLAC._xla_runtime_is_initialized():  # pyright: ignore[reportPrivateImportUsage]
                 self.xla.wait_device_ops()
         elif "torch" in sys.modules:
             import torch

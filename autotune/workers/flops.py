@@ -10,6 +10,8 @@ counted forward and backward (the gradients of the parameters, as its ``backward
 
 from __future__ import annotations
 
+import functools
+import operator
 from typing import Any
 
 
@@ -44,7 +46,8 @@ def model_flops_per_sample(module: Any, args: tuple[Any, ...], kwargs: dict[str,
                        if isinstance(t, torch.Tensor) and t.requires_grad and t.is_floating_point()]
             if training and outputs:
                 # Not Tensor.backward(): the harness counts a call of it as a training step.
-                torch.autograd.grad(sum(t.sum() for t in outputs), trained, allow_unused=True)
+                torch.autograd.grad(functools.reduce(operator.add, (t.sum() for t in outputs)), trained,
+                                    allow_unused=True)
     except Exception:  # any model that needs its data to run: no count, and the trial goes on
         return None
     total = counter.get_total_flops()

@@ -278,7 +278,7 @@ class TrialRuntime:
         # torch_xla.compile(step_fn) cuts the graph with its own module's sync, not the package's.
         module = sys.modules.get("torch_xla.torch_xla")
         if module is not None:
-            module.sync = sync
+            setattr(module, "sync", sync)
         runtime_knobs.patch_device_loader(pl, self.knobs.batches_per_execution, self.applied)
         orig_dev_next = pl.PerDeviceLoader.__next__
         clock_batch = self._clock_batch
@@ -286,7 +286,7 @@ class TrialRuntime:
         def dev_next(it: Any) -> Any:
             return clock_batch(orig_dev_next, it)
 
-        pl.PerDeviceLoader.__next__ = dev_next
+        setattr(pl.PerDeviceLoader, "__next__", dev_next)
 
     def _patch_torch_compile(self, torch: Any) -> None:
         assert self.knobs.compile is not None

@@ -191,8 +191,9 @@ class TracedModels:
         from autotune.targets.neuron.flags import merge_compiler_args
 
         orig_trace = neuronx.trace
-        orig_parallel = getattr(neuronx, "DataParallel", None)
-        orig_dynamic = getattr(neuronx, "dynamic_batch", None)
+        # Either may be missing from an older torch-neuronx; each is wrapped only where it exists.
+        orig_parallel: Any = getattr(neuronx, "DataParallel", None)
+        orig_dynamic: Any = getattr(neuronx, "dynamic_batch", None)
         spec = self.spec
 
         def parallel(model: Any, *args: Any, **kwargs: Any) -> Any:
