@@ -20,6 +20,7 @@ import hashlib
 from typing import Any
 
 import sqlalchemy as sa
+from sqlalchemy.exc import IntegrityError
 
 from autotune.study.storage import create_schema
 from autotune.trial_attrs import TrialAttrs
@@ -53,7 +54,7 @@ class Claims:
                     c.execute(claims_table.insert().values(study_id=self.study._study_id, config_digest=digest,
                                                            trial_number=number))
                 return None
-            except sa.exc.IntegrityError:
+            except IntegrityError:
                 pass
             with self.engine.begin() as c:
                 held_by = c.execute(sa.select(claims_table.c.trial_number).where(where)).scalar()
@@ -90,10 +91,12 @@ def over_budget(study: Any, number: int, trials: int) -> bool:
 
 
 def _trial(study: Any, number: int) -> Any:
-    for t in study.get_trials(deepcopy=False):
-        if t.number == number:
-            return t
-    return None
+    """Trial ``number`` of ``study``, or ``None``; from the driver's copy once it has finished."""
+    try:
+        trial_id = study._storage.get_trial_id_from_study_id_trial_number(study._study_id, number)
+    except KeyError:
+        return None
+    return study._storage.get_trial(trial_id)
 
 
 def _abandoned(trial: Any) -> bool:

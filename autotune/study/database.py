@@ -31,12 +31,13 @@ _EXAMPLE = "e.g. sqlite:///autotune.db or postgresql://user:password@host:5432/d
 def parse_url(url: str) -> Any:
     """``url`` as a :class:`sqlalchemy.engine.URL`, with the PostgreSQL driver that is installed."""
     import sqlalchemy as sa
+    from sqlalchemy.exc import ArgumentError
 
     if "://" not in url:
         raise InvalidConfigError(f"storage {_hide_password(url)!r} is not a database URL; {_EXAMPLE}")
     try:
         parsed = sa.engine.make_url(url)
-    except (sa.exc.ArgumentError, ValueError) as exc:
+    except (ArgumentError, ValueError) as exc:
         raise InvalidConfigError(f"storage {_hide_password(url)!r} is not a database URL ({exc}); {_EXAMPLE}") \
             from None
     if parsed.drivername == "postgresql" and importlib.util.find_spec("psycopg2") is None \

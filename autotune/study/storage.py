@@ -15,11 +15,14 @@ import threading
 import time
 import warnings
 from contextlib import contextmanager
-from typing import Any, Callable, Iterator, TypeVar
+from typing import TYPE_CHECKING, Any, Callable, Iterator, TypeVar
 
 from autotune.errors import AutotuneError
 from autotune.study.database import connect_args, engine_url, redacted, sqlite_path
 from autotune.study.options import default_storage
+
+if TYPE_CHECKING:
+    from autotune.study.trial_cache import TrialCache
 
 T = TypeVar("T")
 
@@ -133,17 +136,21 @@ class Heartbeats:
                     pass
 
 
-def open_storage(url: str) -> Any:
+def open_storage(url: str) -> TrialCache:
+    """The study database at ``url``, its trials kept in this process (:mod:`autotune.study.trial_cache`):
+    every study opened on it shares one copy, read from the database only where it changed."""
     import optuna
     from optuna.storages import RetryHeartbeatStaleTrialCallback
+
+    from autotune.study.trial_cache import TrialCache
 
     shown = redacted(url)  # parses it: a malformed URL is an InvalidConfigError here
     try:
         warnings.filterwarnings("ignore", category=optuna.exceptions.ExperimentalWarning)  # heartbeat_interval
-        return rdb_storage(
+        return TrialCache(rdb_storage(
             url, heartbeat_interval=HEARTBEAT_S, grace_period=GRACE_S,
             heartbeat_stale_trial_callback=RetryHeartbeatStaleTrialCallback(max_retry=2),
-        )
+        ))
     except Exception as exc:  # SQLAlchemy raises many types for a bad URL or a corrupt file
         first = str(exc).strip().splitlines()[0][:200] if str(exc).strip() else type(exc).__name__
         if isinstance(exc, ImportError) or "Failed to import DB access module" in first:
@@ -155,7 +162,7 @@ def open_storage(url: str) -> Any:
         raise AutotuneError(f"cannot open storage {shown}: {first}") from None
 
 
-def open_existing_storage(url: str) -> Any:
+def open_existing_storage(url: str) -> TrialCache:
     """:func:`open_storage` on a database that must exist already (a command that reads studies
     must not leave an empty SQLite file behind a typo)."""
     import optuna
@@ -189,8 +196,8 @@ def open_study(storage: Any, name: str, directions: list[str], sampler: Any, *, 
     notes = [_archive(storage, name)] if fresh else []
     for _ in range(3):
         try:
-            study = optuna.create_study(storage=storage, study_name=name, directions=directions, sampler=sampler,
-                                        load_if_exists=True)
+            study = optuna.create_study(storage=storage, study_name=name, sampler=sampler, load_if_exists=True,
+                                        directions=[optuna.study.StudyDirection[d.upper()] for d in directions])
             return study, [n for n in notes if n]
         except optuna.exceptions.DuplicatedStudyError:
             continue  # another driver created it between our look and our insert: load it
