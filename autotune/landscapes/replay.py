@@ -115,7 +115,7 @@ def replayed_result(r: ConfigRecord, plan: TrialPlan, charge: Charge) -> TrialRe
     result.compile = CompileStats(graphs_compiled=r.graphs_compiled, graphs_after_warmup=r.graphs_after_warmup,
                                   compile_seconds=charge.compile_seconds,
                                   cache_hits=hits if known else None, cache_misses=misses if known else None)
-    if r.ok:
+    if r.ok and r.throughput is not None:
         result.measurement = Measurement(
             throughput=r.throughput, ci95_low=r.ci95_low if r.ci95_low is not None else r.throughput,
             ci95_high=r.ci95_high if r.ci95_high is not None else r.throughput,
@@ -286,7 +286,8 @@ def early_stop_seconds(r: ConfigRecord, bar: float, min_windows: int = PRUNE_MIN
     implies; the test stops after the first window count, at least ``min_windows``, whose
     t-interval's upper end is below ``bar``.
     """
-    if not r.ok or not r.windows or r.windows <= min_windows or r.throughput >= bar or r.ci95_high is None:
+    if not r.ok or r.throughput is None or r.ci95_low is None or r.ci95_high is None or not r.windows \
+            or r.windows <= min_windows or r.throughput >= bar:
         return 0.0
     half = (r.ci95_high - r.ci95_low) / 2
     spread = half * math.sqrt(r.windows) / t975(r.windows - 1)  # one window's standard deviation

@@ -67,7 +67,7 @@ def simulate(landscape: Landscape, sampler: optuna.samplers.BaseSampler, *,
 
     def enough(trials: list[ReplayedTrial]) -> bool:
         return stop_at is not None and len(trials) >= min_trials and any(
-            t.record.ok and t.record.throughput >= stop_at for t in trials)
+            t.record.ok and t.record.throughput is not None and t.record.throughput >= stop_at for t in trials)
 
     pool = ReplayPool(landscape, enough=enough)
     options = StudyOptions(script=script_path(landscape), args=list(landscape.header.get("args", [])),

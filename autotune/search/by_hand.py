@@ -19,13 +19,18 @@ value: a person reads one number per try.
 
 from __future__ import annotations
 
-from typing import Any
+from collections.abc import Sequence
+from typing import TYPE_CHECKING, Any, cast
 
 from optuna.samplers import BaseSampler
 
 from autotune.errors import InvalidConfigError
 from autotune.search.strategy import measured_history
 from autotune.space import SearchSpace, config_key
+
+if TYPE_CHECKING:
+    import optuna
+    from optuna.distributions import BaseDistribution
 
 #: Passes over the knobs at most (each pass that changes nothing ends the method anyway).
 MAX_PASSES = 5
@@ -125,23 +130,30 @@ class ByHandSampler(BaseSampler):
         self.space = space
         self._picked: dict[int, dict[str, Any]] = {}
 
-    def infer_relative_search_space(self, study: Any, trial: Any) -> dict[str, Any]:
+    def infer_relative_search_space(self, study: optuna.Study, trial: optuna.trial.FrozenTrial
+                                    ) -> dict[str, BaseDistribution]:
         return {}
 
-    def sample_relative(self, study: Any, trial: Any, search_space: dict[str, Any]) -> dict[str, Any]:
+    def sample_relative(self, study: optuna.Study, trial: optuna.trial.FrozenTrial,
+                        search_space: dict[str, BaseDistribution]) -> dict[str, Any]:
         return {}
 
-    def sample_independent(self, study: Any, trial: Any, param_name: str, param_distribution: Any) -> Any:
+    def sample_independent(self, study: optuna.Study, trial: optuna.trial.FrozenTrial, param_name: str,
+                           param_distribution: BaseDistribution) -> Any:
         config = self._picked.get(trial._trial_id)
         if config is None:
             config = self._picked[trial._trial_id] = self.propose(study)
         value = config.get(param_name)
-        return value if value in param_distribution.choices else param_distribution.choices[0]
+        # The method tries the listed choices of each knob (knob_values): a parameter with choices
+        # is asked as a categorical (autotune.search.samplers.suggest_one).
+        choices = cast("optuna.distributions.CategoricalDistribution", param_distribution).choices
+        return value if value in choices else choices[0]
 
-    def after_trial(self, study: Any, trial: Any, state: Any, values: Any) -> None:
+    def after_trial(self, study: optuna.Study, trial: optuna.trial.FrozenTrial, state: optuna.trial.TrialState,
+                    values: Sequence[float] | None) -> None:
         self._picked.pop(trial._trial_id, None)
 
-    def propose(self, study: Any) -> dict[str, Any]:
+    def propose(self, study: optuna.Study) -> dict[str, Any]:
         import optuna
 
         maximize = study.direction == optuna.study.StudyDirection.MAXIMIZE

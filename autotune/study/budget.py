@@ -18,7 +18,7 @@ from __future__ import annotations
 
 import datetime
 from dataclasses import dataclass, field
-from typing import Any
+from typing import TYPE_CHECKING
 
 from pydantic import BaseModel
 
@@ -26,6 +26,9 @@ from autotune.errors import PricingError
 from autotune.pricing import Price, instance_rate
 from autotune.records import TrialResult
 from autotune.trial_attrs import StudyAttrs, TrialAttrs
+
+if TYPE_CHECKING:
+    import optuna
 
 
 class Spend(BaseModel):
@@ -44,7 +47,7 @@ class Spend(BaseModel):
     stopped: str | None = None
 
 
-def machine_seconds(trial: Any) -> float:
+def machine_seconds(trial: optuna.trial.FrozenTrial) -> float:
     """The wall seconds that ``trial`` (an Optuna trial) held its share of the instance: its run
     and its compile job ahead of it; 0 for one answered without running anything."""
     attrs = TrialAttrs.of(trial)
@@ -60,7 +63,7 @@ def instance_share(instance_type: str | None, devices_per_trial: int | None) -> 
     return 1.0 / side_by_side
 
 
-def spend_over_time(study: Any) -> list[tuple[datetime.datetime, float, float | None]]:
+def spend_over_time(study: optuna.Study) -> list[tuple[datetime.datetime, float, float | None]]:
     """(when a trial ended, instance-hours spent up to it, dollars up to it or ``None`` without a
     price) at each trial of a stored study that cost machine time, in the order they ended."""
     attrs = StudyAttrs.of(study)
@@ -104,7 +107,7 @@ class Budget:
     def capped(self) -> bool:
         return self.hours is not None or self.usd is not None
 
-    def spent_hours(self, study: Any) -> tuple[float, int]:
+    def spent_hours(self, study: optuna.Study) -> tuple[float, int]:
         """Instance-hours the study's finished trials took, and how many of them ran."""
         for t in study.get_trials(deepcopy=False):
             if t.number not in self._seconds and t.state.is_finished():
@@ -112,7 +115,7 @@ class Budget:
         ran = [s for s in self._seconds.values() if s > 0]
         return sum(ran) * self.share / 3600, len(ran)
 
-    def allows(self, study: Any, running: int) -> bool:
+    def allows(self, study: optuna.Study, running: int) -> bool:
         """Whether one more trial fits under the caps, with ``running`` trials of this driver still
         running; once it does not, the study stops asking (and :attr:`stopped` says why)."""
         if self.stopped is not None:
@@ -131,7 +134,7 @@ class Budget:
                 return False
         return True
 
-    def spend(self, study: Any) -> Spend:
+    def spend(self, study: optuna.Study) -> Spend:
         hours, ran = self.spent_hours(study)
         return Spend(hours=hours, usd=hours * self.price.per_hour if self.price else None, trials=ran,
                      budget_hours=self.hours, budget_usd=self.usd, stopped=self.stopped)

@@ -34,9 +34,8 @@ from autotune.host import instance_type
 from autotune.objectives import Constraint, objective
 from autotune.pricing import check_instance_type, resolve_price, trial_rate
 from autotune.records import FailureCategory, TrialResult
-from autotune.search.configurations import starting_points as known_starting_points
 from autotune.search.samplers import make_sampler
-from autotune.space import SearchSpace, config_key
+from autotune.space import SearchSpace
 from autotune.space.processes import most_processes, with_processes
 from autotune.study.budget import Budget
 from autotune.study.claims import Claims
@@ -50,12 +49,14 @@ from autotune.study.options import DEFAULT_DIR, StudyOptions, StudyProgress, Stu
 from autotune.study.outputs import TrialSummary, check_writable, write_outputs
 from autotune.study.record import TrialRecorder
 from autotune.study.requests import TrialRequests
-from autotune.study.results import _best, baseline_value, best_config, maximizes, study_result, study_summaries
+from autotune.study.results import baseline_value, best_config, maximizes, study_result, study_summaries, \
+    update_progress
 from autotune.study.storage import Heartbeats, open_storage
-from autotune.study.warm_start import WarmStart, after_baseline, describe, earlier_studies, read_warm_start
+from autotune.study.starting import enqueue_starting_points, warm_start
+from autotune.study.warm_start import WarmStart, earlier_studies
 from autotune.targets import Target, resolve_target
 from autotune.trial import check_script, load_trial_space, validate_for
-from autotune.trial_attrs import StudyAttrs, TrialAttrs, trial_attrs, write
+from autotune.trial_attrs import TrialAttrs, write
 from autotune.units import parse_size
 
 if TYPE_CHECKING:
@@ -235,13 +236,14 @@ class Study:
         note = self.target.availability_note()
         if note:
             self.notes.append(note)
-        self.warm = self._warm_start(storage, [name for name in warm_from if name != self.name])
+        self.warm = warm_start(storage, [name for name in warm_from if name != self.name], study, self.space,
+                               self.target.check, self.notes)
         for told in study.get_trials(deepcopy=False, states=(optuna.trial.TrialState.COMPLETE,
                                                              optuna.trial.TrialState.FAIL)):
             if TrialAttrs.of(told).idle:  # a resumed study: what its trials showed still holds
                 self._hold_idle_knobs(told.number, TrialResult.model_validate_json(TrialAttrs.of(told).result or ""))
         optuna.storages.fail_stale_trials(study)
-        self._enqueue_starting_points()
+        enqueue_starting_points(study, self.space, self.baseline_params, self.warm, self.starting_points)
         pool, trials, done = self._pool(started_ray)
         try:
             dispatch = Dispatch(study, recorder, self.requests, pool, claims=claims, cache=self.cache, out=self.out,
@@ -297,49 +299,7 @@ class Study:
         self._hold_idle_knobs(number, result)
 
     def _hold_idle_knobs(self, number: int, result: TrialResult) -> None:
-        """Hold each parameter that trial ``number`` shows never reached the script (a batch size
-        with no DataLoader to set it on) at the baseline's value for the rest of the study: its other
-        values would measure the same run under other names, and a best among them is noise."""
-        idle = {k.param: k.detail for k in result.idle_knobs
-                if k.param in self.space.parameters and k.param not in self.space.fixed}
-        if not idle:
-            return
-        held = {name: self.baseline_params.get(name) for name in idle}
-        self.requests.space = self.space.restrict(held)
-        pin = getattr(self.study.sampler, "pin", None)
-        if pin is not None:
-            pin(held)
-        for name, detail in idle.items():
-            kept = "the script's own value" if held[name] is None else f"{name}={held[name]}"
-            self.notes.append(f"{name} never reached the script (trial {number}: {detail}); the rest of the "
-                              f"study keeps {kept}")
-
-    def _warm_start(self, storage: optuna.storages.BaseStorage, names: list[str]) -> WarmStart:
-        """Read the earlier studies ``names``; their results become the sampler's prior."""
-        warm = read_warm_start(storage, names, self.space, self.target.check)
-        prior = getattr(self.study.sampler, "warm", None)  # autotune's sampler; Optuna's have none
-        if prior is not None:
-            prior(warm.results, starts=warm.bests)
-        note = describe(warm)
-        if note:
-            self.notes.append(note)
-        write(self.study, warm_start=warm.studies)
-        return warm
-
-    def _enqueue_starting_points(self) -> None:
-        """Baseline first, then the earlier studies' best configurations, then the known-good
-        configurations, each once per study (or the ``starting_points`` the study was given)."""
-        if StudyAttrs.of(self.study).baseline_key is None:
-            write(self.study, baseline_key=config_key(self.baseline_params))
-        queued = {TrialAttrs.of(t).enqueued_key for t in self.study.get_trials(deepcopy=False)}
-        points = self.starting_points if self.starting_points is not None else \
-            after_baseline(known_starting_points(self.space), self.warm.bests)
-        for config in points:
-            key = config_key(config)
-            if key not in queued:
-                queued.add(key)
-                full = {p.name: config.get(p.name) for p in self.space.free_parameters if p.is_active(config)}
-                self.study.enqueue_trial(full, user_attrs=trial_attrs(enqueued_key=key), skip_if_exists=False)
+        self.notes.extend(self.requests.hold_idle_knobs(number, result, self.baseline_params, self.study.sampler))
 
     # -- results -----------------------------------------------------------------------------
     def summaries(self) -> list[TrialSummary]:
@@ -368,12 +328,6 @@ class Study:
     def _update_progress(self, running: int) -> None:
         if self.in_memory is not None:  # nothing shows it: each update reads every trial
             return
-        p = self.progress
-        p.running = running
-        p.done, _ = self.loop.counts(exclude=set()) if self.loop is not None else (0, 0)
-        p.baseline_value = baseline_value(self.study)
-        best = _best(self.study)
-        if best is not None:
-            p.best_value, p.best_params = best[1], best[0].params
+        update_progress(self.progress, self.study, running)
         if self.o.on_update:
-            self.o.on_update(p)
+            self.o.on_update(self.progress)

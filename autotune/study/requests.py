@@ -5,14 +5,17 @@ from __future__ import annotations
 
 import os
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
-from autotune.records import CompileRequest, MeasurementProtocol, TrialPlan, TrialRequest
+from autotune.records import CompileRequest, MeasurementProtocol, TrialPlan, TrialRequest, TrialResult
 from autotune.space import SearchSpace, compile_key
 from autotune.study.compile_stage import compile_job
 from autotune.study.options import StudyOptions
 from autotune.targets import Target
 from autotune.trial import plan_for
+
+if TYPE_CHECKING:
+    import optuna
 
 
 class TrialRequests:
@@ -39,6 +42,25 @@ class TrialRequests:
         self.provenance = provenance
         self.model_key: dict[str, Any] = model_of(provenance)
         self.env_key: dict[str, Any] = environment_of(provenance)
+
+    def hold_idle_knobs(self, number: int, result: TrialResult, baseline: dict[str, Any],
+                        sampler: optuna.samplers.BaseSampler) -> list[str]:
+        """Hold each parameter that trial ``number`` shows never reached the script (a batch size
+        with no DataLoader to set it on) at the ``baseline``'s value for the rest of the study, in
+        the space and in ``sampler``: its other values would measure the same run under other
+        names, and a best among them is noise. Returns what the study's notes should say."""
+        idle = {k.param: k.detail for k in result.idle_knobs
+                if k.param in self.space.parameters and k.param not in self.space.fixed}
+        if not idle:
+            return []
+        held = {name: baseline.get(name) for name in idle}
+        self.space = self.space.restrict(held)
+        pin = getattr(sampler, "pin", None)  # autotune's sampler; Optuna's propose from the space alone
+        if pin is not None:
+            pin(held)
+        return [f"{name} never reached the script (trial {number}: {detail}); the rest of the study keeps "
+                + ("the script's own value" if held[name] is None else f"{name}={held[name]}")
+                for name, detail in idle.items()]
 
     def plan(self, params: dict[str, Any]) -> TrialPlan:
         """``params`` as a trial applies them in the caller's environment: the target adds its flags

@@ -5,7 +5,7 @@ numerics guard's verdict, and a summary of every trial. Read by the study as it 
 from __future__ import annotations
 
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from autotune.config import JobConfig
 from autotune.pricing import Cost, Price, Utilisation, utilisation
@@ -13,21 +13,25 @@ from autotune.records import ApplySpec, TrialResult
 from autotune.space import SearchSpace
 from autotune.study.numerics import loss_deviation
 from autotune.study.outlook import search_outlook
-from autotune.study.options import EXIT_ALL_FAILED, EXIT_OK, StudyResult
+from autotune.study.options import EXIT_ALL_FAILED, EXIT_OK, StudyProgress, StudyResult
 from autotune.objectives import speedup
 from autotune.study.outputs import BestConfig, FrontPoint, TrialSummary
 from autotune.trial_attrs import StudyAttrs, TrialAttrs
 
+if TYPE_CHECKING:
+    import optuna
 
-def _baseline_losses(study: Any, attrs: StudyAttrs | None = None) -> list[float]:
+
+def _baseline_losses(study: optuna.Study, attrs: StudyAttrs | None = None) -> list[float]:
     key = (attrs or StudyAttrs.of(study)).baseline_key
     for t in study.get_trials(deepcopy=False):
-        if TrialAttrs.of(t).config_key == key and TrialAttrs.of(t).result is not None and t.state.name == "COMPLETE":
-            return TrialResult.model_validate_json(TrialAttrs.of(t).result).losses
+        told = TrialAttrs.of(t)
+        if told.config_key == key and told.result is not None and t.state.name == "COMPLETE":
+            return TrialResult.model_validate_json(told.result).losses
     return []
 
 
-def numerics_violated(study: Any, trial: Any, base: list[float] | None = None,
+def numerics_violated(study: optuna.Study, trial: optuna.trial.FrozenTrial, base: list[float] | None = None,
                       attrs: StudyAttrs | None = None) -> bool:
     """Whether ``trial``'s first losses left the baseline's by more than the study's tolerance.
 
@@ -54,38 +58,38 @@ def _trial_env(result: TrialResult) -> dict[str, str]:
     return {**result.plan.env, **{k: v for k, v in result.placement.items() if k.startswith("NEURON_")}}
 
 
-def objective_names(study: Any, attrs: StudyAttrs | None = None) -> list[str]:
+def objective_names(study: optuna.Study, attrs: StudyAttrs | None = None) -> list[str]:
     """The study's objectives, in the order of Optuna's values (``attrs``: the study's, where the caller has read them)."""
     attrs = attrs or StudyAttrs.of(study)
     return attrs.objectives or [attrs.metric or "throughput"]
 
 
-def _preferred(study: Any, attrs: StudyAttrs | None = None) -> int:
+def _preferred(study: optuna.Study, attrs: StudyAttrs | None = None) -> int:
     """The index of the objective that ranks configurations: ``--prefer``, else the first."""
     attrs = attrs or StudyAttrs.of(study)
     names = objective_names(study, attrs)
     return names.index(attrs.prefer) if attrs.prefer in names else 0
 
 
-def maximizes(study: Any, index: int | None = None) -> bool:
+def maximizes(study: optuna.Study, index: int | None = None) -> bool:
     import optuna
 
     return study.directions[_preferred(study) if index is None else index] == optuna.study.StudyDirection.MAXIMIZE
 
 
-def _value(trial: Any, index: int) -> float | None:
+def _value(trial: optuna.trial.FrozenTrial, index: int) -> float | None:
     """The trial's value of the objective at ``index`` (the study's :func:`_preferred`, read once
     by the caller: the study's attributes are a query on an RDB storage)."""
     return trial.values[index] if trial.values else None
 
 
-def _sign(study: Any) -> float:
+def _sign(study: optuna.Study) -> float:
     """-1 when the study maximises the preferred objective (so that sorting ascending puts the best
     first), else 1."""
     return -1.0 if maximizes(study) else 1.0
 
 
-def _measured(study: Any) -> list[tuple[Any, list[float], bool]]:
+def _measured(study: optuna.Study) -> list[tuple[Any, list[float], bool]]:
     """Each configuration measured successfully: its first trial, the values of all its
     measurements (re-measurements included; one whose losses left the baseline's counts for
     nothing, and one with a parameter that never reached the script measured another
@@ -104,9 +108,9 @@ def _measured(study: Any) -> list[tuple[Any, list[float], bool]]:
             continue
         key = told.config_key or f"#{t.number}"
         again = told.confirms is not None
-        if t.state == optuna.trial.TrialState.COMPLETE and t.values and not told.violated \
-                and not told.idle and not numerics_violated(study, t, base, attrs):
-            values.setdefault(key, []).append(_value(t, index))
+        value = _value(t, index) if t.state == optuna.trial.TrialState.COMPLETE else None
+        if value is not None and not told.violated and not told.idle and not numerics_violated(study, t, base, attrs):
+            values.setdefault(key, []).append(value)
             if not again:
                 first.setdefault(key, t)
         elif again:
@@ -114,7 +118,7 @@ def _measured(study: Any) -> list[tuple[Any, list[float], bool]]:
     return [(t, values[key], key in flaky) for key, t in first.items()]
 
 
-def _ranked(study: Any) -> list[tuple[Any, list[float], bool]]:
+def _ranked(study: optuna.Study) -> list[tuple[Any, list[float], bool]]:
     """:func:`_measured`, best first: the configurations measured more than once (the finalists
     of ``confirm``) by the mean of their measurements, then the others by their one measurement,
     then those that failed when measured again. A configuration measured once is not compared
@@ -125,14 +129,14 @@ def _ranked(study: Any) -> list[tuple[Any, list[float], bool]]:
                                                    m[0].number))
 
 
-def _ranked_configurations(study: Any) -> list[Any]:
+def _ranked_configurations(study: optuna.Study) -> list[Any]:
     """The first trial of each configuration measured, best first by that first measurement."""
     sign = _sign(study)
     index = _preferred(study)
-    return [t for t, _, _ in sorted(_measured(study), key=lambda m: (sign * _value(m[0], index), m[0].number))]
+    return [t for t, _, _ in sorted(_measured(study), key=lambda m: (sign * m[0].values[index], m[0].number))]
 
 
-def _best(study: Any) -> tuple[Any, float, list[float]] | None:
+def _best(study: optuna.Study) -> tuple[Any, float, list[float]] | None:
     """The best configuration's first trial, the mean of its measurements, and the measurements."""
     ranked = _ranked(study)
     if not ranked:
@@ -141,7 +145,7 @@ def _best(study: Any) -> tuple[Any, float, list[float]] | None:
     return t, sum(values) / len(values), values
 
 
-def baseline_trial(study: Any) -> Any | None:
+def baseline_trial(study: optuna.Study) -> Any | None:
     """The completed trial that measured the baseline configuration, if any."""
     import optuna
 
@@ -152,13 +156,13 @@ def baseline_trial(study: Any) -> Any | None:
     return None
 
 
-def baseline_value(study: Any) -> float | None:
+def baseline_value(study: optuna.Study) -> float | None:
     """The measured value of the baseline configuration, if it completed."""
     t = baseline_trial(study)
     return _value(t, _preferred(study)) if t is not None else None
 
 
-def pareto_front(study: Any) -> list[Any]:
+def pareto_front(study: optuna.Study) -> list[Any]:
     """The first trials of the configurations no other feasible one beats in every objective
     (better or equal in all, better in one), by their first measurement."""
     signs = [-1.0 if maximizes(study, i) else 1.0 for i in range(len(study.directions))]
@@ -176,7 +180,7 @@ def study_cost(stored: StudyAttrs, throughput: float | None, price: Price | None
                    devices_per_trial=stored.devices_per_trial)
 
 
-def best_config(study: Any, name: str, prov: dict[str, Any] | None = None) -> BestConfig | None:
+def best_config(study: optuna.Study, name: str, prov: dict[str, Any] | None = None) -> BestConfig | None:
     found = _best(study)
     if found is None:
         return None
@@ -224,16 +228,16 @@ def _utilisation(stored: StudyAttrs, result: TrialResult | None,
                        model_device=m.model_device)
 
 
-def _named_values(names: list[str], trial: Any) -> dict[str, float]:
+def _named_values(names: list[str], trial: optuna.trial.FrozenTrial) -> dict[str, float]:
     return dict(zip(names, trial.values or []))
 
 
-def _params(trial: Any) -> dict[str, Any]:
+def _params(trial: optuna.trial.FrozenTrial) -> dict[str, Any]:
     result = TrialAttrs.of(trial).result
     return dict(TrialResult.model_validate_json(result).plan.params) if result else dict(trial.params)
 
 
-def study_summaries(study: Any) -> list[TrialSummary]:
+def study_summaries(study: optuna.Study) -> list[TrialSummary]:
     out = []
     stored = StudyAttrs.of(study)
     base = _baseline_losses(study, stored)
@@ -279,7 +283,7 @@ def _usd_per_million(stored: StudyAttrs, throughput: float | None) -> float | No
     return cost.usd_per_million_samples if cost else None
 
 
-def trial_counts(study: Any, exclude: set[int]) -> tuple[int, int]:
+def trial_counts(study: optuna.Study, exclude: set[int]) -> tuple[int, int]:
     """Trials measured so far (in any run of the study), and trials running in other drivers
     (those not in ``exclude``)."""
     import optuna
@@ -293,12 +297,22 @@ def trial_counts(study: Any, exclude: set[int]) -> tuple[int, int]:
     return counted, running
 
 
+def update_progress(progress: StudyProgress, study: optuna.Study, running: int) -> None:
+    """``progress`` as ``study`` stands, with ``running`` trials in flight in this driver."""
+    progress.running = running
+    progress.done, _ = trial_counts(study, exclude=set())
+    progress.baseline_value = baseline_value(study)
+    best = _best(study)
+    if best is not None:
+        progress.best_value, progress.best_params = best[1], best[0].params
+
+
 #: A best measured once whose 95% interval is wider than this (half-width over throughput) gets a
 #: note suggesting --confirm; the recorded landscapes' median is 6%.
 WIDE_INTERVAL = 0.10
 
 
-def study_result(study: Any, *, name: str, storage: str, target: str, out: Path, provenance: dict[str, Any],
+def study_result(study: optuna.Study, *, name: str, storage: str, target: str, out: Path, provenance: dict[str, Any],
                  notes: list[str], ran: int, reused: int, space: SearchSpace | None = None,
                  expected_gain: float | None = None, exhausted: bool = False,
                  stopped: str | None = None) -> StudyResult:
@@ -319,7 +333,7 @@ def study_result(study: Any, *, name: str, storage: str, target: str, out: Path,
         notes.append(f"every configuration measured breaks a constraint ({', '.join(broken)}): there is no "
                      "best; loosen the bound or search other configurations")
     spread = best.relative_spread() if best is not None and len(best.measurements) < 2 else None
-    if spread is not None and spread > WIDE_INTERVAL:
+    if best is not None and spread is not None and spread > WIDE_INTERVAL:
         notes.append(f"trial {best.trial}'s 95% interval is {best.ci95_low:,.1f} .. {best.ci95_high:,.1f} "
                      f"(±{spread:.0%}): one measurement may be a lucky draw; --confirm 2 measures the "
                      "two best configurations again")
