@@ -16,7 +16,7 @@ from typing import TYPE_CHECKING, Any
 from autotune.execution.pool import TrialPool
 from autotune.records import MeasurementProtocol, TrialRequest, TrialResult
 from autotune.search.configurations import enumerate_space, grid_size
-from autotune.space import config_key
+from autotune.space import SearchSpace, config_key
 from autotune.study.budget import Budget
 from autotune.study.dispatch import Dispatch, Outcome
 from autotune.study.options import StudyOptions
@@ -53,7 +53,7 @@ class AskTell:
         #: configuration.
         self.stopped: str | None = None
         #: The configurations of the space, while it stays small and all-categorical.
-        self._grid: tuple[Any, set[str]] | None = None
+        self._grid: tuple[SearchSpace, set[str]] | None = None
 
     def timed_out(self) -> bool:
         return time.monotonic() >= self.deadline
