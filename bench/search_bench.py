@@ -15,9 +15,10 @@ Each landscape under ``landscapes/`` (``autotune landscape record``) is replayed
   known-good configurations first, then :class:`autotune.search.strategy.AutotuneSampler`, each
   measurement stopped once it is clearly behind the best so far (``--prune``).
 
-Every strategy goes through the same replay loop (:func:`autotune.landscapes.simulate.simulate`: the study's own
-suggestion and duplicate rules, a configuration measured before is answered for free and not
-counted) and the same simulated clock (recorded wall time per trial; a compile is charged at the
+Every strategy goes through the study itself (:func:`autotune.landscapes.simulate.simulate`:
+:class:`autotune.study.loop.Study` in Optuna's in-memory storage, its trials answered from the
+landscape; its suggestion and duplicate rules, a configuration measured before is answered for
+free and not counted) and the same simulated clock (recorded wall time per trial; a compile is charged at the
 cached price only when the same graphs were compiled earlier in the replay and the target's cache
 is read back across processes). For each strategy the table gives the median number of trials and
 the median simulated wall time until a configuration within 2% of the landscape's best has been
