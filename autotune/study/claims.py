@@ -17,7 +17,9 @@ which Optuna hands out one at a time) already fill N is not run.
 from __future__ import annotations
 
 import hashlib
+from dataclasses import dataclass, field
 from typing import Any
+from weakref import WeakKeyDictionary
 
 import sqlalchemy as sa
 from sqlalchemy.exc import IntegrityError
@@ -75,19 +77,39 @@ class Claims:
         return None
 
 
+@dataclass
+class _Tally:
+    """Of a study's first trials, all finished: how many of the first ``i`` count (``counted[i]``).
+    A finished trial never changes, so each is read once, and a budget check reads only the
+    trials after them (those running, and the newest): its cost stays that of the trials in
+    flight, not of the study."""
+
+    counted: list[int] = field(default_factory=lambda: [0])
+
+
+_tallies: WeakKeyDictionary[Any, _Tally] = WeakKeyDictionary()
+
+
 def over_budget(study: Any, number: int, trials: int) -> bool:
     """Whether the trials numbered below ``number`` that count or are running already fill ``trials``."""
+    tally = _tallies.setdefault(study, _Tally())
+    everything = study.get_trials(deepcopy=False)  # by number; a trial not read yet is left out
+    done = len(tally.counted) - 1
+    while done < len(everything) and everything[done].number == done and everything[done].state.is_finished():
+        tally.counted.append(tally.counted[-1] + TrialAttrs.of(everything[done]).counted)
+        done += 1
+    before = tally.counted[min(number, done)]
+    before += sum(1 for t in everything[done:] if t.number < number and _fills_budget(t))
+    return before >= trials
+
+
+def _fills_budget(trial: Any) -> bool:
+    """Counted, or running as a trial that will be (a re-measurement never is)."""
     import optuna
 
-    before = 0
-    for t in study.get_trials(deepcopy=False):
-        if t.number >= number:
-            continue
-        attrs = TrialAttrs.of(t)
-        if (t.state.is_finished() and attrs.counted) or \
-                (t.state == optuna.trial.TrialState.RUNNING and attrs.confirms is None):
-            before += 1
-    return before >= trials
+    attrs = TrialAttrs.of(trial)
+    return (trial.state.is_finished() and attrs.counted) or \
+        (trial.state == optuna.trial.TrialState.RUNNING and attrs.confirms is None)
 
 
 def _trial(study: Any, number: int) -> Any:

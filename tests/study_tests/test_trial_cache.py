@@ -76,3 +76,23 @@ def test_trials_of_another_driver_appear_in_number_order_around_this_ones(tmp_pa
     assert [t.number for t in trials] == list(range(6))
     assert all(t.state == optuna.trial.TrialState.COMPLETE for t in trials), "another driver's tell is seen"
     assert study.best_trial.number == 5
+
+
+def test_a_budget_check_reads_no_finished_trial_twice(tmp_path, monkeypatch) -> None:
+    from autotune.study import claims
+    from autotune.trial_attrs import TrialAttrs, write
+
+    study = optuna.create_study(storage=open_storage(f"sqlite:///{tmp_path / 'db'}"))
+    study.add_trials([optuna.trial.create_trial(value=1.0, user_attrs={"counted": i % 2 == 0}) for i in range(200)])
+    running = study.ask()
+    write(running, counted=False)
+    assert not claims.over_budget(study, running.number, 101), "100 of the 200 count"
+    assert claims.over_budget(study, running.number + 1, 101), "with the running one, 101"
+
+    read: list[int] = []
+    of = TrialAttrs.of
+    monkeypatch.setattr(TrialAttrs, "of", classmethod(lambda cls, t: read.append(t.number) or of(t)))
+    assert claims.over_budget(study, running.number + 1, 101)
+    assert read == [running.number], f"read again: {sorted(set(read) - {running.number})[:5]}..."
+    study.tell(running, state=optuna.trial.TrialState.FAIL)  # not counted: room again
+    assert not claims.over_budget(study, running.number + 1, 101)
