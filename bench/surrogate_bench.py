@@ -44,12 +44,16 @@ Exit code 0 when every target passes, 1 otherwise.
 ``--warm-start`` compares instead, on pairs of landscapes, autotune's default started cold with the
 same warm-started from an earlier study of the pair's first landscape (autotune's default, 20
 trials, its own seed), as ``autotune run`` warm-starts from the earlier studies of the same script
-(:mod:`autotune.study.warm_start`): the earlier best measured right after the baseline, the
-earlier results a prior of the sampler. The pairs are the landscapes of one script: its whole
-space before the small one, and the small one before the whole space; for xla the two were also
-recorded under another setting (the small landscape ran one epoch per trial, the whole space
-three). Target: fewer trials to within 5% of the best warm than cold (median) on at least two
-pairs::
+(:mod:`autotune.study.warm_start`): the earlier best measured right after the baseline (in place
+of the known-good configurations whose knobs it moved), the earlier results a prior of the
+sampler. The pairs are of one script: its whole space before the small one and the small one
+before the whole space, and the small space recorded under another setting before the small
+landscape (``A@B``: the surrogate of recording A asked on the space of recording B; the whole
+spaces were recorded with three epochs per trial, the small xla one with one, the small inductor
+one with three but on another day and with other knobs unset). For each pair it prints cold and
+warm: the median trials to within 5% of the best over the seeds, their quartiles, and on how many
+seeds warm needed fewer and more trials than cold with the same seed. Target: a lower median
+warm than cold on at least two pairs::
 
     python bench/surrogate_bench.py --warm-start
 """
@@ -102,7 +106,9 @@ MAX_TRIALS = 60
 WARM_PAIRS = [("landscapes/whole/inductor.jsonl", "landscapes/inductor-vit.jsonl"),
               ("landscapes/whole/xla.jsonl", "landscapes/xla-vit.jsonl"),
               ("landscapes/inductor-vit.jsonl", "landscapes/whole/inductor.jsonl"),
-              ("landscapes/xla-vit.jsonl", "landscapes/whole/xla.jsonl")]
+              ("landscapes/xla-vit.jsonl", "landscapes/whole/xla.jsonl"),
+              ("landscapes/whole/inductor.jsonl@landscapes/inductor-vit.jsonl", "landscapes/inductor-vit.jsonl"),
+              ("landscapes/whole/xla.jsonl@landscapes/xla-vit.jsonl", "landscapes/xla-vit.jsonl")]
 #: Pairs on which a warm start must need fewer trials than a cold one.
 WARM_PAIRS_FEWER = 2
 #: Trials of the earlier study that a warm start reads.
@@ -165,7 +171,7 @@ class Outcome:
 def _one(args: tuple[str, Strategy, int, int]) -> Outcome:
     path, strategy, seed, max_trials = args
     land = surrogate(path)
-    best = land.best().throughput
+    best = land.best().figure
     points = {"study": starting_points(land.space), "baseline": starting_points(land.space)[:1]}.get(strategy.start, [])
     trace = simulate(land, strategy.sampler(land.space, seed), starting_points=points, max_trials=max_trials,
                      stop_at=(1 - min(WITHIN)) * best, min_trials=max(AFTER), early_stop=strategy.early_stop)
@@ -178,13 +184,24 @@ def _one(args: tuple[str, Strategy, int, int]) -> Outcome:
     return Outcome(reach, after)
 
 
-def _earlier_study(path: str, seed: int) -> list[tuple[dict[str, Any], float | None]]:
-    """The results of an earlier study on ``path``: autotune's default for EARLIER_TRIALS trials."""
+@functools.lru_cache(maxsize=None)
+def _asked_on(spec: str) -> SurrogateLandscape:
+    """``A@B``: the surrogate of recording A answering the configurations of recording B's space (the
+    same space measured under A's setting); a plain path: its own surrogate."""
+    recording, _, space_of = spec.partition("@")
+    if not space_of:
+        return surrogate(recording)
+    return SurrogateLandscape(load_landscape(space_of), surrogate(recording).surrogate)
+
+
+def _earlier_study(spec: str, seed: int) -> list[tuple[dict[str, Any], float | None]]:
+    """The results of an earlier study on ``spec`` (:func:`_asked_on`): autotune's default for
+    EARLIER_TRIALS trials."""
     import json
 
     from autotune.search.strategy import AutotuneSampler
 
-    land = surrogate(path)
+    land = _asked_on(spec)
     trace = simulate(land, AutotuneSampler(land.space, seed=seed), starting_points=starting_points(land.space),
                      max_trials=EARLIER_TRIALS, early_stop=PRUNED)
     return [(json.loads(step.key), step.value) for step in trace.steps]
@@ -193,19 +210,18 @@ def _earlier_study(path: str, seed: int) -> list[tuple[dict[str, Any], float | N
 def _warm_one(args: tuple[str, str, int, bool, int]) -> float:
     """Trials to within 5% of the best on the pair's second landscape, warm-started or cold."""
     from autotune.search.strategy import AutotuneSampler
-    from autotune.study.warm_start import after_baseline, of_space
+    from autotune.study.warm_start import after_baseline, best_of
     from autotune.targets import get_target
 
     earlier, path, seed, warm, max_trials = args
     land = surrogate(path)
-    best = land.best().throughput
+    best = land.best().figure
     sampler = AutotuneSampler(land.space, seed=seed)
     points = starting_points(land.space)
     if warm:
         results = _earlier_study(earlier, seed + 1000)
-        ranked = sorted((r for r in results if r[1] is not None), key=lambda r: -r[1])
-        check = get_target(land.space.target).check
-        bests = next(([fits] for fits in (of_space(c, land.space, check) for c, _ in ranked) if fits is not None), [])
+        fits = best_of(results, land.space, get_target(land.space.target).check)
+        bests = [fits] if fits is not None else []
         sampler.warm(results, starts=bests)
         points = after_baseline(points, bests)
     trace = simulate(land, sampler, starting_points=points, max_trials=max_trials, stop_at=(1 - 0.05) * best,
@@ -214,26 +230,46 @@ def _warm_one(args: tuple[str, str, int, bool, int]) -> float:
     return float(hit[0]) if hit else math.inf
 
 
+def _spread(values: list[float]) -> str:
+    """The median and the quartiles (nearest rank: a study that never got there is no number to
+    interpolate) of trials to within 5%."""
+    ranked = sorted(values)
+    q1, q3 = ranked[(len(ranked) - 1) // 4], ranked[-1 - (len(ranked) - 1) // 4]
+    return f"{_fmt(_median(values))} ({_fmt(q1, 0)}-{_fmt(q3, 0)})"
+
+
+def _in_repo(spec: str) -> str:
+    return "@".join(str(REPO / part) for part in spec.split("@"))
+
+
+def _short(spec: str) -> str:
+    return "@".join(part.removeprefix("landscapes/") for part in spec.split("@"))
+
+
 def warm_start(seeds: int, jobs: int, max_trials: int) -> bool:
     """Print warm against cold on each pair of WARM_PAIRS; whether warm needs fewer trials on
     WARM_PAIRS_FEWER of them."""
-    work = [(str(REPO / a), str(REPO / b), seed, warm, max_trials)
+    work = [(_in_repo(a), _in_repo(b), seed, warm, max_trials)
             for a, b in WARM_PAIRS for warm in (False, True) for seed in range(seeds)]
     with ProcessPoolExecutor(max_workers=jobs) as pool:
         trials = list(pool.map(_warm_one, work, chunksize=1))
     by: dict[tuple[str, str, bool], list[float]] = {}
     for (a, b, _, warm, _), n in zip(work, trials):
         by.setdefault((a, b, warm), []).append(n)
-    print(f"Warm start against cold: trials to within 5% of the best (median of {seeds} seeds; the earlier "
-          f"study: autotune's default, {EARLIER_TRIALS} trials)\n")
+    print(f"Warm start against cold: trials to within 5% of the best, median (quartiles) over {seeds} seeds; "
+          f"the earlier study: autotune's default, {EARLIER_TRIALS} trials; fewer/more: seeds on which warm "
+          "needed fewer/more trials than cold with the same seed\n")
     fewer = 0
     for a, b in WARM_PAIRS:
-        cold, warm = (_median(by[(str(REPO / a), str(REPO / b), w)]) for w in (False, True))
-        fewer += warm < cold
-        print(f"  {b} after {a}: cold {_fmt(cold)}, warm {_fmt(warm)}"
-              + ("  (fewer warm)" if warm < cold else ""))
+        cold, warm = by[(_in_repo(a), _in_repo(b), False)], by[(_in_repo(a), _in_repo(b), True)]
+        better = _median(warm) < _median(cold)
+        fewer += better
+        print(f"  {_short(b)} after {_short(a)}:\n    cold {_spread(cold)}, warm {_spread(warm)}; "
+              f"fewer {sum(w < c for c, w in zip(cold, warm))}, more {sum(w > c for c, w in zip(cold, warm))}"
+              + ("  (fewer warm)" if better else ""))
     ok = fewer >= WARM_PAIRS_FEWER
-    print(f"  target fewer trials warm on at least {WARM_PAIRS_FEWER} pairs: {fewer}  {'PASS' if ok else 'FAIL'}")
+    print(f"  target a lower median warm than cold on at least {WARM_PAIRS_FEWER} pairs: {fewer}  "
+          f"{'PASS' if ok else 'FAIL'}")
     return ok
 
 
@@ -249,7 +285,7 @@ def run(paths: list[str], strategies: list[Strategy], seeds: int, jobs: int,
 
 
 def main() -> int:
-    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser = argparse.ArgumentParser(description=(__doc__ or "").splitlines()[0])
     parser.add_argument("landscapes", nargs="*",
                         help="landscape files (default: landscapes/whole/*.jsonl and landscapes/*.jsonl)")
     parser.add_argument("--seeds", type=int, default=SEEDS, help=f"seeds per strategy (default {SEEDS})")

@@ -7,7 +7,8 @@ other studies of the same script (by file name) and target in the same storage t
 the same objective. Two things come of them:
 
 * the best configuration of each is measured right after the baseline, before the space's
-  known-good configurations (enqueued as they are);
+  known-good configurations; a known-good configuration whose every knob an earlier best moved
+  too is not measured first at all (:func:`after_baseline`);
 * their results inform autotune's sampler as a prior
   (:meth:`autotune.search.strategy.AutotuneSampler.warm`): observations that weigh less than
   this study's own measurements. They are never this study's trials, its results or its best.
@@ -85,14 +86,22 @@ def read_warm_start(storage: Any, names: list[str], space: SearchSpace, check: A
         warm.studies.append(other)
         results = [(config, value) for config, value, _ in history]
         warm.results += results
-        ranked = sorted((r for r in results if r[1] is not None), key=lambda r: r[1], reverse=maximize)
-        for config, _ in ranked:
-            fits = of_space(config, space, check)
-            if fits is not None:
-                if fits not in warm.bests:
-                    warm.bests.append(fits)
-                break
+        fits = best_of(results, space, check, maximize=maximize)
+        if fits is not None and fits not in warm.bests:
+            warm.bests.append(fits)
     return warm
+
+
+def best_of(results: list[tuple[dict[str, Any], float | None]], space: SearchSpace, check: Any, *,
+            maximize: bool = True) -> dict[str, Any] | None:
+    """The best of an earlier study's ``results`` that is a configuration of ``space`` (:func:`of_space`),
+    in canonical form; ``None`` where none is."""
+    ranked = sorted((r for r in results if r[1] is not None), key=lambda r: r[1] or 0.0, reverse=maximize)
+    for config, _ in ranked:
+        fits = of_space(config, space, check)
+        if fits is not None:
+            return fits
+    return None
 
 
 def of_space(config: dict[str, Any], space: SearchSpace, check: Any) -> dict[str, Any] | None:
@@ -113,9 +122,29 @@ def of_space(config: dict[str, Any], space: SearchSpace, check: Any) -> dict[str
 
 
 def after_baseline(points: list[dict[str, Any]], bests: list[dict[str, Any]]) -> list[dict[str, Any]]:
-    """The study's starting points with ``bests`` right after the baseline, each configuration once."""
+    """The study's starting points (the baseline first, then the space's known-good
+    configurations) with ``bests`` right after the baseline, each configuration once.
+
+    A known-good configuration is a guess for a study that knows nothing of the script. Where an
+    earlier best moved every knob it moves (each away from the baseline), an earlier study of this
+    script chose those knobs by measuring, and its best is measured in the guess's place; the guess
+    stays a configuration the sampler may propose, with the earlier results as its prior. One
+    that moves a knob no earlier best moved (a knob the earlier space lacked) is still measured:
+    nothing replaced it. On the surrogate of the whole inductor space after a study of the small
+    one (``bench/surrogate_bench.py --warm-start``, 10 seeds), measuring ``{mode: default}``
+    after the earlier best as well cost each seed one trial.
+    """
+    if not points:
+        return list(bests)
+    baseline, known_good = points[0], points[1:]
+
+    def moved(config: dict[str, Any]) -> set[str]:
+        return {name for name in {*config, *baseline} if config.get(name) != baseline.get(name)}
+
+    by_earlier: set[str] = set().union(*map(moved, bests))
+    known_good = [c for c in known_good if not moved(c) <= by_earlier]
     out: list[dict[str, Any]] = []
-    for config in [*points[:1], *bests, *points[1:]]:
+    for config in [baseline, *bests, *known_good]:
         if config_key(config) not in {config_key(c) for c in out}:
             out.append(config)
     return out
