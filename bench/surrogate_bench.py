@@ -50,7 +50,7 @@ sampler. The pairs are of one script: its whole space before the small one and t
 before the whole space, and the small space recorded under another setting before the small
 landscape (``A@B``: the surrogate of recording A asked on the space of recording B; the whole
 spaces were recorded with three epochs per trial, the small xla one with one, the small inductor
-one with three but on another day and with other knobs unset). For each pair it prints cold and
+one with three as well, four days earlier). For each pair it prints cold and
 warm: the median trials to within 5% of the best over the seeds, their quartiles, and on how many
 seeds warm needed fewer and more trials than cold with the same seed. Target: a lower median
 warm than cold on at least two pairs::
