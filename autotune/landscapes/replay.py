@@ -124,8 +124,7 @@ def replayed_result(r: ConfigRecord, plan: TrialPlan, charge: Charge) -> TrialRe
             windows=r.windows or 0, converged=bool(r.converged), warmup_steps=r.warmup_steps or 0,
             warmup_seconds=r.warmup_seconds)
     else:
-        category = FailureCategory(r.category) if r.category in FailureCategory.__members__ \
-            else FailureCategory.script_error
+        category = FailureCategory.named(r.category) or FailureCategory.script_error
         result.failure = Failure(category=category, reason=f"(replayed) {r.reason or category.value}")
     return result
 

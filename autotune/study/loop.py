@@ -33,7 +33,7 @@ from autotune.execution.pool import LazyPool, TrialPool
 from autotune.host import instance_type
 from autotune.objectives import Constraint, objective
 from autotune.pricing import check_instance_type, resolve_price, trial_rate
-from autotune.records import FailureCategory, TrialResult
+from autotune.records import TrialResult
 from autotune.search.samplers import make_sampler
 from autotune.space import SearchSpace
 from autotune.space.processes import most_processes, with_processes
@@ -291,7 +291,7 @@ class Study:
     def _learn_from(self, number: int, result: TrialResult) -> None:
         """What a trial's result says of the study beyond its value: knobs that never reach the
         script, or a script that cannot run here at all."""
-        if result.failure is not None and result.failure.category == FailureCategory.missing_data \
+        if result.failure is not None and result.failure.category.stops_study \
                 and self.loop is not None and not self.loop.stopped:
             self.loop.stopped = f"trial {number} failed: {result.failure.reason}"
             self.notes.append(f"{self.loop.stopped}. Every configuration would fail the same way, so the study asks "

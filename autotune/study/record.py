@@ -62,7 +62,7 @@ class TrialRecorder:
         else:
             self.ran += 1
         if result_json is None:
-            write(trial, category="crash")
+            write(trial, category=FailureCategory.crash.value)
             write(trial, reason=error or "the worker failed")
             self.study.tell(trial, state=optuna.trial.TrialState.FAIL)
             self.progress.failed += 1
@@ -93,7 +93,7 @@ class TrialRecorder:
             category, reason = self._failure(result)
             write(trial, category=category)
             write(trial, reason=reason)
-            untried = category == FailureCategory.missing_data.value
+            untried = FailureCategory(category).stops_study
             if untried:  # the configuration was never tried: the trial does not count
                 write(trial, counted=False)
             self.study.tell(trial, state=optuna.trial.TrialState.FAIL)
@@ -161,7 +161,7 @@ class TrialRecorder:
             if values is None:
                 attrs["category"], attrs["reason"] = self._failure(result)
         else:
-            attrs["category"], attrs["reason"] = "crash", error or "the worker failed"
+            attrs["category"], attrs["reason"] = FailureCategory.crash.value, error or "the worker failed"
         state = optuna.trial.TrialState.COMPLETE if values is not None else optuna.trial.TrialState.FAIL
         self.study.add_trial(optuna.trial.create_trial(
             params=original.params, distributions=original.distributions, values=values, state=state,
@@ -198,7 +198,7 @@ class TrialRecorder:
         """A configuration the space or the target rejects: failed without running."""
         import optuna
 
-        write(trial, category="invalid_config")
+        write(trial, category=FailureCategory.invalid_config.value)
         write(trial, reason=reason)
         self.study.tell(trial, state=optuna.trial.TrialState.FAIL)
         self.finished(trial.number, trial.params, None, "failed (invalid_config)")
@@ -229,7 +229,7 @@ class TrialRecorder:
                 or self.study.get_trials(deepcopy=False, states=(optuna.trial.TrialState.COMPLETE,)):
             return
         reported = ", ".join(sorted(result.metrics)) or "nothing through autotune.report()"
-        write(trial, category="script_error", reason=f"the script reported no {missing[0]!r}")
+        write(trial, category=FailureCategory.script_error.value, reason=f"the script reported no {missing[0]!r}")
         self.study.tell(trial, state=optuna.trial.TrialState.FAIL)
         raise InvalidConfigError(f"--objective {missing[0]!r}: the script reported {reported}; choose one of "
                                  f"those or a built-in objective ({', '.join(BUILT_IN)})")
@@ -241,9 +241,9 @@ class TrialRecorder:
             return failure.category.value, failure.reason
         missing = [o for o in self.objectives if o.read(result, self.usd_per_sample_second) is None]
         if missing and missing[0].unit == "":
-            return "script_error", f"the script reported no {missing[0].name!r}"
+            return FailureCategory.script_error.value, f"the script reported no {missing[0].name!r}"
         what = missing[0].name if missing else "value"
-        return "script_error", f"the trial gave no {what}: no step was measured"
+        return FailureCategory.script_error.value, f"the trial gave no {what}: no step was measured"
 
     def _judge_constraints(self, trial: optuna.Trial, result: TrialResult) -> list[str]:
         """Tell Optuna how far the result is from each constraint (above 0: broken); the broken ones."""
