@@ -1,6 +1,6 @@
 """What a study measures before its sampler proposes anything: the baseline, the earlier studies'
-best configurations (``--warm-start``, ``--warm``), then the space's known-good configurations;
-and what the earlier studies' results teach the sampler."""
+best configurations (``--warm-start``, ``--warm``), then the space's known-good configurations
+whose knobs no earlier best already moved; and what the earlier studies' results teach the sampler."""
 
 from __future__ import annotations
 
@@ -33,7 +33,7 @@ def warm_start(storage: optuna.storages.BaseStorage, names: list[str], study: op
 def enqueue_starting_points(study: optuna.Study, space: SearchSpace, baseline: dict[str, Any],
                             warm: WarmStart, given: list[dict[str, Any]] | None = None) -> None:
     """Baseline first, then the earlier studies' best configurations, then the known-good
-    configurations, each once per study (or the configurations ``given`` instead)."""
+    configurations that move a knob no earlier best moved, each once per study (or the configurations ``given`` instead)."""
     if StudyAttrs.of(study).baseline_key is None:
         write(study, baseline_key=config_key(baseline))
     queued = {TrialAttrs.of(t).enqueued_key for t in study.get_trials(deepcopy=False)}
