@@ -63,7 +63,7 @@ def test_the_layers_inside_a_package_are_their_contracts() -> None:
 
 
 def test_the_contracts_hold() -> None:
-    done = subprocess.run([LINT_IMPORTS, str(ROOT / "pyproject.toml")],
+    done = subprocess.run([LINT_IMPORTS, "--config", str(ROOT / "pyproject.toml")],
                           cwd=ROOT, capture_output=True, text=True, timeout=300)
     assert done.returncode == 0 and "0 broken" in done.stdout, done.stdout[-4000:]
 
@@ -83,7 +83,7 @@ def test_a_cycle_closed_inside_a_function_breaks_the_cycle_contract(tmp_path: Pa
         '[tool.importlinter]\nroot_package = "probe"\n\n[[tool.importlinter.contracts]]\n'
         f'name = "probe"\ntype = "{contract["type"]}"\nancestors = ["probe"]\n')
     env = {**os.environ, "PYTHONPATH": str(tmp_path)}
-    done = subprocess.run([LINT_IMPORTS, "contracts.toml"], cwd=tmp_path, env=env,
+    done = subprocess.run([LINT_IMPORTS, "--config", "contracts.toml"], cwd=tmp_path, env=env,
                           capture_output=True, text=True, timeout=120)
     if inside_a_function:
         assert done.returncode == 1 and "No cycles are allowed in probe" in done.stdout, done.stdout
