@@ -7,6 +7,7 @@ Layout under the root (``--cache DIR``, default ``$XDG_CACHE_HOME/autotune``)::
     neff-<compiler>/        TORCH_NEURONX_NEFF_CACHE_DIR (Neuron native path; one per compiler)
     xla-<device>/           torch-xla's persistent cache where the device can read it back
     results/<kk>/<key>.json measured results, keyed by model, environment, configuration, protocol
+    noise/<kk>/<key>.json   the between-run noise studies measured, keyed by model, environment, target
 
 Every write is a rename of a complete temporary file, so a killed trial never leaves a
 half-written entry that a later one trusts.
@@ -26,6 +27,7 @@ from typing import Any, Iterator
 
 from autotune.atomic_file import write_atomic
 from autotune.errors import AutotuneError
+from autotune.measurement.noise import RunNoise
 from autotune.published import PUBLISHED_DIR, Published
 from autotune.records import PROTOCOL_VERSION, FailureCategory, TrialResult
 from autotune.targets import all_targets, get_target
@@ -70,6 +72,13 @@ def artifact_key(*, model: dict[str, Any], environment: dict[str, Any], target: 
     environment and target, the same ``graphs`` (:func:`autotune.space.compile_key`) and the same
     compiler env vars compile the same graphs."""
     doc = {"model": model, "environment": environment, "target": target, "graphs": graphs, "env": env}
+    return hashlib.sha256(json.dumps(doc, sort_keys=True, default=str).encode()).hexdigest()
+
+
+def noise_key(*, model: dict[str, Any], environment: dict[str, Any], target: str) -> str:
+    """The key of the between-run noise of a script on a machine and target: the same script on
+    the same machine varies alike whatever its configuration."""
+    doc = {"model": model, "environment": environment, "target": target}
     return hashlib.sha256(json.dumps(doc, sort_keys=True, default=str).encode()).hexdigest()
 
 
@@ -118,6 +127,38 @@ class CacheRoot:
             return False
         write_atomic(self._result_path(key), result.model_dump_json())
         return True
+
+    # -- between-run noise ------------------------------------------------------------------
+    #: Studies whose noise a file keeps at most: the newest (the machine as it is lately).
+    NOISE_STUDIES = 20
+
+    def _noise_path(self, key: str) -> Path:
+        return self.path / "noise" / key[:2] / f"{key}.json"
+
+    def _noise_entries(self, key: str) -> dict[str, list[float]]:
+        try:
+            entries = json.loads(self._noise_path(key).read_text())
+            return {k: [float(v[0]), float(v[1])] for k, v in entries.items()}
+        except (OSError, ValueError, TypeError, IndexError, AttributeError):
+            return {}
+
+    def get_noise(self, key: str, *, besides: str | None = None) -> RunNoise:
+        """The noise the studies measured under ``key`` pooled, but for the study ``besides``
+        (a study continued does not count its own repeats twice)."""
+        noise = RunNoise()
+        for study, (squares, df) in self._noise_entries(key).items():
+            if study != besides and df > 0:
+                noise += RunNoise(squares, int(df))
+        return noise
+
+    def put_noise(self, key: str, study: str, noise: RunNoise) -> None:
+        """Keep what ``study`` measured of the noise (it replaces that study's earlier entry)."""
+        if not noise.known:
+            return
+        entries = self._noise_entries(key)
+        entries.pop(study, None)
+        entries[study] = [noise.squares, noise.df]
+        write_atomic(self._noise_path(key), json.dumps(dict(list(entries.items())[-self.NOISE_STUDIES:])))
 
     def iter_results(self) -> Iterator[tuple[Path, TrialResult | None]]:
         for p in sorted(self.results_dir.glob("*/*.json")):
@@ -209,7 +250,7 @@ def own_sections(cache: CacheRoot) -> list[Path]:
     """The folders under the root that autotune made: its results and manifests, and each target's
     compiled artifacts (the top folder of every piece the target can remove). Nothing else is
     autotune's to remove: the root may be any folder (``--cache ~``)."""
-    own = {cache.results_dir, cache.path / PUBLISHED_DIR}
+    own = {cache.results_dir, cache.path / PUBLISHED_DIR, cache.path / "noise"}
     for target in all_targets():
         for _, _, path in target.cache_units(cache.path):
             try:

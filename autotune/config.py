@@ -39,7 +39,7 @@ class JobConfig(BaseModel):
     #: The short flag of an option, where it has one.
     SHORT: ClassVar[dict[str, str]] = {"trials": "-n", "target": "-t", "sets": "-s"}
     #: The name of an option's value in ``--help``, where the type's is not clear enough.
-    METAVAR: ClassVar[dict[str, str]] = {"confirm": "K", "objective": "NAME", "constraint": "NAME<=VALUE",
+    METAVAR: ClassVar[dict[str, str]] = {"confirm": "K", "race": "FRACTION", "objective": "NAME", "constraint": "NAME<=VALUE",
                                          "prefer": "NAME", "price_per_hour": "USD",
                                          "budget_usd": "USD", "budget_hours": "HOURS",
                                          "warm_start": "STUDY", "gpus_per_trial": "G"}
@@ -115,6 +115,10 @@ class JobConfig(BaseModel):
     numerics_guard: bool = Field(default=True, description="Never report a configuration whose losses diverge as best.")
     prune: bool = Field(default=True, description="Stop measuring a trial once its 95% interval is wholly more than "
                                           "2% behind the best so far.")
+    race: float = Field(default=0.25, ge=0, le=10, description=(
+        "Re-measurements the study may spend, as a fraction of --trials: a challenger within the between-run "
+        "noise of the best is measured again, alternating with it, until one is ahead beyond the noise; the "
+        "first configuration is measured in 2-3 processes to learn that noise. 0 turns both off."))
     confirm: int = Field(default=0, ge=0, le=1000, description="Measure the best K configurations once more at the "
                                                        "end, unpruned, and pick the best on the mean of each "
                                                        "one's measurements (one lucky measurement does not win).")

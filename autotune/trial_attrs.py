@@ -26,8 +26,11 @@ class TrialAttrs:
     duplicate_of: int | None = None
     #: It counts towards ``--trials``: a measurement, or a result remembered from an earlier one.
     counted: bool = False
-    #: A re-measurement (``--confirm``): the number of the trial it measures again.
+    #: A re-measurement: the number of the trial it measures again, and why it was measured again
+    #: (``noise``: the between-run noise early in the study; ``race``: the incumbent raced against
+    #: a challenger; ``confirm``: ``--confirm``; ``None`` in a study from before racing).
     confirms: int | None = None
+    again: str | None = None
     #: The env vars the trial ran with, and where it was measured (the driver's
     #: :func:`autotune.provenance.provenance`; the worker's host is in its result's placement).
     env: dict[str, str] | None = None
@@ -87,6 +90,9 @@ class StudyAttrs:
     spend: dict[str, Any] | None = None
     #: The earlier studies the last run started from (:mod:`autotune.study.warm_start`).
     warm_start: list[str] | None = None
+    #: The between-run noise that earlier studies measured here (:class:`autotune.measurement.noise.RunNoise`
+    #: as ``[squares, df]``), read from the cache root when the study started.
+    noise_prior: list[float] | None = None
 
     @classmethod
     def of(cls, study: Any) -> StudyAttrs:

@@ -36,7 +36,7 @@ STORAGE = typer.Option(None, envvar=STORAGE_ENV, show_envvar=True,
 #: not listed yet (tests/cli_tests/test_command_line.py asks for one), stay under "Options".
 PANELS: dict[str, str] = {
     **dict.fromkeys(("trials", "target", "space", "platform", "sets", "arg", "env", "sampler", "seed",
-                     "warm_start", "warm", "fresh", "retry_failed", "prune", "confirm", "numerics_guard",
+                     "warm_start", "warm", "fresh", "retry_failed", "prune", "race", "confirm", "numerics_guard",
                      "loss_tolerance"), "Search"),
     **dict.fromkeys(("metric", "direction", "objective", "constraint", "prefer", "instance_type", "price_per_hour",
                      "prices", "budget_usd", "budget_hours"), "Objective and budget"),

@@ -42,7 +42,8 @@ class Trace:
 
 def simulate(landscape: Landscape, sampler: optuna.samplers.BaseSampler, *,
              starting_points: list[dict[str, Any]] | None = None, max_trials: int | None = None,
-             stop_at: float | None = None, min_trials: int = 0, early_stop: float | None = None) -> Trace:
+             stop_at: float | None = None, min_trials: int = 0, early_stop: float | None = None,
+             race: float = 0.0) -> Trace:
     """A study of ``sampler`` on ``landscape``, one trial at a time, as ``autotune run`` drives one.
 
     ``starting_points`` are measured first, in place of the baseline and the space's known-good
@@ -54,6 +55,9 @@ def simulate(landscape: Landscape, sampler: optuna.samplers.BaseSampler, *,
     ``early_stop``: the study prunes (``--prune``, the default of ``autotune run``): a trial stops
     measuring once it cannot come within this fraction of the best so far, which must be the
     study's own :data:`~autotune.measurement.windows.PRUNE_MARGIN`; ``None`` measures each whole.
+
+    ``race``: the study's ``--race`` (re-measurements, as a fraction of the trials; each is a step
+    of the trace). 0 by default: a noiseless replay answers a repeat with the same figure.
     """
     import optuna
 
@@ -72,7 +76,7 @@ def simulate(landscape: Landscape, sampler: optuna.samplers.BaseSampler, *,
     pool = ReplayPool(landscape, enough=enough)
     options = StudyOptions(script=script_path(landscape), args=list(landscape.header.get("args", [])),
                            target=landscape.target, trials=max_trials or landscape.size,
-                           prune=early_stop is not None)
+                           prune=early_stop is not None, race=race)
     study = Study(options, pools=lambda _: pool, in_memory=optuna.storages.InMemoryStorage(),
                   space=landscape.space, sampler=sampler, starting_points=starting_points or [])
     study.run()

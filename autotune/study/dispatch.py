@@ -9,6 +9,7 @@ now; the cache root remembers its result; its compile failed before; else it run
 from __future__ import annotations
 
 import enum
+from collections.abc import Hashable
 from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
@@ -16,7 +17,7 @@ from typing import TYPE_CHECKING, Any
 from autotune.cache import CacheRoot
 from autotune.errors import InvalidConfigError
 from autotune.execution.pool import TrialPool
-from autotune.records import TrialPlan
+from autotune.records import TrialPlan, TrialResult
 from autotune.search.samplers import suggest
 from autotune.space import config_key
 from autotune.study import pruning
@@ -72,6 +73,13 @@ class Dispatch:
         self.constraints = constraints
         self.devices_per_trial = devices_per_trial
         self.o = requests.o
+
+    def again(self, original: optuna.trial.FrozenTrial, name: str, tag: Hashable) -> None:
+        """Measure ``original``'s configuration once more, whole (unpruned: a re-measurement is
+        compared with the whole of other runs), its files under ``trials/<name>``. Its compiled
+        graphs are in the compile cache, and no remembered result answers it: it runs."""
+        params = TrialResult.model_validate_json(TrialAttrs.of(original).result or "").plan.params
+        self.pool.submit(self.requests.request(params, self.out / "trials" / name, self.o.protocol), tag=tag)
 
     def __call__(self, trial: optuna.Trial) -> Outcome:
         """Suggest a configuration; run it, or answer it from an earlier result."""

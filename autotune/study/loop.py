@@ -23,6 +23,7 @@ Optuna's in-memory storage writes nothing.
 
 from __future__ import annotations
 
+import hashlib
 import os
 import warnings
 from collections.abc import Callable
@@ -30,6 +31,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from autotune.execution.pool import LazyPool, TrialPool
+from autotune.measurement.noise import RunNoise
 from autotune.host import instance_type
 from autotune.objectives import Constraint, objective
 from autotune.pricing import check_instance_type, resolve_price, trial_rate
@@ -44,13 +46,14 @@ from autotune.study.database import sqlite_path
 from autotune.study.dispatch import Dispatch
 from autotune.study.measure import AskTell
 from autotune.study.opening import Identity, open_tuning_study
+from autotune.study.racing import Racing, prior
 from autotune.study.options import DEFAULT_DIR, StudyOptions, StudyProgress, StudyResult, default_storage, \
     default_study_name
 from autotune.study.outputs import TrialSummary, check_writable, write_outputs
 from autotune.study.record import TrialRecorder
 from autotune.study.requests import TrialRequests
-from autotune.study.results import baseline_value, best_config, maximizes, study_result, study_summaries, \
-    update_progress
+from autotune.study.results import baseline_value, best_config, maximizes, standings, study_result, \
+    study_summaries, update_progress
 from autotune.study.storage import Heartbeats, open_storage
 from autotune.study.starting import enqueue_starting_points, warm_start
 from autotune.study.warm_start import WarmStart, earlier_studies
@@ -250,11 +253,13 @@ class Study:
                                 objectives=self.objectives, constraints=self.constraints,
                                 devices_per_trial=self.devices_per_trial)
             beats = Heartbeats(storage) if self.in_memory is None else None
-            self.loop = AskTell(study, dispatch, self.budget, self.o, beats=beats, on_progress=self._update_progress)
+            self.loop = AskTell(study, dispatch, self.budget, self.o, beats=beats, on_progress=self._update_progress,
+                                racing=self._racing(study))
             self.loop.measure(pool)
             if self.o.confirm > 0 and not self.loop.timed_out():
                 self.loop.confirm(trials, lambda params, name, protocol: self.requests.request(
                     params, self.out / "trials" / name, protocol))
+            self._keep_noise(study)
             self._update_progress(0)
             spend = self.budget.spend(study)
             write(study, spend=spend.model_dump())
@@ -287,6 +292,34 @@ class Study:
             self.notes.extend(trials.notes + compilers.notes)
 
         return pool, trials, done
+
+    # -- between-run noise --------------------------------------------------------------------
+    def _noise_place(self) -> tuple[str, str]:
+        """Where the cache root keeps this study's noise: the key of the script on this machine
+        and target, and the study's own entry (its storage and name, hashed: a URL may hold a password)."""
+        from autotune.cache import environment_of, model_of, noise_key
+
+        key = noise_key(model=model_of(self.provenance), environment=environment_of(self.provenance),
+                        target=self.target.name)
+        return key, hashlib.sha256(f"{self.storage_url}#{self.name}".encode()).hexdigest()[:16]
+
+    def _racing(self, study: optuna.Study) -> Racing | None:
+        """What the study measures again (``--race``): none for a study of several objectives,
+        whose front has no one best to race for."""
+        if self.o.race <= 0 or len(self.objectives) > 1:
+            return None
+        if self.cache is not None:
+            key, own = self._noise_place()
+            kept = self.cache.get_noise(key, besides=own)
+            write(study, noise_prior=[kept.squares, kept.df] if kept.known else None)
+        return Racing.of(self.o.race, self.o.trials, prior(study))
+
+    def _keep_noise(self, study: optuna.Study) -> None:
+        """Keep the noise this study measured in the cache root, for the next study here."""
+        if self.cache is None:
+            return
+        key, own = self._noise_place()
+        self.cache.put_noise(key, own, RunNoise.of(s.runs.values for s in standings(study)))
 
     def _learn_from(self, number: int, result: TrialResult) -> None:
         """What a trial's result says of the study beyond its value: knobs that never reach the

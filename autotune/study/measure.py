@@ -20,7 +20,8 @@ from autotune.space import SearchSpace, config_key
 from autotune.study.budget import Budget
 from autotune.study.dispatch import Dispatch, Outcome
 from autotune.study.options import StudyOptions
-from autotune.study.results import _ranked_configurations, trial_counts
+from autotune.study.racing import CONFIRM, RACE, Racing, Repeat, trial_key
+from autotune.study.results import _ranked_configurations, maximizes, standings, trial_counts
 from autotune.study.storage import HEARTBEAT_S, Heartbeats
 from autotune.trial_attrs import TrialAttrs
 
@@ -37,8 +38,10 @@ class AskTell:
     for a study no other driver can see); ``on_progress(running)`` after each round."""
 
     def __init__(self, study: optuna.Study, dispatch: Dispatch, budget: Budget, options: StudyOptions, *,
-                 beats: Heartbeats | None, on_progress: Callable[[int], None]) -> None:
+                 beats: Heartbeats | None, on_progress: Callable[[int], None], racing: Racing | None = None) -> None:
         self.study = study
+        #: What the study measures again between its trials (:mod:`.racing`); ``None``: nothing.
+        self.racing = racing
         self.dispatch = dispatch
         self.told = dispatch.told
         self.budget = budget
@@ -73,19 +76,30 @@ class AskTell:
         import optuna
 
         in_flight: dict[Hashable, optuna.Trial] = {}
+        #: Re-measurements running: tag -> the repeat.
+        again: dict[Hashable, Repeat] = {}
         consecutive_dups = 0
         last_check = 0.0
 
-        def tell(number: Hashable, result_json: str | None, error: str | None) -> None:
-            trial = in_flight.pop(number)
+        def tell(tag: Hashable, result_json: str | None, error: str | None) -> None:
+            if tag in again:
+                repeat = again.pop(tag)
+                self.told.tell_confirmation(repeat.trial, result_json, error, why=repeat.why)
+                return
+            trial = in_flight.pop(tag)
             self._release(trial)
             self.told.tell_held(trial, result_json, error)
 
         while True:
             want_more, running_elsewhere = self._wants_more(in_flight)
             exhausted = consecutive_dups >= MAX_DUPLICATES
-            while want_more and pool.free > 0 and not self.timed_out() and not exhausted \
-                    and self.budget.allows(self.study, len(in_flight)):
+            while pool.free > 0 and not self.timed_out() \
+                    and self.budget.allows(self.study, len(in_flight) + len(again)):
+                if self.stopped is None and self._measure_again(
+                        pool, again, finishing=(not want_more or exhausted) and not in_flight):
+                    continue
+                if not want_more or exhausted:
+                    break
                 if self._every_configuration_taken():  # only where a trial could start: it reads every trial
                     exhausted = True
                     break
@@ -102,23 +116,40 @@ class AskTell:
                     consecutive_dups += 1
                 want_more, running_elsewhere = self._wants_more(in_flight)
                 exhausted = consecutive_dups >= MAX_DUPLICATES
-            if exhausted and not in_flight:
+            if exhausted and not in_flight and not again:
                 self.exhausted = True
                 self.told.notes.append("every configuration the sampler proposes was measured already: "
                                        "the space is exhausted")
                 return
-            if not in_flight:
+            if not in_flight and not again:
                 if running_elsewhere and not self.timed_out():
                     optuna.storages.fail_stale_trials(self.study)  # another driver's trials, or a killed one's
                     time.sleep(1.0)
                     continue
                 return
-            self.on_progress(len(in_flight))
-            for number, result_json, error in pool.wait(timeout=1.0):
-                tell(number, result_json, error)
+            self.on_progress(len(in_flight) + len(again))
+            for tag, result_json, error in pool.wait(timeout=1.0):
+                tell(tag, result_json, error)
             if time.monotonic() - last_check > HEARTBEAT_S:
                 optuna.storages.fail_stale_trials(self.study)
                 last_check = time.monotonic()
+
+    def _measure_again(self, pool: TrialPool, again: dict[Hashable, Repeat], *, finishing: bool) -> bool:
+        """Hand ``pool`` the re-measurement :class:`Racing` asks for now, if any."""
+        if self.racing is None:
+            return False
+        measured = standings(self.study)
+        spent = sum(TrialAttrs.of(t).again == RACE for t in self.study.get_trials(deepcopy=False)) \
+            + sum(r.why == RACE for r in again.values())
+        busy = {trial_key(r.trial) for r in again.values()}
+        repeat = self.racing.next(measured, spent, busy, maximize=maximizes(self.study), finishing=finishing)
+        if repeat is None:
+            return False
+        runs = next(s.runs.n for s in measured if s.trial.number == repeat.trial.number)
+        tag = ("again", repeat.trial.number, runs)
+        self.dispatch.again(repeat.trial, f"{repeat.trial.number:04d}-again{runs}", tag)
+        again[tag] = repeat
+        return True
 
     def _wants_more(self, in_flight: dict[Hashable, optuna.Trial]) -> tuple[bool, int]:
         """Whether the study wants another trial, and how many other drivers run."""
@@ -168,10 +199,11 @@ class AskTell:
                 break
             self.on_progress(len(in_flight))
             for tag, result_json, error in pool.wait(timeout=1.0):
-                self.told.tell_confirmation(in_flight.pop(tag), result_json, error)
+                self.told.tell_confirmation(in_flight.pop(tag), result_json, error, why=CONFIRM)
         skipped = [t.number for t in todo]
         if skipped:
             self.told.notes.append(f"the study's time or budget ran out before trials {', '.join(map(str, skipped))} "
                                    "were measured again")
+
 
 

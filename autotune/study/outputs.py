@@ -51,8 +51,14 @@ class TrialSummary(BaseModel):
     wall_seconds: float | None = None
     compile_seconds: float | None = None
     duplicate_of: int | None = None
-    #: A re-measurement (``--confirm``) of this trial's configuration; not counted as a trial.
+    #: A re-measurement of this trial's configuration (not counted as a trial), and why it was
+    #: measured again: ``noise``, ``race`` or ``confirm`` (:mod:`autotune.study.racing`).
     confirms: int | None = None
+    again: str | None = None
+    #: The 95% interval of ``value`` as the next run of this configuration would read it: the
+    #: run's own interval (``ci95_low``/``ci95_high``), widened to the between-run noise measured here.
+    value_ci95_low: float | None = None
+    value_ci95_high: float | None = None
     cached: bool = False  # answered from a result remembered in the cache root
     cache_hits: int | None = None  # the compiler cache's own counters, where it exposes them
     cache_misses: int | None = None
@@ -70,6 +76,18 @@ class TrialSummary(BaseModel):
     #: The first losses left the baseline's: measured, but never the best.
     numerics_violated: bool = False
     losses: list[float] = Field(default_factory=list)
+
+
+class Noise(BaseModel):
+    """How far one run of a configuration reads from the next on the study's machine
+    (:class:`autotune.measurement.noise.RunNoise`)."""
+
+    #: One run lies within +-``spread`` (a fraction) of its configuration's mean, 95% of the time.
+    spread: float
+    #: The study's runs of configurations it measured more than once, and the degrees of freedom
+    #: of the estimate: those runs' and, weighed as a few, earlier studies' here.
+    repeats: int
+    df: int
 
 
 class FrontPoint(BaseModel):
@@ -99,10 +117,15 @@ class BestConfig(BaseModel):
     #: own (``--arg``); ``None``: the script runs with the arguments it was tuned with.
     script_args: list[str] | None = None
     metric: str = "throughput"
-    #: The mean of the configuration's measurements (one, or more with ``--confirm``).
+    #: The mean of the configuration's runs (each a process of its own, listed in ``measurements``,
+    #: the first trial's first), and a 95% interval for it that includes the between-run noise
+    #: (``noise``): where the mean of more runs of it would lie.
     value: float
     measurements: list[float] = Field(default_factory=list)
-    #: The first measurement's throughput and interval.
+    value_ci95_low: float | None = None
+    value_ci95_high: float | None = None
+    noise: Noise | None = None
+    #: The first measurement's throughput and its own interval (how well that one process was measured).
     throughput: float | None = None
     ci95_low: float | None = None
     ci95_high: float | None = None

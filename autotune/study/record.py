@@ -148,11 +148,14 @@ class TrialRecorder:
         self.study.tell(trial, state=optuna.trial.TrialState.FAIL)
         self.finished(trial.number, params, None, f"measured by trial {earlier.number}")
 
-    def tell_confirmation(self, original: optuna.trial.FrozenTrial, result_json: str | None, error: str | None) -> None:
-        """Store a re-measurement of ``original`` as a finished trial of its own."""
+    def tell_confirmation(self, original: optuna.trial.FrozenTrial, result_json: str | None, error: str | None,
+                          why: str) -> None:
+        """Store a re-measurement of ``original`` as a finished trial of its own; ``why`` it was
+        measured again (:data:`autotune.study.racing.NOISE`, ``RACE``, ``CONFIRM``)."""
         import optuna
 
-        attrs: dict[str, Any] = {"config_key": TrialAttrs.of(original).config_key, "confirms": original.number}
+        attrs: dict[str, Any] = {"config_key": TrialAttrs.of(original).config_key, "confirms": original.number,
+                                 "again": why}
         values = None
         if result_json is not None:
             result = TrialResult.model_validate_json(result_json)

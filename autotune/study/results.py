@@ -4,10 +4,12 @@ numerics guard's verdict, and a summary of every trial. Read by the study as it 
 
 from __future__ import annotations
 
+import math
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from autotune.config import JobConfig
+from autotune.measurement.noise import RunNoise, Runs
 from autotune.pricing import Cost, Price, Utilisation, utilisation
 from autotune.records import ApplySpec, TrialResult
 from autotune.space import SearchSpace
@@ -15,7 +17,8 @@ from autotune.study.numerics import loss_deviation
 from autotune.study.outlook import search_outlook
 from autotune.study.options import EXIT_ALL_FAILED, EXIT_OK, StudyProgress, StudyResult
 from autotune.objectives import speedup
-from autotune.study.outputs import BestConfig, FrontPoint, TrialSummary
+from autotune.study.outputs import BestConfig, FrontPoint, Noise, TrialSummary
+from autotune.study.racing import Standing, prior, standing, study_noise, within
 from autotune.trial_attrs import StudyAttrs, TrialAttrs
 
 if TYPE_CHECKING:
@@ -118,15 +121,25 @@ def _measured(study: optuna.Study) -> list[tuple[Any, list[float], bool]]:
     return [(t, values[key], key in flaky) for key, t in first.items()]
 
 
-def _ranked(study: optuna.Study) -> list[tuple[Any, list[float], bool]]:
-    """:func:`_measured`, best first: the configurations measured more than once (the finalists
-    of ``confirm``) by the mean of their measurements, then the others by their one measurement,
-    then those that failed when measured again. A configuration measured once is not compared
-    with the finalists' means: its one value is as lucky as theirs were before they were
-    measured again."""
-    sign = _sign(study)
-    return sorted(_measured(study), key=lambda m: (m[2], len(m[1]) < 2, sign * sum(m[1]) / len(m[1]),
-                                                   m[0].number))
+def standings(study: optuna.Study) -> list[Standing]:
+    """:func:`_measured` as the racing reads it: each configuration's runs, with each run's own
+    interval where the preferred objective is timed by the harness."""
+    timed = objective_names(study)[_preferred(study)] in ("throughput", "cost")
+    return [Standing(t, Runs(tuple(values), (within(t) if timed else None,) * len(values)), flaky)
+            for t, values, flaky in _measured(study)]
+
+
+def noise_of(study: optuna.Study, measured: list[Standing] | None = None) -> RunNoise:
+    """The between-run noise the study's figures are judged with: its repeats and the earlier studies' here."""
+    return study_noise(standings(study) if measured is None else measured, prior(study))
+
+
+def _ranked(study: optuna.Study) -> list[Standing]:
+    """The measured configurations best first (:func:`autotune.study.racing.standing`): by the
+    mean over their runs, a configuration measured once ahead of one measured more often only
+    beyond the between-run noise, those whose re-measurement failed last."""
+    measured = standings(study)
+    return standing(measured, noise_of(study, measured), maximize=maximizes(study))
 
 
 def _ranked_configurations(study: optuna.Study) -> list[Any]:
@@ -141,8 +154,7 @@ def _best(study: optuna.Study) -> tuple[Any, float, list[float]] | None:
     ranked = _ranked(study)
     if not ranked:
         return None
-    t, values, _ = ranked[0]
-    return t, sum(values) / len(values), values
+    return ranked[0].trial, ranked[0].runs.mean, list(ranked[0].runs.values)
 
 
 def baseline_trial(study: optuna.Study) -> Any | None:
@@ -181,10 +193,13 @@ def study_cost(stored: StudyAttrs, throughput: float | None, price: Price | None
 
 
 def best_config(study: optuna.Study, name: str, prov: dict[str, Any] | None = None) -> BestConfig | None:
-    found = _best(study)
-    if found is None:
+    measured = standings(study)
+    noise = noise_of(study, measured)
+    ranked = standing(measured, noise, maximize=maximizes(study))
+    if not ranked:
         return None
-    t, value, values = found
+    t, value, values = ranked[0].trial, ranked[0].runs.mean, list(ranked[0].runs.values)
+    figure = ranked[0].runs.figure(noise)
     attrs, stored, names = TrialAttrs.of(t), StudyAttrs.of(study), objective_names(study)
     result = TrialResult.model_validate_json(attrs.result) if attrs.result is not None else None
     base = baseline_value(study)
@@ -206,6 +221,9 @@ def best_config(study: optuna.Study, name: str, prov: dict[str, Any] | None = No
         launch=plan.launch if plan else None, nproc_per_node=plan.nproc_per_node if plan else 1,
         script_args=plan.script_args(list(stored.args or [])) if plan and plan.script_flags else None,
         metric=names[_preferred(study)], value=value, measurements=values,
+        value_ci95_low=figure.low if math.isfinite(figure.high) else None,
+        value_ci95_high=figure.high if math.isfinite(figure.high) else None,
+        noise=noise_figure(measured, noise),
         objectives=_named_values(names, t), constraints=list(stored.constraints or []),
         front=[FrontPoint(trial=p.number, params=_params(p), values=_named_values(names, p))
                for p in pareto_front(study)] if len(study.directions) > 1 else [],
@@ -215,6 +233,13 @@ def best_config(study: optuna.Study, name: str, prov: dict[str, Any] | None = No
         cost=study_cost(stored, m.throughput if m else None),
         utilisation=_utilisation(stored, result, attrs.provenance or prov),
     )
+
+
+def noise_figure(measured: list[Standing], noise: RunNoise) -> Noise | None:
+    """What the study says of the noise (``None`` while nothing was measured more than once)."""
+    if noise.spread is None:
+        return None
+    return Noise(spread=noise.spread, repeats=sum(s.runs.n for s in measured if s.runs.n > 1), df=noise.df)
 
 
 def _utilisation(stored: StudyAttrs, result: TrialResult | None,
@@ -242,15 +267,22 @@ def study_summaries(study: optuna.Study) -> list[TrialSummary]:
     stored = StudyAttrs.of(study)
     base = _baseline_losses(study, stored)
     names, index = objective_names(study), _preferred(study)
+    timed = names[index] in ("throughput", "cost")
+    noise = noise_of(study)
     for t in study.get_trials(deepcopy=False):
         attrs = TrialAttrs.of(t)
         result = TrialResult.model_validate_json(attrs.result) if attrs.result is not None else None
         m = result.measurement if result else None
         use = _utilisation(stored, result, attrs.provenance)
+        value = _value(t, index) if t.state.name == "COMPLETE" else None
+        figure = Runs((value,), (within(t) if timed else None,)).figure(noise) if value else None
+        known = figure is not None and math.isfinite(figure.high)
         out.append(TrialSummary(
             number=t.number, state=t.state.name,
             params=dict(result.plan.params) if result else {k: v for k, v in t.params.items() if v is not None},
-            value=_value(t, index) if t.state.name == "COMPLETE" else None,
+            value=value,
+            value_ci95_low=figure.low if figure is not None and known else None,
+            value_ci95_high=figure.high if figure is not None and known else None,
             values=_named_values(names, t) if t.state.name == "COMPLETE" and t.values else {},
             violated=attrs.violated or [], idle=attrs.idle or [],
             throughput=m.throughput if m else None,
@@ -263,7 +295,7 @@ def study_summaries(study: optuna.Study) -> list[TrialSummary]:
             log_tail=result.log_tail if result and not result.ok else None,
             wall_seconds=result.wall_seconds if result else None,
             compile_seconds=result.compile.compile_seconds if result else None,
-            duplicate_of=attrs.duplicate_of, confirms=attrs.confirms, env=attrs.env or {}, cached=attrs.cached,
+            duplicate_of=attrs.duplicate_of, confirms=attrs.confirms, again=attrs.again, env=attrs.env or {}, cached=attrs.cached,
             cache_hits=result.compile.cache_hits if result else None,
             cache_misses=result.compile.cache_misses if result else None,
             compile_stage_seconds=result.compile_stage.seconds if result and result.compile_stage else None,

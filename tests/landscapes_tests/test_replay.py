@@ -157,7 +157,7 @@ def test_parallel_workers_share_the_simulated_clock(landscape) -> None:
 
 
 def test_an_exhaustive_replayed_study_finds_the_recorded_best(landscape, tmp_path) -> None:
-    result, pool = replay_study(landscape, exhaustive=True, workdir=tmp_path / "study")
+    result, pool = replay_study(landscape, exhaustive=True, workdir=tmp_path / "study", race=0)
     best = landscape.best()
     assert result.best.params == best.params
     assert result.best.throughput == best.throughput
@@ -171,7 +171,7 @@ def test_an_exhaustive_replayed_study_finds_the_recorded_best(landscape, tmp_pat
 def test_a_best_measured_once_with_a_wide_interval_gets_a_note(tmp_path) -> None:
     def notes(spread: float, **options) -> list[str]:
         land = load_landscape(write_landscape(tmp_path / f"{spread}.jsonl", spread=spread))
-        result, _ = replay_study(land, trials=4, workdir=tmp_path / f"{spread}-{len(options)}", **options)
+        result, _ = replay_study(land, trials=4, workdir=tmp_path / f"{spread}-{len(options)}", race=0, **options)
         return [n for n in result.notes if "--confirm" in n]
 
     [wide] = notes(0.3)
@@ -197,7 +197,7 @@ def test_a_replayed_study_prunes_what_cannot_win_and_keeps_its_values(landscape,
 def test_the_in_memory_replay_drives_a_sampler_as_the_study_does(landscape, tmp_path) -> None:
     """``simulate`` (the benchmark's study, in memory) and the study on a database and files
     propose the same configurations and charge the same."""
-    _, pool = replay_study(landscape, trials=8, workdir=tmp_path / "study", sampler="random", seed=3)
+    _, pool = replay_study(landscape, trials=8, workdir=tmp_path / "study", sampler="random", seed=3, race=0)
     trace = simulate(landscape, optuna.samplers.RandomSampler(seed=3),
                      starting_points=starting_points(landscape.space), max_trials=8,
                      early_stop=PRUNE_MARGIN)  # the study prunes by default
@@ -227,7 +227,7 @@ def test_autotune_run_replays_as_the_benchmark_does(path, tmp_path) -> None:
     assert StudyOptions.model_fields["sampler"].default == "autotune"
     assert path.exists(), f"{path} is tracked in the repository and must be there"
     land = load_landscape(path)
-    result, pool = replay_study(land, trials=10, seed=4, workdir=tmp_path / "study")
+    result, pool = replay_study(land, trials=10, seed=4, workdir=tmp_path / "study", race=0)
     trace = simulate(land, AutotuneSampler(land.space, seed=4),
                      starting_points=starting_points(land.space), max_trials=10, early_stop=PRUNE_MARGIN)
     assert [t.key for t in pool.trials] == [s.key for s in trace.steps]
@@ -301,7 +301,7 @@ def test_confirm_measures_the_best_again_and_picks_the_best_mean(path, tmp_path)
 
     assert path.exists(), f"{path} is tracked in the repository and must be there"
     land = load_landscape(path)
-    result, pool = replay_study(land, trials=10, seed=3, noise_seed=3, confirm=2, workdir=tmp_path / "study")
+    result, pool = replay_study(land, trials=10, seed=3, noise_seed=3, confirm=2, race=0, workdir=tmp_path / "study")
     study = optuna.load_study(study_name=result.study, storage=result.storage)
     counted = [t for t in study.trials if TrialAttrs.of(t).counted]
     again = [t for t in study.trials if TrialAttrs.of(t).confirms is not None]

@@ -82,7 +82,8 @@ def drive(sampler, space, trials: int, objective=speed, study=None, starting: li
     storage = study._storage if study is not None else optuna.storages.InMemoryStorage()
     held = sum(t.state.is_finished() for t in study.get_trials(deepcopy=False)) if study is not None else 0
     pool = ObjectivePool(objective)
-    options = StudyOptions(script=__file__, target=space.target, trials=held + trials, prune=False,
+    # Without re-measurements (--race 0): what is asked of the sampler, and nothing else, is measured.
+    options = StudyOptions(script=__file__, target=space.target, trials=held + trials, prune=False, race=0,
                            study=study.study_name if study is not None else None)
     Study(options, pools=lambda _: pool, in_memory=storage, space=space, sampler=sampler,
           starting_points=starting or []).run()

@@ -29,7 +29,7 @@ def _params(trial) -> dict:
 
 def test_a_new_study_of_the_same_script_measures_the_earlier_best_after_its_baseline(tmp_path) -> None:
     earlier, _ = replay_study(LANDSCAPE, trials=10, workdir=tmp_path, seed=1, study="before")
-    later, _ = replay_study(LANDSCAPE, trials=4, workdir=tmp_path, seed=2, study="after")
+    later, _ = replay_study(LANDSCAPE, trials=4, workdir=tmp_path, seed=2, study="after", race=0)
     study = optuna.load_study(study_name="after", storage=later.storage)
     trials = sorted(study.trials, key=lambda t: t.number)
     assert earlier.best.params != trials[0].params, "the earlier best is not the baseline (else this shows nothing)"

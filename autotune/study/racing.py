@@ -1,0 +1,170 @@
+"""Repeats inside the study's one loop: the between-run noise measured early, and the incumbent
+raced against a challenger that it cannot yet be told apart from.
+
+A trial's interval says how well one process was measured; the next process of the same
+configuration may read 20% lower on a shared host. So the study measures its first configuration
+(the baseline) in more processes early, which gives the between-run noise here
+(:class:`~autotune.measurement.noise.RunNoise`, with what earlier studies on this machine measured
+as a prior). From then on a configuration leads only beyond that noise (:func:`standing`), and a
+challenger that appears to beat the incumbent by less than it is measured again, alternating with
+the incumbent, until one is ahead beyond the noise, a configuration has had ``RACE_RUNS`` runs, or
+the study's budget of re-measurements is spent (as SMAC's intensification and irace's racing do).
+A leader measured once is measured again before the study ends: its one run may be the luckiest
+draw among configurations of one speed, and the best a study reports is a mean over runs.
+
+A re-measurement reuses the configuration's compiled graphs (the compile cache), never counts
+towards ``--trials``, and the sampler does not learn from it (:meth:`TrialRecorder.tell_confirmation`).
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass
+from typing import TYPE_CHECKING, Any
+
+from autotune.measurement.noise import PRIOR_DF, RunNoise, Runs, ahead
+from autotune.records import TrialResult
+from autotune.trial_attrs import StudyAttrs, TrialAttrs
+
+if TYPE_CHECKING:
+    import optuna
+
+#: Runs of one configuration after which a race that has not told two apart ends: they are of one
+#: speed within the noise, and the budget is kept for later challengers.
+RACE_RUNS = 5
+
+#: Why a configuration is measured again: the noise early in the study, a race, ``--confirm``.
+NOISE, RACE, CONFIRM = "noise", "race", "confirm"
+
+
+@dataclass(frozen=True)
+class Standing:
+    """One measured configuration: its first trial, its runs, and whether a re-measurement failed."""
+
+    trial: Any  # optuna.trial.FrozenTrial
+    runs: Runs
+    flaky: bool
+
+
+def within(trial: Any) -> float | None:
+    """A trial's own 95% interval of its throughput, as a relative half-width (``None`` where it gave none)."""
+    told = TrialAttrs.of(trial)
+    if told.result is None:
+        return None
+    m = TrialResult.model_validate_json(told.result).measurement
+    if m is None or not m.throughput or m.ci95_low is None or m.ci95_high is None:
+        return None
+    return (m.ci95_high - m.ci95_low) / 2 / m.throughput
+
+
+def prior(study: optuna.Study) -> RunNoise:
+    """The noise earlier studies measured here, as the study keeps it, weighed as a few repeats."""
+    kept = StudyAttrs.of(study).noise_prior
+    return RunNoise(float(kept[0]), int(kept[1])).weighed_as(PRIOR_DF) if kept else RunNoise()
+
+
+def study_noise(measured: list[Standing], kept: RunNoise) -> RunNoise:
+    """The between-run noise a study's figures are judged with: its own repeats pooled with ``kept``."""
+    return RunNoise.of(s.runs.values for s in measured) + kept
+
+
+def standing(measured: list[Standing], noise: RunNoise, *, maximize: bool) -> list[Standing]:
+    """The configurations best first: by the mean over their runs, except that one measured once
+    comes before one measured more often only when it is ahead of it beyond the noise (its one run
+    is as lucky as theirs were before they were measured again); those whose re-measurement failed
+    come last."""
+    sign = -1.0 if maximize else 1.0
+    order = sorted((s for s in measured if not s.flaky), key=lambda s: (sign * s.runs.mean, s.trial.number))
+    settled = next((s for s in order if s.runs.n >= 2), None)
+    if settled is not None:
+        before = order[:order.index(settled)]
+        lucky = [s for s in before if ahead(s.runs, settled.runs, noise, maximize=maximize) != 1]
+        rest = [s for s in order if s not in lucky]
+        at = rest.index(settled) + 1
+        order = rest[:at] + lucky + rest[at:]
+    return order + sorted((s for s in measured if s.flaky), key=lambda s: (sign * s.runs.mean, s.trial.number))
+
+
+@dataclass(frozen=True)
+class Repeat:
+    """A configuration to measure again now: its first trial, and why (:data:`NOISE`, :data:`RACE`)."""
+
+    trial: Any  # optuna.trial.FrozenTrial
+    why: str
+
+
+class Racing:
+    """Which configuration the study measures again next, if any.
+
+    ``budget``: the re-measurements races may take (a fraction of ``--trials``; 0 turns racing
+    and the early noise runs off); ``kept``: the noise measured here before (:func:`prior`).
+    """
+
+    def __init__(self, budget: int, kept: RunNoise) -> None:
+        self.budget = budget
+        self.kept = kept
+        #: The two configurations being raced (their keys), and the one measured last.
+        self.pair: tuple[str, str] | None = None
+        self.last: str | None = None
+
+    @staticmethod
+    def of(fraction: float, trials: int, kept: RunNoise) -> Racing:
+        return Racing(math.ceil(fraction * trials) if fraction > 0 else 0, kept)
+
+    def next(self, measured: list[Standing], spent: int, busy: set[str], *, maximize: bool,
+             finishing: bool = False) -> Repeat | None:
+        """The repeat to run now. ``measured``: the study's configurations (:func:`standing`'s
+        input); ``spent``: race repeats run or running; ``busy``: the keys measured now (a
+        configuration is not measured twice at once); ``finishing``: the study asks for no more
+        trials."""
+        if self.budget <= 0 or not measured:
+            return None
+        own = RunNoise.of(s.runs.values for s in measured)
+        first = min(measured, key=lambda s: s.trial.number)
+        # The first configuration, in more processes: 3 runs where nothing is known of this
+        # machine, 2 where an earlier study measured it (this study's own repeat updates it).
+        wanted = 3 if not self.kept.known else 2
+        if own.df < wanted - 1 and first.runs.n < wanted and not first.flaky:
+            return None if key(first) in busy else Repeat(first.trial, NOISE)
+        if spent >= self.budget:
+            return None
+        noise = own + self.kept
+        order = standing(measured, noise, maximize=maximize)
+        if len(order) < 2 or order[0].flaky:
+            return None
+        by_key = {key(s): s for s in order}
+        if self.pair is not None and all(k in by_key for k in self.pair):
+            a, b = (by_key[k] for k in self.pair)
+            if ahead(a.runs, b.runs, noise, maximize=maximize) == 0 and min(a.runs.n, b.runs.n) < RACE_RUNS:
+                return self._measure(a, b, busy)
+        self.pair = None
+        leader, runner = order[0], order[1]
+        if leader.runs.n == 1:
+            # Ahead of every configuration measured more often, beyond the noise: measured again
+            # once the study has its trials (a later one may lead instead), so that the best it
+            # reports is a mean, not one draw.
+            return Repeat(leader.trial, RACE) if finishing and key(leader) not in busy else None
+        sign = 1.0 if maximize else -1.0
+        if runner.flaky or sign * runner.runs.mean <= sign * leader.runs.mean \
+                or ahead(leader.runs, runner.runs, noise, maximize=maximize) != 0 \
+                or min(leader.runs.n, runner.runs.n) >= RACE_RUNS:
+            return None
+        self.pair = (key(runner), key(leader))
+        return self._measure(runner, leader, busy)
+
+    def _measure(self, a: Standing, b: Standing, busy: set[str]) -> Repeat | None:
+        """Of a race's two, the one with fewer runs; on a tie the one not measured last."""
+        one = a if a.runs.n < b.runs.n or (a.runs.n == b.runs.n and self.last != key(a)) else b
+        if key(one) in busy:
+            return None
+        self.last = key(one)
+        return Repeat(one.trial, RACE)
+
+
+def key(s: Standing) -> str:
+    return trial_key(s.trial)
+
+
+def trial_key(trial: Any) -> str:
+    """A trial's configuration, as :func:`standing` keys it."""
+    return TrialAttrs.of(trial).config_key or f"#{trial.number}"
