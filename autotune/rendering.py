@@ -169,8 +169,10 @@ def render_trials(study: str, trials: list, baseline: float | None, best, consol
     unit = objective(metric).unit
     value_col = f"{metric} ({unit})" if unit else metric
     priced = any(t.usd_per_million_samples is not None for t in trials)
-    # The interval is the throughput's, whatever the objective: say so where it is not the value's.
-    ci_col = "95% CI" if metric == "throughput" else "throughput 95% CI"
+    # The interval of a run as the next run would read it, where the study measured the noise
+    # between runs; else the run's own, which is the throughput's whatever the objective.
+    between = any(t.value_ci95_low is not None for t in trials)
+    ci_col = "95% CI" if metric == "throughput" or between else "throughput 95% CI"
     flops = any(t.flops_per_second is not None for t in trials)
     mfu = any(t.mfu is not None for t in trials)
     for col in ("trial", value_col, ci_col, "speedup", *(["$ / 1M samples"] if priced else []),
@@ -178,7 +180,8 @@ def render_trials(study: str, trials: list, baseline: float | None, best, consol
         table.add_column(col, justify="left" if col in (ci_col, "parameters") else "right")
     rows = sorted(trials, key=lambda t: t.number) if all_trials else ok[:top]
     for t in rows:
-        ci = f"{t.ci95_low:,.1f} .. {t.ci95_high:,.1f}" if t.ci95_low is not None else ""
+        low, high = (t.value_ci95_low, t.value_ci95_high) if between else (t.ci95_low, t.ci95_high)
+        ci = f"{low:,.1f} .. {high:,.1f}" if low is not None and high is not None else ""
         if t.pruned:
             ci += " pruned"
         if t.state == "COMPLETE" and (t.numerics_violated or t.violated):
@@ -195,7 +198,7 @@ def render_trials(study: str, trials: list, baseline: float | None, best, consol
         if t.duplicate_of is not None:
             params += f"  [same as trial {t.duplicate_of}]"
         if t.confirms is not None:
-            params += f"  [trial {t.confirms} measured again]"
+            params += f"  [trial {t.confirms} measured again" + (f": {t.again}]" if t.again else "]")
         cost = [fmt_usd(t.usd_per_million_samples)] if priced else []
         compute = ([f"{fmt_flops(t.flops_per_second)}/s" if t.flops_per_second is not None else ""]
                    if flops else []) + ([f"{t.mfu:.1%}" if t.mfu is not None else ""] if mfu else [])
@@ -216,11 +219,9 @@ def render_trials(study: str, trials: list, baseline: float | None, best, consol
                         tail_lines = t.log_tail.strip().splitlines()[-5:]
                         console.print(Text("\n".join("      " + ln for ln in tail_lines), style="dim"))
     if best is not None:
-        speed = f", {best.speedup:.2f}x the baseline" if best.speedup else ""
-        again = (f" (mean of {len(best.measurements)} measurements: "
-                 f"{', '.join(f'{v:,.1f}' for v in best.measurements)})" if len(best.measurements) > 1 else "")
-        console.print(f"[bold green]best:[/bold green] trial {best.trial}, {format_value(best.value, best.metric)}"
-                      f"{again}{speed}")
+        console.print(f"[bold green]best:[/bold green] {best_line(best)}", highlight=False)
+        if best.noise is not None:
+            console.print(f"[bold]noise:[/bold] {noise_line(best.noise)}", highlight=False)
         if best.front:
             render_front(best, console)
         if best.compiler_flags:
@@ -233,6 +234,27 @@ def render_trials(study: str, trials: list, baseline: float | None, best, consol
             batch = f" (batch {best.params['batch_size']} per process, {best.global_batch_size} in all)" \
                 if best.global_batch_size else ""
             console.print(f"  launch: {best.launch}{batch}")
+
+
+def best_line(best) -> str:
+    """``trial 14, 1,164.0 samples/s [1,090.2, 1,238.4] over 4 runs (1,171.3, ...; 2.90x the baseline, 3 runs)``."""
+    runs = len(best.measurements)
+    interval = f" [{best.value_ci95_low:,.1f}, {best.value_ci95_high:,.1f}]" \
+        if best.value_ci95_low is not None and best.value_ci95_high is not None else ""
+    over = f" over {runs} runs" if runs > 1 else " (one run)"
+    said = [", ".join(f"{v:,.1f}" for v in best.measurements)] if runs > 1 else []
+    if best.speedup:
+        base = len(best.baseline_measurements)
+        said.append(f"{best.speedup:.2f}x the baseline" + (f", {base} runs" if base > 1 else ""))
+    return f"trial {best.trial}, {format_value(best.value, best.metric)}{interval}{over}" \
+        + (f" ({'; '.join(said)})" if said else "")
+
+
+def noise_line(noise) -> str:
+    """``one run of a configuration here reads within ±9% of its mean, 95% of the time (measured on 6 runs)``."""
+    earlier = " and by earlier studies here" if noise.earlier_df else ""
+    return (f"one run of a configuration here reads within ±{noise.spread:.0%} of its mean, 95% of the time "
+            f"(measured on {noise.repeats} runs{earlier})")
 
 
 def print_whole(table: Table, console: Console) -> None:

@@ -115,7 +115,9 @@ class Runs:
         between-run spread, or the runs' own intervals where those are wider (a short run is less
         certain than the repeats the spread was measured on)."""
         known = [w for w in self.within if w is not None and math.isfinite(w)]
-        within = statistics.fmean((math.log1p(w) / _Z975) ** 2 for w in known) if known else None
+        # On the logarithms the run's interval is widened to its longer side, so that it still
+        # holds the run's own interval whole.
+        within = statistics.fmean((-math.log1p(-min(w, 0.99)) / _Z975) ** 2 for w in known) if known else None
         between = noise.sigma ** 2 if noise.sigma is not None else None
         if between is not None and (within is None or between >= within):
             return between, t975(noise.df)

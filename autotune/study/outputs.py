@@ -88,6 +88,8 @@ class Noise(BaseModel):
     #: of the estimate: those runs' and, weighed as a few, earlier studies' here.
     repeats: int
     df: int
+    #: Of ``df``, what earlier studies here gave.
+    earlier_df: int = 0
 
 
 class FrontPoint(BaseModel):
@@ -129,7 +131,9 @@ class BestConfig(BaseModel):
     throughput: float | None = None
     ci95_low: float | None = None
     ci95_high: float | None = None
+    #: The baseline's mean over its runs, and each run's figure.
     baseline_value: float | None = None
+    baseline_measurements: list[float] = Field(default_factory=list)
     speedup: float | None = None
     #: Every objective's value at this configuration, and the constraints every best keeps.
     objectives: dict[str, float] = Field(default_factory=dict)

@@ -10,10 +10,12 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING
 
+from autotune.measurement.noise import margin
 from autotune.measurement.windows import PRUNE_MARGIN
 from autotune.objectives import Constraint, Objective
 from autotune.records import MeasurementProtocol, TrialResult
-from autotune.study.results import _best
+from autotune.study.racing import standing
+from autotune.study.results import noise_of, standings
 
 if TYPE_CHECKING:
     import optuna
@@ -21,15 +23,22 @@ if TYPE_CHECKING:
 
 def stop_below(study: optuna.Study, *, prune: bool, objectives: list[Objective],
                constraints: list[Constraint]) -> float | None:
-    """The bar below which a trial stops measuring: the best throughput so far less PRUNE_MARGIN,
-    when throughput is the one objective and the study prunes, and the bound of a ``throughput>=X``
-    constraint (a trial certainly below it is infeasible). Only throughput, which the harness times
-    itself, can stop a trial early."""
+    """The bar below which a trial stops measuring, when throughput is the one objective and the
+    study prunes: the best so far (the mean over its runs) less the between-run noise that one run
+    of a challenger may still be behind by and not be behind beyond it
+    (:func:`autotune.measurement.noise.margin`; at least PRUNE_MARGIN): a trial under it cannot
+    win even a race. And the bound of a ``throughput>=X`` constraint (a trial certainly below it
+    is infeasible). Only throughput, which the harness times itself, can stop a trial early."""
     bars = [c.bound for c in constraints if c.name == "throughput" and not c.upper]
     if prune and [o.name for o in objectives] == ["throughput"]:
-        best = _best(study)
-        if best is not None and best[1]:
-            bars.append(best[1] * (1 - PRUNE_MARGIN))
+        measured = standings(study)
+        noise = noise_of(study, measured)
+        ranked = standing(measured, noise, maximize=True)
+        if ranked and ranked[0].runs.mean:
+            # Where no noise was measured (``--race 0``), a run's own interval is all there is,
+            # and the harness's test weighs the trial's own already.
+            behind = margin(ranked[0].runs, noise) if noise.known else None
+            bars.append(ranked[0].runs.mean * (1 - max(PRUNE_MARGIN, behind or 0.0)))
     return max(bars) if bars else None
 
 

@@ -97,7 +97,8 @@ class Racing:
     """Which configuration the study measures again next, if any.
 
     ``budget``: the re-measurements races may take (a fraction of ``--trials``; 0 turns racing
-    and the early noise runs off); ``kept``: the noise measured here before (:func:`prior`).
+    and the early noise runs off), the last of them kept for the best the study ends with;
+    ``kept``: the noise measured here before (:func:`prior`).
     """
 
     def __init__(self, budget: int, kept: RunNoise) -> None:
@@ -132,6 +133,11 @@ class Racing:
         order = standing(measured, noise, maximize=maximize)
         if len(order) < 2 or order[0].flaky:
             return None
+        if finishing:
+            # The last re-measurement is kept for the best the study ends with, measured once.
+            return Repeat(order[0].trial, RACE) if order[0].runs.n == 1 and key(order[0]) not in busy else None
+        if spent >= self.budget - 1:
+            return None
         by_key = {key(s): s for s in order}
         if self.pair is not None and all(k in by_key for k in self.pair):
             a, b = (by_key[k] for k in self.pair)
@@ -143,7 +149,7 @@ class Racing:
             # Ahead of every configuration measured more often, beyond the noise: measured again
             # once the study has its trials (a later one may lead instead), so that the best it
             # reports is a mean, not one draw.
-            return Repeat(leader.trial, RACE) if finishing and key(leader) not in busy else None
+            return None
         sign = 1.0 if maximize else -1.0
         if runner.flaky or sign * runner.runs.mean <= sign * leader.runs.mean \
                 or ahead(leader.runs, runner.runs, noise, maximize=maximize) != 0 \

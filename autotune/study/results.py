@@ -5,6 +5,7 @@ numerics guard's verdict, and a summary of every trial. Read by the study as it 
 from __future__ import annotations
 
 import math
+import statistics
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
@@ -169,9 +170,21 @@ def baseline_trial(study: optuna.Study) -> Any | None:
 
 
 def baseline_value(study: optuna.Study) -> float | None:
-    """The measured value of the baseline configuration, if it completed."""
+    """The measured value of the baseline configuration, if it completed: the mean over its runs."""
+    runs = baseline_runs(study)
+    return statistics.fmean(runs) if runs else None
+
+
+def baseline_runs(study: optuna.Study) -> list[float]:
+    """What each run of the baseline configuration measured (the study measures it in several
+    processes early, to learn the between-run noise)."""
     t = baseline_trial(study)
-    return _value(t, _preferred(study)) if t is not None else None
+    if t is None:
+        return []
+    key = TrialAttrs.of(t).config_key
+    runs = next((list(s.runs.values) for s in standings(study) if TrialAttrs.of(s.trial).config_key == key), None)
+    first = _value(t, _preferred(study))
+    return runs or ([first] if first is not None else [])
 
 
 def pareto_front(study: optuna.Study) -> list[Any]:
@@ -202,7 +215,8 @@ def best_config(study: optuna.Study, name: str, prov: dict[str, Any] | None = No
     figure = ranked[0].runs.figure(noise)
     attrs, stored, names = TrialAttrs.of(t), StudyAttrs.of(study), objective_names(study)
     result = TrialResult.model_validate_json(attrs.result) if attrs.result is not None else None
-    base = baseline_value(study)
+    base_runs = baseline_runs(study)
+    base = statistics.fmean(base_runs) if base_runs else None
     ratio = speedup(value, base, maximizes(study))
     plan = result.plan if result else None
     m = result.measurement if result else None
@@ -228,7 +242,7 @@ def best_config(study: optuna.Study, name: str, prov: dict[str, Any] | None = No
         front=[FrontPoint(trial=p.number, params=_params(p), values=_named_values(names, p))
                for p in pareto_front(study)] if len(study.directions) > 1 else [],
         throughput=m.throughput if m else None, ci95_low=m.ci95_low if m else None,
-        ci95_high=m.ci95_high if m else None, baseline_value=base, speedup=ratio,
+        ci95_high=m.ci95_high if m else None, baseline_value=base, baseline_measurements=base_runs, speedup=ratio,
         provenance=attrs.provenance or prov or stored.provenance or {},
         cost=study_cost(stored, m.throughput if m else None),
         utilisation=_utilisation(stored, result, attrs.provenance or prov),
@@ -239,7 +253,9 @@ def noise_figure(measured: list[Standing], noise: RunNoise) -> Noise | None:
     """What the study says of the noise (``None`` while nothing was measured more than once)."""
     if noise.spread is None:
         return None
-    return Noise(spread=noise.spread, repeats=sum(s.runs.n for s in measured if s.runs.n > 1), df=noise.df)
+    own = RunNoise.of(s.runs.values for s in measured)
+    return Noise(spread=noise.spread, repeats=sum(s.runs.n for s in measured if s.runs.n > 1), df=noise.df,
+                 earlier_df=noise.df - own.df)
 
 
 def _utilisation(stored: StudyAttrs, result: TrialResult | None,

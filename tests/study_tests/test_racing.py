@@ -1,0 +1,128 @@
+"""Between-run noise and racing in the study: the baseline measured in more processes early, a
+challenger within the noise raced against the incumbent, the best a mean over its runs."""
+
+from __future__ import annotations
+
+import json
+import math
+from pathlib import Path
+from types import SimpleNamespace
+
+import optuna
+import pytest
+
+from autotune.landscapes.replay import replay_study
+from autotune.measurement.noise import RunNoise, Runs
+from autotune.study.racing import NOISE, RACE, RACE_RUNS, Racing, Standing, standing
+from autotune.trial_attrs import TrialAttrs
+
+ROOT = Path(__file__).resolve().parents[2]
+LANDSCAPE = ROOT / "landscapes" / "inductor-vit.jsonl"
+QUIET = RunNoise.of([[100.0, 101.0, 99.0]] * 3)  # +-2% or so
+LOUD = RunNoise.of([[100.0, 125.0, 80.0]] * 3)  # +-40% or so
+
+
+def _config(number: int, *values: float, flaky: bool = False) -> Standing:
+    """A configuration as the study holds it: its first trial (number and key) and its runs."""
+    trial = SimpleNamespace(number=number, user_attrs={"config_key": f"c{number}"})
+    return Standing(trial, Runs(tuple(values)), flaky)
+
+
+def test_the_first_configuration_runs_three_times_where_nothing_is_known_of_the_noise_and_twice_where_it_is():
+    racing = Racing(budget=3, kept=RunNoise())
+    repeat = racing.next([_config(0, 100.0)], 0, set(), maximize=True)
+    assert repeat is not None and repeat.trial.number == 0 and repeat.why == NOISE
+    assert racing.next([_config(0, 100.0)], 0, {"c0"}, maximize=True) is None, "not twice at once"
+    assert racing.next([_config(0, 100.0, 98.0)], 0, set(), maximize=True).why == NOISE
+    assert racing.next([_config(0, 100.0, 98.0, 101.0)], 0, set(), maximize=True) is None
+    known = Racing(budget=3, kept=QUIET)
+    assert known.next([_config(0, 100.0)], 0, set(), maximize=True).why == NOISE
+    assert known.next([_config(0, 100.0, 98.0)], 0, set(), maximize=True) is None
+    assert Racing.of(0.0, 20, RunNoise()).next([_config(0, 100.0)], 0, set(), maximize=True) is None, \
+        "--race 0 measures nothing again"
+
+
+def test_a_challenger_within_the_noise_is_raced_alternating_with_the_incumbent_until_one_is_ahead():
+    racing = Racing(budget=10, kept=LOUD)
+    base, leader = _config(0, 50.0, 50.0, 50.0), _config(1, 100.0, 104.0)
+    challenger = _config(2, 106.0)  # ahead of the leader's mean, by less than the noise
+    first = racing.next([base, leader, challenger], 0, set(), maximize=True)
+    assert first.why == RACE and first.trial.number == 2, "the challenger is measured again first"
+    challenger = _config(2, 106.0, 103.0)
+    second = racing.next([base, leader, challenger], 1, set(), maximize=True)
+    assert second.trial.number == 1, "then the incumbent, alternating"
+    # Once each has RACE_RUNS runs and they still cannot be told apart, the race ends.
+    tied = [base, _config(1, *([102.0] * RACE_RUNS)), _config(2, *([103.0] * RACE_RUNS))]
+    assert racing.next(tied, 2, set(), maximize=True) is None
+    # A clear winner (quiet machine): no race.
+    quiet = Racing(budget=10, kept=QUIET)
+    assert quiet.next([base, _config(1, 100.0, 100.5), _config(2, 80.0)], 0, set(), maximize=True) is None
+
+
+def test_a_leader_ahead_beyond_the_noise_is_measured_again_once_the_study_has_its_trials():
+    racing = Racing(budget=3, kept=QUIET)
+    measured = [_config(0, 50.0, 50.5, 49.5), _config(1, 100.0)]
+    assert racing.next(measured, 0, set(), maximize=True) is None
+    again = racing.next(measured, 0, set(), maximize=True, finishing=True)
+    assert again.trial.number == 1 and again.why == RACE
+    assert racing.next(measured, 3, set(), maximize=True, finishing=True) is None, "the budget is spent"
+
+
+def test_one_lucky_run_does_not_lead_a_configuration_measured_more_often_unless_beyond_the_noise():
+    settled, lucky = _config(1, 100.0, 101.0, 99.0), _config(2, 104.0)
+    assert [s.trial.number for s in standing([settled, lucky], LOUD, maximize=True)] == [1, 2]
+    assert [s.trial.number for s in standing([settled, _config(2, 200.0)], LOUD, maximize=True)] == [2, 1]
+    # Less is better (latency): the lower mean leads.
+    assert standing([_config(1, 10.0, 10.1), _config(2, 12.0, 12.1)], QUIET, maximize=False)[0].trial.number == 1
+    flaky = _config(3, 500.0, flaky=True)
+    assert standing([settled, flaky], QUIET, maximize=True)[-1] is flaky
+
+
+def _study(result) -> optuna.Study:
+    return optuna.load_study(study_name=result.study, storage=result.storage)
+
+
+def test_a_replayed_study_measures_its_noise_races_and_reports_the_best_as_a_mean(tmp_path) -> None:
+    result, pool = replay_study(LANDSCAPE, trials=10, seed=3, noise_seed=3, workdir=tmp_path)
+    study = _study(result)
+    counted = [t for t in study.trials if TrialAttrs.of(t).counted]
+    again = [t for t in study.trials if TrialAttrs.of(t).confirms is not None]
+    assert len(counted) == 10 and len(pool.trials) == 10 + len(again), "a re-measurement is not a trial"
+    base = min(counted, key=lambda t: t.number)
+    noise = [t for t in again if TrialAttrs.of(t).again == NOISE]
+    assert [TrialAttrs.of(t).confirms for t in noise] == [base.number] * 2, "the baseline, in three processes"
+    races = [t for t in again if TrialAttrs.of(t).again == RACE]
+    assert 1 <= len(races) <= math.ceil(0.25 * 10)
+    best = result.best
+    assert len(best.measurements) >= 2, "the best reported is a mean over runs, not one draw"
+    assert best.value == pytest.approx(sum(best.measurements) / len(best.measurements))
+    assert best.value_ci95_low < best.value < best.value_ci95_high
+    assert best.noise is not None and best.noise.repeats >= 3 and best.noise.earlier_df == 0
+    assert len(best.baseline_measurements) == 3
+    assert best.baseline_value == pytest.approx(sum(best.baseline_measurements) / 3)
+    saved = json.loads((Path(result.out_dir) / "best.json").read_text())
+    assert saved["measurements"] == best.measurements and saved["noise"]["spread"] == best.noise.spread
+    # Every trial's interval includes the noise, and holds the run's own interval.
+    shown = [t for t in result.trials if t.value is not None and t.ci95_low is not None]
+    assert shown and all(t.value_ci95_low is not None for t in shown)
+    for t in shown:
+        assert t.value_ci95_low <= t.ci95_low * (1 + 1e-9) and t.value_ci95_high >= t.ci95_high * (1 - 1e-9)
+
+
+def test_the_next_study_here_starts_from_the_noise_measured_before(tmp_path) -> None:
+    first, _ = replay_study(LANDSCAPE, trials=4, seed=1, noise_seed=1, workdir=tmp_path, study="one")
+    files = list((tmp_path / "cache" / "noise").glob("*/*.json"))
+    assert len(files) == 1, "the noise is kept in the cache root"
+    second, _ = replay_study(LANDSCAPE, trials=4, seed=2, noise_seed=2, workdir=tmp_path, study="two")
+    study = _study(second)
+    assert study.user_attrs["noise_prior"][1] == first.best.noise.df, "what the first study measured"
+    noise = [t for t in study.trials if TrialAttrs.of(t).again == NOISE]
+    assert len(noise) == 1, "one run more of the baseline updates what is known"
+    assert second.best.noise.earlier_df == first.best.noise.df
+
+
+def test_race_zero_measures_nothing_again(tmp_path) -> None:
+    result, pool = replay_study(LANDSCAPE, trials=6, seed=3, noise_seed=3, workdir=tmp_path, race=0)
+    assert len(pool.trials) == 6
+    assert not [t for t in _study(result).trials if TrialAttrs.of(t).confirms is not None]
+    assert result.best.noise is None and len(result.best.measurements) == 1
