@@ -19,6 +19,12 @@ in the order the grid enumerates them (the file order of the space's parameters 
 A landscape of a space too large to enumerate is a seeded sample of it: the header says so
 (``"sample": {"n": ..., "seed": ...}``) and each line's ``index`` is its position in the sample.
 A configuration measured more than once (``--repeat``) has a line for each run.
+
+The header's ``run_noise`` (``{"sigma": ..., "df": ..., "measured": ...}``), where there is one,
+is how far one run of a configuration reads from the next on the recording's machine: the
+standard deviation of a run's log figure over runs in separate processes, its degrees of
+freedom, and what measured it (``bench/noise_calibration.py``). A replay draws each answer with
+it (:class:`autotune.landscapes.replay.ReplayPool`).
 """
 
 from __future__ import annotations
@@ -157,6 +163,12 @@ class Landscape:
     @property
     def compile_cache_persists(self) -> bool:
         return bool(self.header.get("compile_cache_persists", False))
+
+    @property
+    def run_sigma(self) -> float | None:
+        """The between-run spread of the header's ``run_noise`` (``None``: none recorded)."""
+        noise = self.header.get("run_noise")
+        return float(noise["sigma"]) if noise else None
 
     @property
     def size(self) -> int:

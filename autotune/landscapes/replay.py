@@ -27,7 +27,7 @@ import math
 import random
 import tempfile
 from collections.abc import Callable, Hashable
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
@@ -137,6 +137,8 @@ class ReplayedTrial:
     finished: float
     charge: Charge
     record: ConfigRecord
+    #: The throughput answered: the record's, or a draw around it in a noisy replay.
+    figure: float | None = None
 
 
 class ReplayPool:
@@ -146,8 +148,12 @@ class ReplayPool:
     clock to its end. A configuration missing from the landscape is an error, not a failure:
     the replay would otherwise measure something that was never recorded.
 
-    ``noise_seed``: each measurement is redrawn within the recorded 95% interval (log-normal,
-    seeded), so that measuring a configuration twice gives two values, as on a machine.
+    ``noise_seed``: each measurement is drawn again (log-normal around the recorded figure,
+    seeded: a benchmark's seed replays the same draws), so that measuring a configuration twice
+    gives two values, as on a machine. The spread is the landscape's between-run one
+    (:attr:`~autotune.landscapes.landscape.Landscape.run_sigma`: how far the next process reads)
+    where its header records one, else the recorded 95% interval's (one process's windows, which
+    says less: a neighbour's load moves whole runs). The run's interval moves with its figure.
 
     ``enough``: once it holds of the trials replayed so far, the pool takes no more (``free`` is
     0), which ends the study that drives it (a benchmark that has seen what it measures).
@@ -177,18 +183,26 @@ class ReplayPool:
         if self.free <= 0:
             raise AutotuneError("replay pool: no free worker")
         rec = self.landscape.get(request.plan.params)
-        charge, pruned = pruned_charge(rec, self.cache.charge(rec), request.protocol.stop_below)
-        result = replayed_result(rec, request.plan, charge)
+        # The harness prunes on what this run reads, so the draw comes first.
+        run = self._drawn(rec)
+        charge, pruned = pruned_charge(run, self.cache.charge(rec), request.protocol.stop_below)
+        result = replayed_result(run, request.plan, charge)
         if pruned and result.measurement is not None:
             result.measurement.pruned = True
-        if self._noise is not None and result.measurement is not None:
-            m = result.measurement
-            f = math.exp(self._noise.gauss(0.0, interval_sigma(rec)))
-            m.throughput, m.ci95_low, m.ci95_high = m.throughput * f, m.ci95_low * f, m.ci95_high * f
         finish = self.clock + charge.seconds
-        self.trials.append(ReplayedTrial(tag, rec.key, self.clock, finish, charge, rec))
+        self.trials.append(ReplayedTrial(tag, rec.key, self.clock, finish, charge, rec, run.throughput if run.ok else None))
         self._seq += 1
         heapq.heappush(self._running, (finish, self._seq, tag, result.model_dump_json()))
+
+    def _drawn(self, rec: ConfigRecord) -> ConfigRecord:
+        """What one run of ``rec`` reads in this replay (the record itself when noiseless)."""
+        if self._noise is None or not rec.ok or rec.throughput is None:
+            return rec
+        sigma = self.landscape.run_sigma
+        f = math.exp(self._noise.gauss(0.0, interval_sigma(rec) if sigma is None else sigma))
+        return replace(rec, throughput=rec.throughput * f,
+                       ci95_low=rec.ci95_low * f if rec.ci95_low is not None else None,
+                       ci95_high=rec.ci95_high * f if rec.ci95_high is not None else None)
 
     def wait(self, timeout: float = 0.0) -> list[Finished]:
         if not self._running:
@@ -216,7 +230,7 @@ def replay_study(landscape: Landscape | str | Path, *, trials: int | None = None
     so nothing measured elsewhere is reused. ``trials`` defaults to the landscape's size;
     ``workers`` trials run at once on the simulated clock. ``exhaustive``: every configuration
     is enqueued in file order (as the space's known-good list), a grid through the real driver.
-    ``noise_seed``: measurements are redrawn within their intervals (:class:`ReplayPool`).
+    ``noise_seed``: measurements are drawn with the landscape's noise (:class:`ReplayPool`).
     """
     from autotune.study.loop import Study
     from autotune.study.options import StudyOptions

@@ -25,6 +25,8 @@ class Step:
     value: float | None  # the recorded throughput; None for a failed configuration
     seconds: float  # its simulated cost
     clock: float  # simulated time when it finished
+    #: What the run read: ``value``, or a draw around it in a noisy replay.
+    figure: float | None = None
 
 
 @dataclass
@@ -32,18 +34,38 @@ class Trace:
     steps: list[Step] = field(default_factory=list)
     duplicates: int = 0  # proposals answered from an earlier result (no cost, not counted)
 
+    def chosen(self, n: int | None = None) -> float | None:
+        """The recorded throughput of the configuration the study would report as its best after
+        ``n`` steps (all by default): the highest mean of what its runs read. Under noise that is
+        not the best configuration measured: a lucky draw picks a slower one."""
+        return _chosen(self.steps[:n])
+
     def reach(self, threshold: float) -> tuple[int, float] | None:
-        """Trials and simulated seconds until a configuration at or above ``threshold`` was measured."""
+        """Steps and simulated seconds until the configuration the study would report is at or
+        above ``threshold`` (without noise: until such a configuration was measured)."""
         for i, s in enumerate(self.steps, 1):
-            if s.value is not None and s.value >= threshold:
+            value = _chosen(self.steps[:i])
+            if value is not None and value >= threshold:
                 return i, s.clock
         return None
+
+
+def _chosen(steps: list[Step]) -> float | None:
+    runs: dict[str, list[float]] = {}
+    values: dict[str, float] = {}
+    for s in steps:
+        if s.value is not None and s.figure is not None:
+            runs.setdefault(s.key, []).append(s.figure)
+            values[s.key] = s.value
+    if not runs:
+        return None
+    return values[max(runs, key=lambda k: sum(runs[k]) / len(runs[k]))]
 
 
 def simulate(landscape: Landscape, sampler: optuna.samplers.BaseSampler, *,
              starting_points: list[dict[str, Any]] | None = None, max_trials: int | None = None,
              stop_at: float | None = None, min_trials: int = 0, early_stop: float | None = None,
-             race: float = 0.0) -> Trace:
+             race: float = 0.0, noise_seed: int | None = None) -> Trace:
     """A study of ``sampler`` on ``landscape``, one trial at a time, as ``autotune run`` drives one.
 
     ``starting_points`` are measured first, in place of the baseline and the space's known-good
@@ -58,6 +80,10 @@ def simulate(landscape: Landscape, sampler: optuna.samplers.BaseSampler, *,
 
     ``race``: the study's ``--race`` (re-measurements, as a fraction of the trials; each is a step
     of the trace). 0 by default: a noiseless replay answers a repeat with the same figure.
+
+    ``noise_seed``: each run is drawn with the landscape's between-run noise
+    (:class:`~autotune.landscapes.replay.ReplayPool`); ``stop_at`` and :meth:`Trace.reach` then ask
+    of the configuration the study would report, not of the best one it measured.
     """
     import optuna
 
@@ -70,17 +96,22 @@ def simulate(landscape: Landscape, sampler: optuna.samplers.BaseSampler, *,
         raise ValueError(f"the study prunes at {PRUNE_MARGIN:.0%} of the best or not at all, not at {early_stop}")
 
     def enough(trials: list[ReplayedTrial]) -> bool:
-        return stop_at is not None and len(trials) >= min_trials and any(
-            t.record.ok and t.record.throughput is not None and t.record.throughput >= stop_at for t in trials)
+        if stop_at is None or len(trials) < min_trials:
+            return False
+        value = _chosen([_step(t) for t in trials])
+        return value is not None and value >= stop_at
 
-    pool = ReplayPool(landscape, enough=enough)
+    pool = ReplayPool(landscape, noise_seed=noise_seed, enough=enough)
     options = StudyOptions(script=script_path(landscape), args=list(landscape.header.get("args", [])),
                            target=landscape.target, trials=max_trials or landscape.size,
                            prune=early_stop is not None, race=race)
     study = Study(options, pools=lambda _: pool, in_memory=optuna.storages.InMemoryStorage(),
                   space=landscape.space, sampler=sampler, starting_points=starting_points or [])
     study.run()
-    trace = Trace(steps=[Step(t.key, t.record.throughput if t.record.ok else None, t.charge.seconds, t.finished)
-                         for t in pool.trials])
+    trace = Trace(steps=[_step(t) for t in pool.trials])
     trace.duplicates = sum(TrialAttrs.of(t).duplicate_of is not None for t in study.study.get_trials(deepcopy=False))
     return trace
+
+
+def _step(t: ReplayedTrial) -> Step:
+    return Step(t.key, t.record.throughput if t.record.ok else None, t.charge.seconds, t.finished, t.figure)

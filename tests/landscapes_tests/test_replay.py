@@ -325,3 +325,91 @@ def test_confirm_measures_the_best_again_and_picks_the_best_mean(path, tmp_path)
     again_result, again_pool = replay_study(land, trials=10, seed=3, noise_seed=4, confirm=2,
                                             workdir=tmp_path / "study")
     assert again_pool.trials == [] and again_result.best.trial == winner
+
+
+def _with_run_noise(path: Path, sigma: float) -> Path:
+    lines = path.read_text().splitlines()
+    header = json.loads(lines[0])
+    header["run_noise"] = {"sigma": sigma, "df": 20, "measured": "synthetic"}
+    path.write_text("\n".join([json.dumps(header), *lines[1:]]) + "\n")
+    return path
+
+
+def _draws(pool: ReplayPool, params: dict, n: int) -> list[TrialResult]:
+    out = []
+    for tag in range(n):
+        pool.submit(_request(params), tag=tag)
+        (_, result_json, _), = pool.wait(0)
+        out.append(TrialResult.model_validate_json(result_json))
+    return out
+
+
+def test_a_noisy_replay_draws_with_the_recorded_between_run_spread(tmp_path) -> None:
+    import math
+    import statistics
+
+    land = load_landscape(_with_run_noise(write_landscape(tmp_path / "noisy.jsonl", spread=0.01), 0.2))
+    assert land.run_sigma == 0.2
+    params = {"batch_size": 32, "num_workers": 0, "mode": "eager"}
+    recorded = land.get(params).throughput
+    runs = _draws(ReplayPool(land, noise_seed=7), params, 400)
+    logs = [math.log(r.measurement.throughput / recorded) for r in runs]
+    # The runs spread as runs in separate processes did, not as the recorded +-1% interval says.
+    assert 0.17 < statistics.stdev(logs) < 0.23
+    assert abs(statistics.fmean(logs)) < 0.03
+    m = runs[0].measurement
+    assert m.ci95_high / m.ci95_low == pytest.approx(1.01 / 0.99), "a run's own interval moves with its figure"
+    again = _draws(ReplayPool(land, noise_seed=7), params, 3)
+    assert [r.measurement.throughput for r in again] == [r.measurement.throughput for r in runs[:3]], \
+        "a seed replays the same draws"
+    plain = _draws(ReplayPool(land), params, 2)
+    assert [r.measurement.throughput for r in plain] == [recorded, recorded], "no seed: as recorded"
+
+
+def test_a_noisy_replay_prunes_on_the_run_it_draws(tmp_path) -> None:
+    # A configuration recorded far above the bar, drawn far below it on some runs, is stopped on
+    # those runs: the harness stops on what it reads.
+    land = load_landscape(_with_run_noise(write_landscape(tmp_path / "noisy.jsonl"), 0.5))
+    params = {"batch_size": 32, "num_workers": 0, "mode": "eager"}
+    recorded = land.get(params).throughput
+    bar = recorded * 0.7
+    pool = ReplayPool(land, noise_seed=3)
+    below, above = [], []
+    for tag in range(40):
+        request = _request(params)
+        request.protocol.stop_below = bar
+        pool.submit(request, tag=tag)
+        (_, result_json, _), = pool.wait(0)
+        m = TrialResult.model_validate_json(result_json).measurement
+        if m.throughput < 0.9 * bar:
+            below.append(m.pruned)
+        elif m.throughput > bar:
+            above.append(m.pruned)
+    assert below and above
+    assert all(below) and not any(above)
+
+
+def test_a_noisy_study_reaches_the_best_only_when_it_would_report_it() -> None:
+    from autotune.landscapes.simulate import Step, Trace
+
+    # A slow configuration drawn lucky, then the fast one drawn unlucky: the study would report
+    # the slow one, so the level is not reached until a run of the fast one lifts its mean.
+    trace = Trace(steps=[Step("slow", 100.0, 1.0, 1.0, 130.0), Step("fast", 120.0, 1.0, 2.0, 110.0),
+                         Step("fast", 120.0, 1.0, 3.0, 160.0)])
+    assert trace.chosen(2) == 100.0 and trace.chosen() == 120.0
+    assert trace.reach(115.0) == (3, 3.0)
+    noiseless = Trace(steps=[Step("slow", 100.0, 1.0, 1.0, 100.0), Step("fast", 120.0, 1.0, 2.0, 120.0)])
+    assert noiseless.reach(115.0) == (2, 2.0)
+
+
+def test_simulate_with_noise_is_seeded_and_differs_from_the_recording(tmp_path) -> None:
+    land = load_landscape(_with_run_noise(write_landscape(tmp_path / "noisy.jsonl"), 0.2))
+
+    def run(seed):
+        return simulate(land, optuna.samplers.RandomSampler(seed=1), max_trials=6, noise_seed=seed).steps
+
+    first, again, other = run(5), run(5), run(6)
+    assert [s.figure for s in first] == [s.figure for s in again]
+    assert [s.figure for s in first] != [s.figure for s in other]
+    assert all(s.figure != s.value for s in first if s.value is not None)
+    assert all(s.figure == s.value for s in simulate(land, optuna.samplers.RandomSampler(seed=1), max_trials=6).steps)
