@@ -180,7 +180,7 @@ def render_trials(study: str, trials: list, baseline: float | None, best, consol
         table.add_column(col, justify="left" if col in (ci_col, "parameters") else "right")
     rows = sorted(trials, key=lambda t: t.number) if all_trials else ok[:top]
     for t in rows:
-        low, high = (t.value_ci95_low, t.value_ci95_high) if between else (t.ci95_low, t.ci95_high)
+        low, high = t.interval()
         ci = f"{low:,.1f} .. {high:,.1f}" if low is not None and high is not None else ""
         if t.pruned:
             ci += " pruned"

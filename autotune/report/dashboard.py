@@ -33,8 +33,8 @@ def trial_note(report: StudyReport, t: TrialSummary) -> str:
             lines += ["", "Log tail:", "", "```", t.log_tail.strip(), "```"]
     elif t.value is not None:
         lines.append(f"**{format_value(t.value, report.metric)}**"
-                     + (f", 95% interval {t.ci95_low:,.1f} .. {t.ci95_high:,.1f}" if t.ci95_low is not None
-                        and t.ci95_high is not None else ""))
+                     + (f", 95% interval {low:,.1f} .. {high:,.1f}" if (low := t.interval()[0]) is not None
+                        and (high := t.interval()[1]) is not None else ""))
         if report.baseline_value:
             lines.append(f"\n{t.value / report.baseline_value:.2f}x the baseline")
         if t.pruned:

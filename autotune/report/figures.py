@@ -44,10 +44,12 @@ def _hover(t: TrialSummary) -> str:
 
 def _interval(ts: list[TrialSummary]) -> dict[str, Any]:
     """Error bars of the 95% interval, asymmetric around each value (0 where none was stored)."""
+    bounds = [t.interval() for t in ts]
     return dict(type="data", symmetric=False,
-                array=[(t.ci95_high - t.value) if t.ci95_high is not None and t.value is not None else 0 for t in ts],
-                arrayminus=[(t.value - t.ci95_low) if t.ci95_low is not None and t.value is not None else 0
-                            for t in ts])
+                array=[(high - t.value) if high is not None and t.value is not None else 0
+                       for t, (_, high) in zip(ts, bounds)],
+                arrayminus=[(t.value - low) if low is not None and t.value is not None else 0
+                            for t, (low, _) in zip(ts, bounds)])
 
 
 def history(report: StudyReport) -> Any:

@@ -150,8 +150,8 @@ def _trials(report: StudyReport) -> str:
     rows = []
     for t in report.trials:
         # a failed trial may hold the windows it measured before it failed: not a value of the study
-        interval = f"{_num(t.ci95_low)} .. {_num(t.ci95_high)}" if t.value is not None and t.ci95_low is not None \
-            else "-"
+        low, high = t.interval()
+        interval = f"{_num(low)} .. {_num(high)}" if t.value is not None and low is not None else "-"
         rows.append(f"<tr data-trial='{t.number}'><td class='num'>{t.number}</td><td>{_e(_status(t))}</td>"
                     f"<td class='num value'>{_num(t.value)}</td><td class='num'>{interval}</td>"
                     f"<td class='num'>{_flops(t)}</td>"

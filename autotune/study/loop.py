@@ -349,7 +349,7 @@ class Study:
                               reused=self.recorder.reused, space=self.space, expected_gain=gain,
                               exhausted=loop is not None and loop.exhausted,
                               stopped=loop.stopped if loop is not None else None)
-        return result.model_copy(update={"spend": self.budget.spend(self.study)})
+        return result.model_copy(update={"spend": self.budget.spend(self.study), "measured_again": self.recorder.again})
 
     def write_outputs(self) -> None:
         if self.in_memory is not None:

@@ -49,6 +49,8 @@ class StudyResult(BaseModel):
     failures_by_category: dict[str, int] = Field(default_factory=dict)
     ran: int = 0  # trials measured by this invocation
     reused: int = 0  # configurations answered from earlier results
+    #: Re-measurements this invocation ran (the noise, races, ``--confirm``): not trials.
+    measured_again: int = 0
     #: With a compile stage: the share of the measure jobs' graph lookups the compile cache answered.
     cache_hit_rate: float | None = None
     notes: list[str] = Field(default_factory=list)

@@ -4,7 +4,8 @@ study's own trials: the line ``autotune run`` ends with, and ``StudyResult.outlo
 The evidence, each named in the line:
 
 * how many trials have passed since the best last improved by more than the measurement noise
-  (the larger relative half-width of the two 95% intervals, at least ``NOISE_FLOOR``): a best
+  (the larger relative half-width of the two 95% intervals, which include the between-run noise
+  where the study measured it, at least ``NOISE_FLOOR``): a best
   that keeps improving has not converged, and one improvement inside the noise is no evidence;
 * the knobs (free parameters of the space) that no trial set away from the baseline's value: the
   search has not looked there at all;
@@ -181,6 +182,10 @@ def _best_noise(tried: list[TrialSummary], best: BestConfig | None, metric: str)
 
 
 def _noise(t: TrialSummary, metric: str) -> float:
+    """A run's noise as a fraction of its value: the interval that includes the between-run noise,
+    where the study measured it, else the run's own (the throughput's)."""
+    if t.value and t.value_ci95_low is not None and t.value_ci95_high is not None:
+        return (t.value_ci95_high - t.value_ci95_low) / 2 / t.value
     if metric in _FROM_THROUGHPUT and t.throughput and t.ci95_low is not None and t.ci95_high is not None:
         return (t.ci95_high - t.ci95_low) / 2 / t.throughput
     return NOISE_FLOOR

@@ -78,6 +78,14 @@ class TrialSummary(BaseModel):
     losses: list[float] = Field(default_factory=list)
 
 
+    def interval(self) -> tuple[float | None, float | None]:
+        """The 95% interval a reader is shown: the one that includes the between-run noise where
+        the study measured it, else the run's own."""
+        if self.value_ci95_low is not None and self.value_ci95_high is not None:
+            return self.value_ci95_low, self.value_ci95_high
+        return self.ci95_low, self.ci95_high
+
+
 class Noise(BaseModel):
     """How far one run of a configuration reads from the next on the study's machine
     (:class:`autotune.measurement.noise.RunNoise`)."""

@@ -33,6 +33,10 @@ if TYPE_CHECKING:
 #: speed within the noise, and the budget is kept for later challengers.
 RACE_RUNS = 5
 
+#: A study of fewer trials measures nothing again: it has hardly a challenger to race, and its
+#: intervals still include the noise that earlier studies here measured.
+RACE_MIN_TRIALS = 4
+
 #: Why a configuration is measured again: the noise early in the study, a race, ``--confirm``.
 NOISE, RACE, CONFIRM = "noise", "race", "confirm"
 
@@ -110,7 +114,7 @@ class Racing:
 
     @staticmethod
     def of(fraction: float, trials: int, kept: RunNoise) -> Racing:
-        return Racing(math.ceil(fraction * trials) if fraction > 0 else 0, kept)
+        return Racing(math.ceil(fraction * trials) if fraction > 0 and trials >= RACE_MIN_TRIALS else 0, kept)
 
     def next(self, measured: list[Standing], spent: int, busy: set[str], *, maximize: bool,
              finishing: bool = False) -> Repeat | None:
@@ -118,7 +122,9 @@ class Racing:
         input); ``spent``: race repeats run or running; ``busy``: the keys measured now (a
         configuration is not measured twice at once); ``finishing``: the study asks for no more
         trials."""
-        if self.budget <= 0 or not measured:
+        # A study answered wholly from remembered results runs nothing: the next run of a study
+        # measures nothing, as before.
+        if self.budget <= 0 or all(TrialAttrs.of(s.trial).cached for s in measured):
             return None
         own = RunNoise.of(s.runs.values for s in measured)
         first = min(measured, key=lambda s: s.trial.number)

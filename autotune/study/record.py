@@ -47,6 +47,8 @@ class TrialRecorder:
         self.constraints = constraints
         self.usd_per_sample_second = usd_per_sample_second
         self.ran = self.reused = 0
+        #: Re-measurements this driver ran (not trials: ``ran`` does not count them).
+        self.again = 0
 
     def tell(self, trial: optuna.Trial, result_json: str | None, error: str | None, from_cache: bool = False) -> None:
         """Tell Optuna a measured (or remembered) trial: ``result_json`` is its :class:`TrialResult`,
@@ -170,7 +172,7 @@ class TrialRecorder:
             params=original.params, distributions=original.distributions, values=values, state=state,
             user_attrs=trial_attrs(**attrs)))
         value = values[0] if values is not None else None
-        self.ran += 1
+        self.again += 1
         if value is None:
             self.notes.append(f"trial {original.number}'s configuration failed when measured again "
                               f"({attrs['category']}): it is not taken as the best")

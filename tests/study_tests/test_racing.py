@@ -88,6 +88,7 @@ def test_a_replayed_study_measures_its_noise_races_and_reports_the_best_as_a_mea
     counted = [t for t in study.trials if TrialAttrs.of(t).counted]
     again = [t for t in study.trials if TrialAttrs.of(t).confirms is not None]
     assert len(counted) == 10 and len(pool.trials) == 10 + len(again), "a re-measurement is not a trial"
+    assert (result.ran, result.measured_again) == (10, len(again))
     base = min(counted, key=lambda t: t.number)
     noise = [t for t in again if TrialAttrs.of(t).again == NOISE]
     assert [TrialAttrs.of(t).confirms for t in noise] == [base.number] * 2, "the baseline, in three processes"
@@ -119,6 +120,16 @@ def test_the_next_study_here_starts_from_the_noise_measured_before(tmp_path) -> 
     noise = [t for t in study.trials if TrialAttrs.of(t).again == NOISE]
     assert len(noise) == 1, "one run more of the baseline updates what is known"
     assert second.best.noise.earlier_df == first.best.noise.df
+
+
+def test_a_short_study_or_one_answered_from_remembered_results_measures_nothing_again(tmp_path) -> None:
+    short, pool = replay_study(LANDSCAPE, trials=3, seed=3, noise_seed=3, workdir=tmp_path / "short")
+    assert len(pool.trials) == 3 and short.measured_again == 0
+    first, _ = replay_study(LANDSCAPE, trials=5, seed=3, noise_seed=3, workdir=tmp_path / "twice", study="a")
+    assert first.measured_again > 0
+    again, pool = replay_study(LANDSCAPE, trials=5, seed=3, noise_seed=3, workdir=tmp_path / "twice", study="b",
+                               warm=False)
+    assert again.reused == 5 and len(pool.trials) == 0, "every result remembered: nothing runs"
 
 
 def test_race_zero_measures_nothing_again(tmp_path) -> None:
