@@ -41,6 +41,18 @@ it by then (nothing is better than the best)::
 
 Exit code 0 when every target passes, 1 otherwise.
 
+``--noise`` draws each run with the landscape's between-run spread (its header's ``run_noise``,
+measured by ``bench/noise_calibration.py``; seeded by the study's seed), as a machine answers
+the same configuration differently from one process to the next. A study has then come within 5%
+when the configuration it would report (the best mean over its runs) is there, not when a lucky
+draw of a slower one was measured, and "best after 8" is that configuration's figure. ``--race F``
+gives the studies ``--race F`` (re-measurements of the incumbent and a challenger within its
+noise, a fraction of the trials); each re-measurement is a step of the counts, as it costs a
+measurement's time::
+
+    python bench/surrogate_bench.py --noise --strategies tpe,autotune,by-hand
+    python bench/surrogate_bench.py --noise --race 0.25 --strategies tpe,autotune,by-hand
+
 ``--warm-start`` compares instead, on pairs of landscapes, autotune's default started cold with the
 same warm-started from an earlier study of the pair's first landscape (autotune's default, 20
 trials, its own seed), as ``autotune run`` warm-starts from the earlier studies of the same script
@@ -168,19 +180,20 @@ class Outcome:
     after: dict[int, float]
 
 
-def _one(args: tuple[str, Strategy, int, int]) -> Outcome:
-    path, strategy, seed, max_trials = args
+def _one(args: tuple[str, Strategy, int, int, bool, float]) -> Outcome:
+    path, strategy, seed, max_trials, noise, race = args
     land = surrogate(path)
     best = land.best().figure
     points = {"study": starting_points(land.space), "baseline": starting_points(land.space)[:1]}.get(strategy.start, [])
     trace = simulate(land, strategy.sampler(land.space, seed), starting_points=points, max_trials=max_trials,
-                     stop_at=(1 - min(WITHIN)) * best, min_trials=max(AFTER), early_stop=strategy.early_stop)
+                     stop_at=(1 - min(WITHIN)) * best, min_trials=max(AFTER), early_stop=strategy.early_stop,
+                     noise_seed=seed if noise and land.run_sigma is not None else None, race=race)
     reach = {}
     for w in WITHIN:
         hit = trace.reach((1 - w) * best)
         reach[w] = (float(hit[0]), hit[1]) if hit else (math.inf, math.inf)
     # A study that ended before a budget (the by-hand method finished) keeps what it had.
-    after = {k: max((s.value for s in trace.steps[:k] if s.value is not None), default=0.0) / best for k in AFTER}
+    after = {k: (trace.chosen(k) or 0.0) / best for k in AFTER}
     return Outcome(reach, after)
 
 
@@ -274,12 +287,13 @@ def warm_start(seeds: int, jobs: int, max_trials: int) -> bool:
 
 
 def run(paths: list[str], strategies: list[Strategy], seeds: int, jobs: int,
-        max_trials: int) -> dict[tuple[str, str], list[Outcome]]:
-    work = [(p, s, seed, max_trials) for p in paths for s in strategies for seed in (range(seeds) if s.seeded else [0])]
+        max_trials: int, noise: bool = False, race: float = 0.0) -> dict[tuple[str, str], list[Outcome]]:
+    work = [(p, s, seed, max_trials, noise, race)
+            for p in paths for s in strategies for seed in (range(seeds) if s.seeded else [0])]
     with ProcessPoolExecutor(max_workers=jobs) as pool:
         outcomes = list(pool.map(_one, work, chunksize=1))
     table: dict[tuple[str, str], list[Outcome]] = {}
-    for (p, s, _, _), o in zip(work, outcomes):
+    for (p, s, *_), o in zip(work, outcomes):
         table.setdefault((p, s.name), []).append(o)
     return table
 
@@ -294,6 +308,12 @@ def main() -> int:
                         + "; autotune[key=value,...] is autotune's sampler with those arguments")
     parser.add_argument("--max-trials", type=int, default=MAX_TRIALS,
                         help=f"stop a study that has not come within 2%% by then (default {MAX_TRIALS})")
+    parser.add_argument("--noise", action="store_true",
+                        help="draw each run with the landscape's recorded between-run spread (seeded by the "
+                             "study's seed); a landscape that records none is answered as recorded")
+    parser.add_argument("--race", type=float, default=0.0,
+                        help="the studies' --race: re-measurements of the incumbent and its challengers, a "
+                             "fraction of the trials (default 0: off; each counts as a step of the study)")
     parser.add_argument("--jobs", type=int, default=os.cpu_count() or 1)
     parser.add_argument("--warm-start", action="store_true",
                         help="compare warm-started studies with cold ones on pairs of landscapes instead")
@@ -313,14 +333,22 @@ def main() -> int:
         return 2
     strategies = [by_name[n] for n in names]
     started = time.monotonic()
-    table = run(paths, strategies, args.seeds, args.jobs, args.max_trials)
+    table = run(paths, strategies, args.seeds, args.jobs, args.max_trials, args.noise, args.race)
     ok = True
     print(f"Strategies on surrogates of the recorded landscapes (median of {args.seeds} seeds; by-hand: one run; "
-          f"a study stops at {args.max_trials} trials)\n")
+          f"a study stops at {args.max_trials} trials)")
+    if args.noise:
+        print("With between-run noise: each run drawn around the surrogate's figure; a study has reached a level "
+              "when the configuration it would report (the best mean over its runs) is there")
+    print(f"Racing: {f'--race {args.race:g}, each re-measurement a trial of these counts' if args.race else 'off'}\n")
     for path in paths:
         land = surrogate(path)
         best = land.best()
         print(f"{land.name}: best {best.throughput:,.1f} samples/s at {best.key}, over {land.best_basis}")
+        if args.noise:
+            sigma = land.run_sigma
+            print("  between-run noise: " + (f"sigma {sigma:.3f} of a run's log figure ({land.header['run_noise']['measured']})"
+                                             if sigma is not None else "none recorded: answered as recorded"))
         print("  " + land.best_line())
         print("  " + held_out_error(land.recorded).line())
         width = max(10, *(len(s.name) for s in strategies))
