@@ -2,13 +2,15 @@
 re-measurement of its own, and a line in the progress displays.
 
 :class:`TrialRecorder` is the one place that tells Optuna; :mod:`.loop` decides what to run and
-hands every outcome here. After each trial the outputs are written again, so a driver killed
-between two trials loses nothing it measured.
+hands every outcome here. Every outcome is in the study database once told, so a driver killed
+between two trials loses nothing it measured: the same command continues the study and writes its
+outputs from there. The outputs are written again after a trial (:data:`OUTPUT_PACE`) and at the end.
 """
 
 from __future__ import annotations
 
 import math
+import time
 from typing import TYPE_CHECKING, Any, Callable
 
 from autotune.cache import CacheRoot
@@ -23,6 +25,11 @@ from autotune.trial_attrs import StudyAttrs, TrialAttrs, trial_attrs, write
 
 if TYPE_CHECKING:
     import optuna
+
+#: After a trial the outputs are written again once the time since they were last written is this
+#: many times what that took: after every trial while they are small, every few seconds on a study
+#: of thousands of trials, where writing them after each would be most of the driver's work.
+OUTPUT_PACE = 10
 
 
 class TrialRecorder:
@@ -47,6 +54,9 @@ class TrialRecorder:
         self.constraints = constraints
         self.usd_per_sample_second = usd_per_sample_second
         self.ran = self.reused = 0
+        #: When ``on_told`` last returned, and how long it took.
+        self._told_at = -math.inf
+        self._told_took = 0.0
         #: Re-measurements this driver ran (not trials: ``ran`` does not count them).
         self.again = 0
 
@@ -107,7 +117,15 @@ class TrialRecorder:
                           f"failed ({category})" + (", remembered" if from_cache else ""))
         if self.on_result is not None:
             self.on_result(trial.number, result)
+        self._paced_on_told()
+
+    def _paced_on_told(self) -> None:
+        started = time.monotonic()
+        if started - self._told_at < OUTPUT_PACE * self._told_took:
+            return
         self.on_told()
+        self._told_at = time.monotonic()
+        self._told_took = self._told_at - started
 
     def _remember(self, trial: optuna.Trial, result: TrialResult) -> None:
         """Keep a measured result in the cache root before anything is written to its trial: a

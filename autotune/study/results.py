@@ -4,8 +4,10 @@ numerics guard's verdict, and a summary of every trial. Read by the study as it 
 
 from __future__ import annotations
 
+import bisect
 import math
 import statistics
+from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
@@ -14,6 +16,7 @@ from autotune.measurement.noise import RunNoise, Runs
 from autotune.pricing import Cost, Price, Utilisation, utilisation
 from autotune.records import ApplySpec, TrialResult
 from autotune.space import SearchSpace
+from autotune.study.folded import Context, Folded, Group, folded_of
 from autotune.study.numerics import loss_deviation
 from autotune.study.outlook import search_outlook
 from autotune.study.options import EXIT_ALL_FAILED, EXIT_OK, StudyProgress, StudyResult
@@ -26,13 +29,9 @@ if TYPE_CHECKING:
     import optuna
 
 
-def _baseline_losses(study: optuna.Study, attrs: StudyAttrs | None = None) -> list[float]:
-    key = (attrs or StudyAttrs.of(study)).baseline_key
-    for t in study.get_trials(deepcopy=False):
-        told = TrialAttrs.of(t)
-        if told.config_key == key and told.result is not None and t.state.name == "COMPLETE":
-            return TrialResult.model_validate_json(told.result).losses
-    return []
+def _baseline_losses(study: optuna.Study) -> list[float]:
+    """The losses of the baseline's first complete trial, which the numerics guard judges the others by."""
+    return list(_folded(study).base_losses)
 
 
 def numerics_violated(study: optuna.Study, trial: optuna.trial.FrozenTrial, base: list[float] | None = None,
@@ -44,10 +43,12 @@ def numerics_violated(study: optuna.Study, trial: optuna.trial.FrozenTrial, base
     storage each read is a query; a caller that judges every trial reads them once).
     """
     attrs = attrs or StudyAttrs.of(study)
-    told = TrialAttrs.of(trial)
+    return _violates_numerics(TrialAttrs.of(trial), _baseline_losses(study) if base is None else base, attrs)
+
+
+def _violates_numerics(told: TrialAttrs, base: list[float], attrs: StudyAttrs) -> bool:
     if attrs.numerics_guard is False or told.result is None or told.config_key == attrs.baseline_key:
         return False
-    base = _baseline_losses(study, attrs) if base is None else base
     if not base:  # no baseline losses to leave
         return False
     deviation = loss_deviation(TrialResult.model_validate_json(told.result).losses, base)
@@ -93,46 +94,109 @@ def _sign(study: optuna.Study) -> float:
     return -1.0 if maximizes(study) else 1.0
 
 
+def _context(study: optuna.Study) -> Context:
+    import optuna
+
+    attrs = StudyAttrs.of(study)
+    index = _preferred(study, attrs)
+    return Context(index=index, maximize=study.directions[index] == optuna.study.StudyDirection.MAXIMIZE,
+                   timed=objective_names(study, attrs)[index] in ("throughput", "cost"),
+                   baseline_key=attrs.baseline_key, numerics_guard=attrs.numerics_guard,
+                   loss_tolerance=attrs.loss_tolerance,
+                   noise_prior=tuple(attrs.noise_prior) if attrs.noise_prior else None,
+                   objectives=tuple(objective_names(study, attrs)), price=attrs.price,
+                   devices_per_trial=attrs.devices_per_trial, provenance=attrs.provenance, attrs=attrs)
+
+
+def _folded(study: optuna.Study, trials: list[optuna.trial.FrozenTrial] | None = None) -> Folded:
+    """The study's sums (:mod:`autotune.study.folded`) with every trial finished by now taken in
+    (``trials``: the study's, where the caller has read them)."""
+    fold = folded_of(study)
+    context = _context(study)
+    trials = study.get_trials(deepcopy=False) if trials is None else trials
+    with fold.lock:
+        if context != fold.context:
+            fold.reset(context)
+        new = fold.newly_finished(trials)
+        base = _first_baseline(new, context)
+        if base is not None and (fold.base_losses_trial is None or base.number < fold.base_losses_trial.number):
+            if fold.version:  # the trials folded before were judged without these losses (or by others)
+                fold.reset(context)
+                new = fold.newly_finished(trials)
+                base = _first_baseline(new, context)
+            fold.base_losses_trial = base
+            fold.base_losses = TrialResult.model_validate_json(TrialAttrs.of(base).result or "").losses
+        for t in new:
+            _fold(fold, t, context)
+        fold.mark(new)
+    return fold
+
+
+def _first_baseline(trials: list[optuna.trial.FrozenTrial], context: Context) -> Any | None:
+    """The first of ``trials`` that measured the baseline configuration with a result."""
+    for t in trials:
+        told = TrialAttrs.of(t)
+        if told.config_key == context.baseline_key and told.result is not None and t.state.name == "COMPLETE":
+            return t
+    return None
+
+
+def _fold(fold: Folded, t: optuna.trial.FrozenTrial, context: Context) -> None:
+    """What one finished trial adds to the study's sums."""
+    told = TrialAttrs.of(t)
+    complete = t.state.name == "COMPLETE"
+    if told.counted:
+        fold.counted += 1
+    if complete and told.config_key == context.baseline_key and told.duplicate_of is None \
+            and (fold.baseline is None or t.number < fold.baseline.number):
+        fold.baseline = t
+    if told.duplicate_of is not None:
+        return
+    key = told.config_key or f"#{t.number}"
+    again = told.confirms is not None
+    value = _value(t, context.index) if complete else None
+    if value is not None and not told.violated and not told.idle \
+            and not _violates_numerics(told, fold.base_losses, context.attrs):
+        group = fold.groups.setdefault(key, Group())
+        bisect.insort(group.runs, (t.number, value))
+        if not again and (group.first is None or t.number < group.first.number):
+            group.first = t
+            group.within = within(t) if context.timed else None
+    elif again:
+        fold.groups.setdefault(key, Group()).flaky = True
+
+
 def _measured(study: optuna.Study) -> list[tuple[Any, list[float], bool]]:
     """Each configuration measured successfully: its first trial, the values of all its
     measurements (re-measurements included; one whose losses left the baseline's counts for
     nothing, and one with a parameter that never reached the script measured another
     configuration), and whether a re-measurement of it failed."""
-    import optuna
-
-    attrs = StudyAttrs.of(study)
-    base = _baseline_losses(study, attrs)
-    index = _preferred(study, attrs)
-    first: dict[str, Any] = {}
-    values: dict[str, list[float]] = {}
-    flaky: set[str] = set()
-    for t in study.get_trials(deepcopy=False):
-        told = TrialAttrs.of(t)
-        if told.duplicate_of is not None or not t.state.is_finished():
-            continue
-        key = told.config_key or f"#{t.number}"
-        again = told.confirms is not None
-        value = _value(t, index) if t.state == optuna.trial.TrialState.COMPLETE else None
-        if value is not None and not told.violated and not told.idle and not numerics_violated(study, t, base, attrs):
-            values.setdefault(key, []).append(value)
-            if not again:
-                first.setdefault(key, t)
-        elif again:
-            flaky.add(key)
-    return [(t, values[key], key in flaky) for key, t in first.items()]
+    return [(s.trial, list(s.runs.values), s.flaky) for s in standings(study)]
 
 
 def standings(study: optuna.Study) -> list[Standing]:
-    """:func:`_measured` as the racing reads it: each configuration's runs, with each run's own
-    interval where the preferred objective is timed by the harness."""
-    timed = objective_names(study)[_preferred(study)] in ("throughput", "cost")
-    return [Standing(t, Runs(tuple(values), (within(t) if timed else None,) * len(values)), flaky)
-            for t, values, flaky in _measured(study)]
+    """Each configuration measured successfully, in the order of its first trial: that trial, its
+    runs (with the first run's own interval where the preferred objective is timed by the harness), and
+    whether a re-measurement of it failed (see :func:`_measured`)."""
+    fold = _folded(study)
+
+    def build() -> list[Standing]:
+        groups = sorted((g for g in fold.groups.values() if g.first is not None), key=lambda g: g.first.number)
+        return [Standing(g.first, Runs(tuple(v for _, v in g.runs), (g.within,) * len(g.runs)), g.flaky)
+                for g in groups]
+
+    with fold.lock:
+        return list(fold.derived("standings", build))
 
 
 def noise_of(study: optuna.Study, measured: list[Standing] | None = None) -> RunNoise:
     """The between-run noise the study's figures are judged with: its repeats and the earlier studies' here."""
-    return study_noise(standings(study) if measured is None else measured, prior(study))
+    if measured is not None:
+        return study_noise(measured, prior(study))
+    measured = standings(study)
+    fold = _folded(study)
+    with fold.lock:
+        return fold.derived("noise", lambda: study_noise(measured, prior(study)))
 
 
 def _ranked(study: optuna.Study) -> list[Standing]:
@@ -140,7 +204,10 @@ def _ranked(study: optuna.Study) -> list[Standing]:
     mean over their runs, a configuration measured once ahead of one measured more often only
     beyond the between-run noise, those whose re-measurement failed last."""
     measured = standings(study)
-    return standing(measured, noise_of(study, measured), maximize=maximizes(study))
+    noise = noise_of(study)
+    fold = _folded(study)
+    with fold.lock:
+        return list(fold.derived("ranked", lambda: standing(measured, noise, maximize=maximizes(study))))
 
 
 def _ranked_configurations(study: optuna.Study) -> list[Any]:
@@ -160,13 +227,7 @@ def _best(study: optuna.Study) -> tuple[Any, float, list[float]] | None:
 
 def baseline_trial(study: optuna.Study) -> Any | None:
     """The completed trial that measured the baseline configuration, if any."""
-    import optuna
-
-    key = StudyAttrs.of(study).baseline_key
-    for t in study.get_trials(deepcopy=False, states=[optuna.trial.TrialState.COMPLETE]):
-        if TrialAttrs.of(t).config_key == key and TrialAttrs.of(t).duplicate_of is None:
-            return t
-    return None
+    return _folded(study).baseline
 
 
 def baseline_value(study: optuna.Study) -> float | None:
@@ -178,12 +239,20 @@ def baseline_value(study: optuna.Study) -> float | None:
 def baseline_runs(study: optuna.Study) -> list[float]:
     """What each run of the baseline configuration measured (the study measures it in several
     processes early, to learn the between-run noise)."""
-    t = baseline_trial(study)
+    measured = standings(study)
+    fold = _folded(study)
+    with fold.lock:
+        context = fold.context
+        assert context is not None  # the fold sets it
+        return list(fold.derived("baseline runs", lambda: _runs_of(fold.baseline, measured, context.index)))
+
+
+def _runs_of(t: optuna.trial.FrozenTrial | None, measured: list[Standing], index: int) -> list[float]:
     if t is None:
         return []
     key = TrialAttrs.of(t).config_key
-    runs = next((list(s.runs.values) for s in standings(study) if TrialAttrs.of(s.trial).config_key == key), None)
-    first = _value(t, _preferred(study))
+    runs = next((list(s.runs.values) for s in measured if TrialAttrs.of(s.trial).config_key == key), None)
+    first = _value(t, index)
     return runs or ([first] if first is not None else [])
 
 
@@ -207,8 +276,8 @@ def study_cost(stored: StudyAttrs, throughput: float | None, price: Price | None
 
 def best_config(study: optuna.Study, name: str, prov: dict[str, Any] | None = None) -> BestConfig | None:
     measured = standings(study)
-    noise = noise_of(study, measured)
-    ranked = standing(measured, noise, maximize=maximizes(study))
+    noise = noise_of(study)
+    ranked = _ranked(study)
     if not ranked:
         return None
     t, value, values = ranked[0].trial, ranked[0].runs.mean, list(ranked[0].runs.values)
@@ -279,51 +348,85 @@ def _params(trial: optuna.trial.FrozenTrial) -> dict[str, Any]:
 
 
 def study_summaries(study: optuna.Study) -> list[TrialSummary]:
-    out = []
-    stored = StudyAttrs.of(study)
-    base = _baseline_losses(study, stored)
-    names, index = objective_names(study), _preferred(study)
-    timed = names[index] in ("throughput", "cost")
+    """A summary of each trial, in number order. A finished trial's is made once and kept with the
+    study's sums (:func:`_folded`); only its interval is drawn again where the noise it includes changed."""
+    trials = study.get_trials(deepcopy=False)
+    fold = _folded(study, trials)
     noise = noise_of(study)
-    for t in study.get_trials(deepcopy=False):
-        attrs = TrialAttrs.of(t)
-        result = TrialResult.model_validate_json(attrs.result) if attrs.result is not None else None
-        m = result.measurement if result else None
-        use = _utilisation(stored, result, attrs.provenance)
-        value = _value(t, index) if t.state.name == "COMPLETE" else None
-        figure = Runs((value,), (within(t) if timed else None,)).figure(noise) if value else None
-        known = figure is not None and math.isfinite(figure.high)
-        out.append(TrialSummary(
-            number=t.number, state=t.state.name,
-            params=dict(result.plan.params) if result else {k: v for k, v in t.params.items() if v is not None},
-            value=value,
-            value_ci95_low=figure.low if figure is not None and known else None,
-            value_ci95_high=figure.high if figure is not None and known else None,
-            values=_named_values(names, t) if t.state.name == "COMPLETE" and t.values else {},
-            violated=attrs.violated or [], idle=attrs.idle or [],
-            throughput=m.throughput if m else None,
-            ci95_low=m.ci95_low if m else None, ci95_high=m.ci95_high if m else None,
-            usd_per_million_samples=_usd_per_million(stored, m.throughput if m else None),
-            flops_per_sample=use.flops_per_sample if use else None,
-            flops_per_second=use.flops_per_second if use else None, mfu=use.mfu if use else None,
-            pruned=bool(m and m.pruned),
-            category=attrs.category, reason=attrs.reason,
-            log_tail=result.log_tail if result and not result.ok else None,
-            wall_seconds=result.wall_seconds if result else None,
-            compile_seconds=result.compile.compile_seconds if result else None,
-            duplicate_of=attrs.duplicate_of, confirms=attrs.confirms, again=attrs.again, env=attrs.env or {}, cached=attrs.cached,
-            cache_hits=result.compile.cache_hits if result else None,
-            cache_misses=result.compile.cache_misses if result else None,
-            compile_stage_seconds=result.compile_stage.seconds if result and result.compile_stage else None,
-            compile_stage=result.compile_stage if result else None,
-            measure_compile_seconds=(result.compile.compile_seconds or 0.0)
-            if result and result.compile_stage and result.ok else None,
-            placement=result.placement if result else {},
-            started_at=result.started_at if result else None, ended_at=result.ended_at if result else None,
-            numerics_violated=t.state.name == "COMPLETE" and numerics_violated(study, t, base, stored),
-            losses=result.losses[:5] if result else [],
-        ))
+    out = []
+    with fold.lock:
+        context = fold.context
+        assert context is not None  # the fold sets it
+        for t in trials:
+            kept = fold.summaries.get(t.number)
+            if kept is None:
+                kept = _Summary(*_summary(t, context, fold.base_losses))
+                if t.state.is_finished():
+                    fold.summaries[t.number] = kept
+            out.append(kept.with_interval(noise))
     return out
+
+
+@dataclass
+class _Summary:
+    """A trial's summary but its interval, its own interval where the objective is timed by the
+    harness, and the summary last shown with the noise it was shown with."""
+
+    bare: TrialSummary
+    own: float | None
+    noise: RunNoise | None = None
+    shown: TrialSummary | None = None
+
+    def with_interval(self, noise: RunNoise) -> TrialSummary:
+        """The summary with the 95% interval of its value that includes ``noise``."""
+        if self.shown is not None and self.noise == noise:
+            return self.shown
+        value = self.bare.value
+        figure = Runs((value,), (self.own,)).figure(noise) if value else None
+        known = figure is not None and math.isfinite(figure.high)
+        self.noise, self.shown = noise, self.bare.model_copy(update={
+            "value_ci95_low": figure.low if figure is not None and known else None,
+            "value_ci95_high": figure.high if figure is not None and known else None})
+        return self.shown
+
+
+def _summary(t: optuna.trial.FrozenTrial, context: Context, base: list[float]) -> tuple[TrialSummary, float | None]:
+    """What a trial's summary says but its interval, and its own interval where the objective is timed."""
+    stored, index = context.attrs, context.index
+    names = list(context.objectives)
+    attrs = TrialAttrs.of(t)
+    result = TrialResult.model_validate_json(attrs.result) if attrs.result is not None else None
+    m = result.measurement if result else None
+    use = _utilisation(stored, result, attrs.provenance)
+    value = _value(t, index) if t.state.name == "COMPLETE" else None
+    return TrialSummary(
+        number=t.number, state=t.state.name,
+        params=dict(result.plan.params) if result else {k: v for k, v in t.params.items() if v is not None},
+        value=value,
+        values=_named_values(names, t) if t.state.name == "COMPLETE" and t.values else {},
+        violated=attrs.violated or [], idle=attrs.idle or [],
+        throughput=m.throughput if m else None,
+        ci95_low=m.ci95_low if m else None, ci95_high=m.ci95_high if m else None,
+        usd_per_million_samples=_usd_per_million(stored, m.throughput if m else None),
+        flops_per_sample=use.flops_per_sample if use else None,
+        flops_per_second=use.flops_per_second if use else None, mfu=use.mfu if use else None,
+        pruned=bool(m and m.pruned),
+        category=attrs.category, reason=attrs.reason,
+        log_tail=result.log_tail if result and not result.ok else None,
+        wall_seconds=result.wall_seconds if result else None,
+        compile_seconds=result.compile.compile_seconds if result else None,
+        duplicate_of=attrs.duplicate_of, confirms=attrs.confirms, again=attrs.again, env=attrs.env or {}, cached=attrs.cached,
+        cache_hits=result.compile.cache_hits if result else None,
+        cache_misses=result.compile.cache_misses if result else None,
+        compile_stage_seconds=result.compile_stage.seconds if result and result.compile_stage else None,
+        compile_stage=result.compile_stage if result else None,
+        measure_compile_seconds=(result.compile.compile_seconds or 0.0)
+        if result and result.compile_stage and result.ok else None,
+        placement=result.placement if result else {},
+        started_at=result.started_at if result else None, ended_at=result.ended_at if result else None,
+        numerics_violated=t.state.name == "COMPLETE" and _violates_numerics(attrs, base, stored),
+        losses=result.losses[:5] if result else [],
+    ), within(t) if context.timed and value else None
 
 
 def _usd_per_million(stored: StudyAttrs, throughput: float | None) -> float | None:
@@ -334,15 +437,10 @@ def _usd_per_million(stored: StudyAttrs, throughput: float | None) -> float | No
 def trial_counts(study: optuna.Study, exclude: set[int]) -> tuple[int, int]:
     """Trials measured so far (in any run of the study), and trials running in other drivers
     (those not in ``exclude``)."""
-    import optuna
-
-    counted = running = 0
-    for t in study.get_trials(deepcopy=False):
-        if TrialAttrs.of(t).counted and t.state.is_finished():
-            counted += 1
-        elif t.state == optuna.trial.TrialState.RUNNING and t.number not in exclude:
-            running += 1
-    return counted, running
+    trials = study.get_trials(deepcopy=False)
+    fold = _folded(study, trials)
+    with fold.lock:
+        return fold.counted, sum(t.number not in exclude for t in fold.running(trials))
 
 
 def update_progress(progress: StudyProgress, study: optuna.Study, running: int) -> None:
