@@ -266,7 +266,7 @@ def test_an_exhaustive_study_on_a_recorded_landscape_finds_its_best(tmp_path) ->
     path = RECORDED[0]
     assert path.exists(), f"{path} is tracked in the repository and must be there"
     land = load_landscape(path)
-    result, pool = replay_study(land, exhaustive=True, workdir=tmp_path / "study")
+    result, pool = replay_study(land, exhaustive=True, workdir=tmp_path / "study", race=0)
     assert result.best.params == land.best().params
     assert result.best.throughput == land.best().throughput
     assert len(pool.trials) == len(land.records)
