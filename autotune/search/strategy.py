@@ -52,6 +52,12 @@ LOCAL_GAIN = 0.01
 #: the standardised values (1: their whole spread): another version, instance or model moves
 #: the figures, so it guides the model where this study has not measured without overruling it.
 WARM_NOISE = 0.3
+#: The Gaussian process is fitted on at most the best FIT_BEST and the latest FIT_LATEST
+#: configurations measured: its fit costs the cube of its points, and a study of thousands of
+#: trials on a fleet would spend longer choosing a trial than running it. The best say where to
+#: look, the latest what was learnt last; studies within that many trials fit on every one.
+FIT_BEST = 64
+FIT_LATEST = 64
 
 
 class AutotuneSampler(BaseSampler):
@@ -100,6 +106,9 @@ class AutotuneSampler(BaseSampler):
         self.trend = trend
         self._enumerated: list[dict[str, Any]] | None = None
         self._picked: dict[int, dict[str, Any]] = {}
+        #: The study whose finished trials :func:`measured_history` read (its storage and id), and
+        #: what it read of each: read once, since a finished trial never changes.
+        self._read: tuple[Any, int, dict[int, Any]] | None = None
         #: Parameters held at one value from now on (``None``: the script's own), see :meth:`pin`.
         self.pinned: dict[str, Any] = {}
         #: Earlier studies' results (:meth:`warm`): configurations of this space and their values.
@@ -182,13 +191,13 @@ class AutotuneSampler(BaseSampler):
         import optuna
 
         maximize = study.direction == optuna.study.StudyDirection.MAXIMIZE
-        history, in_flight = measured_history(study)
+        history, in_flight = measured_history(study, self._read_of(study))
         taken = {config_key(c) for c, *_ in history} | {config_key(c) for c in self._picked.values()} | in_flight
         candidates = [c for c in self._candidates(history, maximize) if config_key(c) not in taken]
         if not candidates:
             done = [(c, v) for c, v, _ in history if v is not None]
             if done:
-                return (max if maximize else min)(done, key=lambda cv: cv[1])[0]
+                return dict((max if maximize else min)(done, key=lambda cv: cv[1])[0])  # the history's own is kept
             return self._candidates(history, maximize)[0] if self._candidates(history, maximize) else {}
         X = self._encode([c for c, *_ in history])
         Xc = self._encode(candidates)
@@ -229,7 +238,7 @@ class AutotuneSampler(BaseSampler):
         if not self.categorical:
             return None
         maximize = study.direction == optuna.study.StudyDirection.MAXIMIZE
-        history, in_flight = measured_history(study)
+        history, in_flight = measured_history(study, self._read_of(study))
         values = [v for _, v, _ in history]
         ok = np.array([v is not None for v in values])
         if ok.sum() < 2 and not self._prior_informs(self._encode([c for c, *_ in history]), ok, values, maximize):
@@ -243,6 +252,11 @@ class AutotuneSampler(BaseSampler):
         if self.failure_model and not ok.all():
             gain = gain * self._runs(X, ok, Xc, _broke(history))
         return float(gain.max())
+
+    def _read_of(self, study: Any) -> dict[int, Any]:
+        if self._read is None or self._read[0] is not study._storage or self._read[1] != study._study_id:
+            self._read = (study._storage, study._study_id, {})
+        return self._read[2]
 
     def _near_best(self, X: np.ndarray, values: list[float | None], maximize: bool, Xc: np.ndarray,
                    patience: int, started: int = 0) -> np.ndarray:
@@ -280,9 +294,10 @@ class AutotuneSampler(BaseSampler):
         the earlier studies' results (:meth:`warm`) as noisier observations."""
         y = np.array([_transform(v, maximize) for v in values if v is not None])
         Xp, yp = self._prior_points(X[ok], y, maximize)
-        extra = np.concatenate([np.zeros(len(y)), np.full(len(yp), WARM_NOISE)])
+        fit = _fit_set(y)
+        extra = np.concatenate([np.zeros(len(fit)), np.full(len(yp), WARM_NOISE)])
         gp = CategoricalGP(self.distances, self.positions if self.trend else None, self.theta_prior) \
-            .fit(np.vstack([X[ok], Xp]), np.concatenate([y, yp]), extra_noise=extra)
+            .fit(np.vstack([X[ok][fit], Xp]), np.concatenate([y[fit], yp]), extra_noise=extra)
         mu, sd = gp.predict(Xc)
         return expected_improvement(mu, sd, float(y.max()))
 
@@ -392,6 +407,15 @@ class AutotuneSampler(BaseSampler):
         return X
 
 
+def _fit_set(y: np.ndarray) -> np.ndarray:
+    """The indices, in order, of the values the model is fitted on (``y``: higher is better, in
+    the order measured): the FIT_BEST best and the FIT_LATEST latest."""
+    if len(y) <= FIT_BEST + FIT_LATEST:
+        return np.arange(len(y))
+    best = np.argsort(-y, kind="stable")[:FIT_BEST]
+    return np.union1d(best, np.arange(len(y) - FIT_LATEST, len(y)))
+
+
 def _levels(p: Parameter) -> list[Any]:
     """A parameter's values; ``None`` (unset, or inactive under its ``when``) is a level of its own."""
     return [None, *(p.choices or ())]
@@ -431,38 +455,59 @@ def _transform(value: float, maximize: bool) -> float:
     return v if maximize else -v
 
 
-def measured_history(study: Any) -> tuple[list[tuple[dict[str, Any], float | None, dict[str, float]]], set[str]]:
+def measured_history(study: Any, read: dict[int, Any] | None = None,
+                     ) -> tuple[list[tuple[dict[str, Any], float | None, dict[str, float]]], set[str]]:
     """Each distinct finished configuration as (config, value or None if it failed, its costs:
     ``wall`` and ``compile`` seconds, and ``convicting`` 1 for a failure whose category
     :attr:`~autotune.records.FailureCategory.convicts_level`), and the keys of the configurations
-    in flight. A failure that is not the configuration's doing is no point of its history."""
+    in flight. A failure that is not the configuration's doing is no point of its history.
+    ``read``: what an earlier call read of each finished trial, kept by the caller and added to."""
     import optuna
 
+    read = {} if read is None else read
     found: dict[str, tuple[dict[str, Any], float | None, dict[str, float]]] = {}
+    in_flight: set[str] = set()
     for t in study.get_trials(deepcopy=False):
-        attrs = TrialAttrs.of(t)
-        if not t.state.is_finished() or attrs.duplicate_of is not None or attrs.confirms is not None:
+        if not t.state.is_finished():
+            key = TrialAttrs.of(t).config_key if t.state == optuna.trial.TrialState.RUNNING else None
+            if key:
+                in_flight.add(key)
             continue
-        key = attrs.config_key
-        if key and not attrs.counted and t.state != optuna.trial.TrialState.COMPLETE:
-            continue  # failed for its driver's sake (killed, stale heartbeat): run again, not the config's fault
-        category = FailureCategory.named(attrs.category)
-        if category is not None and not category.configuration_fault:
+        if t.number not in read:
+            read[t.number] = _history_point(t)
+        point = read[t.number]
+        if point is None:
             continue
-        config = json.loads(key) if key else {k: v for k, v in t.params.items() if v is not None}
-        if not config or (config_key(config) in found and found[config_key(config)][1] is not None):
-            continue
-        # A trial that violates a constraint (the study's numerics guard: its losses diverged)
-        # counts as one that did not run: never a best, and its neighbours are suspect.
-        feasible = all(v <= 0 for v in (getattr(t, "constraints", None) or {}).values())
-        value = t.value if t.state == optuna.trial.TrialState.COMPLETE and feasible else None
-        facts = _costs(attrs.result)
-        if value is None and category is not None and category.convicts_level:
-            facts["convicting"] = 1.0
-        found[config_key(config)] = (config, value, facts)
-    running = study.get_trials(deepcopy=False, states=(optuna.trial.TrialState.RUNNING,))
-    in_flight = {key for key in (TrialAttrs.of(t).config_key for t in running) if key}
+        key = config_key(point[0])
+        if key not in found or found[key][1] is None:
+            found[key] = point
     return list(found.values()), in_flight
+
+
+def _history_point(t: Any) -> tuple[dict[str, Any], float | None, dict[str, float]] | None:
+    """What a finished trial adds to :func:`measured_history`, or ``None`` where it adds nothing."""
+    import optuna
+
+    attrs = TrialAttrs.of(t)
+    if attrs.duplicate_of is not None or attrs.confirms is not None:
+        return None
+    key = attrs.config_key
+    if key and not attrs.counted and t.state != optuna.trial.TrialState.COMPLETE:
+        return None  # failed for its driver's sake (killed, stale heartbeat): run again, not the config's fault
+    category = FailureCategory.named(attrs.category)
+    if category is not None and not category.configuration_fault:
+        return None
+    config = json.loads(key) if key else {k: v for k, v in t.params.items() if v is not None}
+    if not config:
+        return None
+    # A trial that violates a constraint (the study's numerics guard: its losses diverged)
+    # counts as one that did not run: never a best, and its neighbours are suspect.
+    feasible = all(v <= 0 for v in (getattr(t, "constraints", None) or {}).values())
+    value = t.value if t.state == optuna.trial.TrialState.COMPLETE and feasible else None
+    facts = _costs(attrs.result)
+    if value is None and category is not None and category.convicts_level:
+        facts["convicting"] = 1.0
+    return config, value, facts
 
 
 def _broke(history: list[tuple[dict[str, Any], float | None, dict[str, float]]]) -> np.ndarray:
