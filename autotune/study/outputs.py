@@ -223,10 +223,10 @@ def _shell_value(v: Any) -> str:
     return str(v)
 
 
-CSV_FIELDS = ["number", "state", "value", "throughput", "ci95_low", "ci95_high", "usd_per_million_samples",
-              "flops_per_sample", "flops_per_second", "mfu", "pruned",
+CSV_FIELDS = ["number", "state", "value", "value_ci95_low", "value_ci95_high", "throughput", "ci95_low", "ci95_high",
+              "usd_per_million_samples", "flops_per_sample", "flops_per_second", "mfu", "pruned",
               "speedup", "category", "reason", "numerics_violated", "violated", "wall_seconds", "compile_seconds",
-              "duplicate_of", "confirms", "values", "params"]
+              "duplicate_of", "confirms", "again", "values", "params"]
 
 
 def trials_csv(trials: list[TrialSummary], baseline: float | None, maximize: bool = True) -> str:

@@ -103,6 +103,12 @@ def test_a_replayed_study_measures_its_noise_races_and_reports_the_best_as_a_mea
     assert best.baseline_value == pytest.approx(sum(best.baseline_measurements) / 3)
     saved = json.loads((Path(result.out_dir) / "best.json").read_text())
     assert saved["measurements"] == best.measurements and saved["noise"]["spread"] == best.noise.spread
+    import csv
+
+    rows = list(csv.DictReader((Path(result.out_dir) / "trials.csv").open()))
+    assert sorted(r["again"] for r in rows if r["confirms"]) == sorted(TrialAttrs.of(t).again for t in again)
+    assert all(float(r["value_ci95_low"]) < float(r["value"]) < float(r["value_ci95_high"])
+               for r in rows if r["value"] and r["value_ci95_low"])
     # Every trial's interval includes the noise, and holds the run's own interval.
     shown = [t for t in result.trials if t.value is not None and t.ci95_low is not None]
     assert shown and all(t.value_ci95_low is not None for t in shown)
