@@ -46,7 +46,7 @@ class JobConfig(BaseModel):
     #: Options the command line passes on as text for the model to parse: ``--price-per-hour cheap``
     #: is then the one-line error that names the option, as ``--price-per-hour -1`` is, and not
     #: click's usage box.
-    PARSED_BY_MODEL: ClassVar[frozenset[str]] = frozenset({"price_per_hour", "gpus_per_trial"})
+    PARSED_BY_MODEL: ClassVar[frozenset[str]] = frozenset({"price_per_hour", "gpus_per_trial", "race"})
 
     trials: int = Field(default=20, ge=1, description="Measured trials the study should hold (a rerun continues up "
                                                 "to this number).")
