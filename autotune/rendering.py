@@ -202,7 +202,7 @@ def render_trials(study: str, trials: list, baseline: float | None, best, consol
         cost = [fmt_usd(t.usd_per_million_samples)] if priced else []
         compute = ([f"{fmt_flops(t.flops_per_second)}/s" if t.flops_per_second is not None else ""]
                    if flops else []) + ([f"{t.mfu:.1%}" if t.mfu is not None else ""] if mfu else [])
-        table.add_row(str(t.number), value, ci, speed, *cost, *compute, params)
+        table.add_row(str(t.number), value, ci, speed, *cost, *compute, Text(params))  # no markup: "[same as trial 3]"
     print_whole(table, console)
     failed = [t for t in trials if t.state == "FAIL" and t.duplicate_of is None and t.category]
     if failed:

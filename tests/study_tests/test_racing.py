@@ -143,3 +143,20 @@ def test_race_zero_measures_nothing_again(tmp_path) -> None:
     assert len(pool.trials) == 6
     assert not [t for t in _study(result).trials if TrialAttrs.of(t).confirms is not None]
     assert result.best.noise is None and len(result.best.measurements) == 1
+
+
+def test_the_table_names_each_re_measurement_and_the_best_line_its_runs(tmp_path) -> None:
+    import io
+
+    from rich.console import Console
+
+    from autotune.rendering import render_trials
+
+    result, _ = replay_study(LANDSCAPE, trials=6, seed=3, noise_seed=3, workdir=tmp_path)
+    out = io.StringIO()
+    render_trials(result.study, result.trials, result.baseline_value, result.best, Console(file=out, width=400),
+                  all_trials=True)
+    text = out.getvalue()
+    again = [t for t in result.trials if t.confirms is not None]
+    assert again and all(f"[trial {t.confirms} measured again: {t.again}]" in text for t in again), text
+    assert f"over {len(result.best.measurements)} runs" in text and "noise: one run of a configuration" in text
