@@ -41,6 +41,8 @@ class Group:
     within: float | None = None
     runs: list[tuple[int, float]] = field(default_factory=list)
     flaky: bool = False
+    #: Its :class:`autotune.study.racing.Standing`, made again only after it changed.
+    standing: Any = None
 
 
 @dataclass(frozen=True)

@@ -158,12 +158,14 @@ def _fold(fold: Folded, t: optuna.trial.FrozenTrial, context: Context) -> None:
     if value is not None and not told.violated and not told.idle \
             and not _violates_numerics(told, fold.base_losses, context.attrs):
         group = fold.groups.setdefault(key, Group())
+        group.standing = None
         bisect.insort(group.runs, (t.number, value))
         if not again and (group.first is None or t.number < group.first.number):
             group.first = t
             group.within = within(t) if context.timed else None
     elif again:
-        fold.groups.setdefault(key, Group()).flaky = True
+        group = fold.groups.setdefault(key, Group())
+        group.flaky, group.standing = True, None
 
 
 def _measured(study: optuna.Study) -> list[tuple[Any, list[float], bool]]:
@@ -182,8 +184,10 @@ def standings(study: optuna.Study) -> list[Standing]:
 
     def build() -> list[Standing]:
         groups = sorted((g for g in fold.groups.values() if g.first is not None), key=lambda g: g.first.number)
-        return [Standing(g.first, Runs(tuple(v for _, v in g.runs), (g.within,) * len(g.runs)), g.flaky)
-                for g in groups]
+        for g in groups:
+            if g.standing is None:
+                g.standing = Standing(g.first, Runs(tuple(v for _, v in g.runs), (g.within,) * len(g.runs)), g.flaky)
+        return [g.standing for g in groups]
 
     with fold.lock:
         return list(fold.derived("standings", build))
