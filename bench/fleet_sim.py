@@ -10,7 +10,8 @@ key of its own, written straight into the database):
 * the driver's CPU per trial: the CPU time of a run of ``2k`` trials less that of a run of ``k``
   (both from the same copy of the study), over ``k`` -- what a trial costs once the study is
   open, its trials loaded and the sampler started; and what the start cost (the run of ``k``
-  less its ``k`` trials);
+  less its ``k`` trials). The runs measure nothing again (``--race 0``), so that each adds its
+  ``k`` trials and no more;
 * the statements it sends per trial, counted with a SQLAlchemy event listener: writes
   (INSERT/UPDATE/DELETE), reads (SELECT), and how many of the reads are of the whole trial table
   (a read of the study's trials that is not limited to some trials by id).
@@ -126,6 +127,11 @@ def grow_study(database: Path, size: int) -> None:
                 pk = t.primary_key.columns.keys()[0]
                 batch = [{k: v for k, v in r.items() if k != pk} | {"trial_id": trial_id}
                          for r in rows[t.name].get(src["trial_id"], [])]
+                if t.name == "trial_user_attributes":
+                    # Each copy is the first measurement of a configuration of its own, counted
+                    # towards --trials: not a re-measurement or a duplicate of the trial it copies.
+                    batch = [r for r in batch if r["key"] not in ("confirms", "again", "duplicate_of", "counted")]
+                    batch.append({"trial_id": trial_id, "key": "counted", "value_json": json.dumps(True)})
                 for r in batch:
                     if t.name == "trial_user_attributes" and r["key"] in ("config_key", "enqueued_key"):
                         r["value_json"] = _copied_key(r["value_json"], copy) if r["key"] == "config_key" \
@@ -148,7 +154,7 @@ def driver_cost(landscape: Path, study: Path, size: int, trials: int, sampler: s
             shutil.copy(study, Path(tmp) / "replay.db")
             with StatementCounter() as counter:
                 started = time.process_time()
-                result, _ = replay_study(landscape, trials=size + k, workdir=tmp, seed=1, sampler=sampler)
+                result, _ = replay_study(landscape, trials=size + k, workdir=tmp, seed=1, sampler=sampler, race=0.0)
                 spent = time.process_time() - started
             runs.append((len(result.trials) - size, spent, counter.counts))
     (ran1, cpu1, n1), (ran2, cpu2, n2) = runs
