@@ -27,7 +27,7 @@ CHANGED = {"trials": 7, "target": "inductor", "space": "inductor", "platform": "
            "study": "s",
            "trial_timeout": 90.5, "timeout": 600.0, "sampler": "tpe", "seed": 4, "metric": "loss",
            "direction": "minimize", "memory_limit": "8GiB", "fresh": True, "retry_failed": True,
-           "loss_tolerance": 0.5, "numerics_guard": False, "prune": False, "confirm": 2,
+           "loss_tolerance": 0.5, "numerics_guard": False, "prune": False, "race": 0.5, "confirm": 2,
            "instance_type": "inf2.xlarge", "price_per_hour": 1.967861, "prices": Path("/tmp/prices.yaml"),
            "budget_usd": 12.5, "budget_hours": 0.75,
            "warm_start": ["train-xla", "train-xla-1a2b3c4d"], "warm": False,
