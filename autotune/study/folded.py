@@ -119,7 +119,7 @@ class Folded:
             self.version += 1
 
     def running(self, trials: list[optuna.trial.FrozenTrial]) -> list[optuna.trial.FrozenTrial]:
-        """The trials of ``trials`` that are not finished (all of them numbered from ``low`` on)."""
+        """The running trials of ``trials``: all numbered from ``low`` on, every trial below it being finished."""
         import optuna
 
         start = bisect.bisect_left(trials, self.low, key=lambda t: t.number)
