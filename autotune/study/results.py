@@ -200,7 +200,8 @@ def noise_of(study: optuna.Study, measured: list[Standing] | None = None) -> Run
     measured = standings(study)
     fold = _folded(study)
     with fold.lock:
-        return fold.derived("noise", lambda: study_noise(measured, prior(study)))
+        # A configuration measured once says nothing of the noise: the rest are a few.
+        return fold.derived("noise", lambda: study_noise([s for s in measured if s.runs.n > 1], prior(study)))
 
 
 def _ranked(study: optuna.Study) -> list[Standing]:
