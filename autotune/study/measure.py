@@ -42,6 +42,8 @@ class AskTell:
         self.study = study
         #: What the study measures again between its trials (:mod:`.racing`); ``None``: nothing.
         self.racing = racing
+        #: Race re-measurements told so far (read from the study once, then counted as told).
+        self._raced: int | None = None
         self.dispatch = dispatch
         self.told = dispatch.told
         self.budget = budget
@@ -85,6 +87,8 @@ class AskTell:
             if tag in again:
                 repeat = again.pop(tag)
                 self.told.tell_confirmation(repeat.trial, result_json, error, why=repeat.why)
+                if repeat.why == RACE and self._raced is not None:
+                    self._raced += 1
                 return
             trial = in_flight.pop(tag)
             self._release(trial)
@@ -139,8 +143,9 @@ class AskTell:
         if self.racing is None:
             return False
         measured = standings(self.study)
-        spent = sum(TrialAttrs.of(t).again == RACE for t in self.study.get_trials(deepcopy=False)) \
-            + sum(r.why == RACE for r in again.values())
+        if self._raced is None:  # the study's earlier runs' races, read once: this driver counts its own
+            self._raced = sum(TrialAttrs.of(t).again == RACE for t in self.study.get_trials(deepcopy=False))
+        spent = self._raced + sum(r.why == RACE for r in again.values())
         busy = {trial_key(r.trial) for r in again.values()}
         repeat = self.racing.next(measured, spent, busy, maximize=maximizes(self.study), finishing=finishing)
         if repeat is None:

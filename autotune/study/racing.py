@@ -79,13 +79,12 @@ def standing(measured: list[Standing], noise: RunNoise, *, maximize: bool) -> li
     come last."""
     sign = -1.0 if maximize else 1.0
     order = sorted((s for s in measured if not s.flaky), key=lambda s: (sign * s.runs.mean, s.trial.number))
-    settled = next((s for s in order if s.runs.n >= 2), None)
-    if settled is not None:
-        before = order[:order.index(settled)]
-        lucky = [s for s in before if ahead(s.runs, settled.runs, noise, maximize=maximize) != 1]
-        rest = [s for s in order if s not in lucky]
-        at = rest.index(settled) + 1
-        order = rest[:at] + lucky + rest[at:]
+    at = next((i for i, s in enumerate(order) if s.runs.n >= 2), None)
+    if at is not None:  # by position, not by equality: a study may hold thousands
+        settled = order[at]
+        lucky = [s for s in order[:at] if ahead(s.runs, settled.runs, noise, maximize=maximize) != 1]
+        ahead_of_it = [s for s in order[:at] if ahead(s.runs, settled.runs, noise, maximize=maximize) == 1]
+        order = ahead_of_it + [settled] + lucky + order[at + 1:]
     return order + sorted((s for s in measured if s.flaky), key=lambda s: (sign * s.runs.mean, s.trial.number))
 
 
