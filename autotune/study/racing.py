@@ -2,8 +2,9 @@
 raced against a challenger that it cannot yet be told apart from.
 
 A trial's interval says how well one process was measured; the next process of the same
-configuration may read 20% lower on a shared host. So the study measures its first configuration
-(the baseline) in more processes early, which gives the between-run noise here
+configuration may read 20% lower on a shared host. So the study measures one configuration (the
+better of the first two: the baseline and the first known-good) in more processes early, which
+gives the between-run noise here
 (:class:`~autotune.measurement.noise.RunNoise`, with what earlier studies on this machine measured
 as a prior). From then on a configuration leads only beyond that noise (:func:`standing`), and a
 challenger that appears to beat the incumbent by less than it is measured again, alternating with
@@ -126,12 +127,23 @@ class Racing:
         if self.budget <= 0 or all(TrialAttrs.of(s.trial).cached for s in measured):
             return None
         own = RunNoise.of(s.runs.values for s in measured)
-        first = min(measured, key=lambda s: s.trial.number)
-        # The first configuration, in more processes: 3 runs where nothing is known of this
-        # machine, 2 where an earlier study measured it (this study's own repeat updates it).
+        # One configuration in more processes: 3 runs where nothing is known of this machine, 2
+        # where an earlier study measured it (this study's own repeat updates it). Once two
+        # configurations are measured (the baseline and the first known-good), the better of
+        # them: usually the quicker run of the two, and the one a race needs runs of next.
         wanted = 3 if not self.kept.known else 2
-        if own.df < wanted - 1 and first.runs.n < wanted and not first.flaky:
-            return None if key(first) in busy else Repeat(first.trial, NOISE)
+        if own.df < wanted - 1:
+            sign = -1.0 if maximize else 1.0
+            usable = [s for s in measured if not s.flaky]
+            begun = [s for s in usable if s.runs.n >= 2]
+            if begun:
+                pick = begun[0]
+            elif len(usable) >= 2 or (finishing and usable):
+                pick = min(usable, key=lambda s: (sign * s.runs.mean, s.trial.number))
+            else:
+                return None
+            if pick.runs.n < wanted:
+                return None if key(pick) in busy else Repeat(pick.trial, NOISE)
         if spent >= self.budget:
             return None
         noise = own + self.kept
