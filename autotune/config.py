@@ -115,7 +115,7 @@ class JobConfig(BaseModel):
     numerics_guard: bool = Field(default=True, description="Never report a configuration whose losses diverge as best.")
     prune: bool = Field(default=True, description="Stop measuring a trial once its 95% interval is wholly more than "
                                           "2% behind the best so far.")
-    race: float = Field(default=0.25, ge=0, le=10, description=(
+    race: float = Field(default=0.1, ge=0, le=10, description=(
         "Re-measurements the study may spend, as a fraction of --trials: a challenger within the between-run "
         "noise of the best is measured again, alternating with it, until one is ahead beyond the noise; the "
         "first configuration is measured in 2-3 processes to learn that noise. 0 turns both off."))

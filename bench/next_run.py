@@ -9,7 +9,7 @@ their two bests, each re-measured, are within their combined noise of each other
 runs a process that burns one core on and off (busy and idle for 1-4 s at random), as a shared
 host does, from the first study's start to the last re-measurement.
 
-    python bench/next_run.py --trials 8 --repeats 4              # quiet machine
+    python bench/next_run.py --trials 8 --repeats 4              # quiet machine, --race at its default
     python bench/next_run.py --trials 8 --repeats 4 --neighbour  # beside a noisy neighbour
     python bench/next_run.py --trials 8 --repeats 4 --studies 2  # two fresh studies agree?
 
@@ -56,11 +56,12 @@ def autotune(*args: str, env: dict[str, str]) -> dict:
     return json.loads(proc.stdout)
 
 
-def study(i: int, work: Path, trials: int, repeats: int, race: float, env: dict[str, str]) -> dict:
+def study(i: int, work: Path, trials: int, repeats: int, race: float | None, env: dict[str, str]) -> dict:
     cache = work / f"cache{i}"
     started = time.monotonic()
-    say(f"study {i}: autotune run {SCRIPT.name} --trials {trials} --race {race}")
-    result = autotune("run", str(SCRIPT), "--trials", str(trials), "--race", str(race), "--study", f"s{i}",
+    racing = [] if race is None else ["--race", str(race)]
+    say(f"study {i}: autotune run {SCRIPT.name} --trials {trials} {' '.join(racing)}")
+    result = autotune("run", str(SCRIPT), "--trials", str(trials), *racing, "--study", f"s{i}",
                       "--storage", f"sqlite:///{work / f's{i}.db'}", "--out", str(work / f"s{i}"),
                       "--cache", str(cache), env=env)
     seconds = time.monotonic() - started
@@ -98,7 +99,7 @@ def main() -> None:
     ap.add_argument("--trials", type=int, default=8)
     ap.add_argument("--repeats", type=int, default=4, help="runs of each best afterwards (default 4)")
     ap.add_argument("--studies", type=int, default=1, choices=(1, 2))
-    ap.add_argument("--race", type=float, default=0.25, help="the studies' --race (default 0.25)")
+    ap.add_argument("--race", type=float, default=None, help="the studies' --race (default: the study's own)")
     ap.add_argument("--neighbour", action="store_true", help="burn one core on and off meanwhile")
     ap.add_argument("--workdir", type=Path, default=None, help="where the studies go (default: a temporary folder)")
     ap.add_argument("--json", action="store_true")
@@ -126,7 +127,7 @@ def main() -> None:
     if a.json:
         print(json.dumps(out, indent=2))
         return
-    print(f"main job, {a.trials} trials, --race {a.race}{', beside a neighbour burning a core' if a.neighbour else ''}")
+    print(f"main job, {a.trials} trials, --race {a.race if a.race is not None else 'at its default'}{', beside a neighbour burning a core' if a.neighbour else ''}")
     for r in rows:
         low, high = r["ci95"]
         interval = f"[{low:,.1f}, {high:,.1f}]" if low is not None else "(no interval)"
