@@ -91,7 +91,7 @@ def _study(result) -> optuna.Study:
 
 
 def test_a_replayed_study_measures_its_noise_races_and_reports_the_best_as_a_mean(tmp_path) -> None:
-    result, pool = replay_study(LANDSCAPE, trials=10, seed=3, noise_seed=3, workdir=tmp_path)
+    result, pool = replay_study(LANDSCAPE, trials=10, seed=3, noise_seed=3, workdir=tmp_path, race=0.25)
     study = _study(result)
     counted = [t for t in study.trials if TrialAttrs.of(t).counted]
     again = [t for t in study.trials if TrialAttrs.of(t).confirms is not None]
