@@ -42,7 +42,7 @@ NOISE_FLOOR = 0.01
 GAIN_LIKELY = 0.02
 GAIN_SMALL = 0.005
 #: Objectives read from the throughput, whose interval is theirs too.
-_FROM_THROUGHPUT = {"throughput", "cost"}
+FROM_THROUGHPUT = {"throughput", "cost"}
 
 
 class SearchOutlook(BaseModel):
@@ -186,7 +186,7 @@ def _noise(t: TrialSummary, metric: str) -> float:
     where the study measured it, else the run's own (the throughput's)."""
     if t.value and t.value_ci95_low is not None and t.value_ci95_high is not None:
         return (t.value_ci95_high - t.value_ci95_low) / 2 / t.value
-    if metric in _FROM_THROUGHPUT and t.throughput and t.ci95_low is not None and t.ci95_high is not None:
+    if metric in FROM_THROUGHPUT and t.throughput and t.ci95_low is not None and t.ci95_high is not None:
         return (t.ci95_high - t.ci95_low) / 2 / t.throughput
     return NOISE_FLOOR
 

@@ -18,7 +18,7 @@ from autotune.records import ApplySpec, TrialResult
 from autotune.space import SearchSpace
 from autotune.study.folded import Context, Folded, Group, folded_of
 from autotune.study.numerics import loss_deviation
-from autotune.study.outlook import search_outlook
+from autotune.study.outlook import FROM_THROUGHPUT, search_outlook
 from autotune.study.options import EXIT_ALL_FAILED, EXIT_OK, StudyProgress, StudyResult
 from autotune.objectives import speedup
 from autotune.study.outputs import BestConfig, FrontPoint, Noise, TrialSummary
@@ -100,7 +100,7 @@ def _context(study: optuna.Study) -> Context:
     attrs = StudyAttrs.of(study)
     index = _preferred(study, attrs)
     return Context(index=index, maximize=study.directions[index] == optuna.study.StudyDirection.MAXIMIZE,
-                   timed=objective_names(study, attrs)[index] in ("throughput", "cost"),
+                   timed=objective_names(study, attrs)[index] in FROM_THROUGHPUT,
                    baseline_key=attrs.baseline_key, numerics_guard=attrs.numerics_guard,
                    loss_tolerance=attrs.loss_tolerance,
                    noise_prior=tuple(attrs.noise_prior) if attrs.noise_prior else None,
