@@ -57,8 +57,9 @@ def _heartbeat(job_id: str, storage: str) -> None:
             if store.beat(job_id):
                 os.kill(os.getpid(), signal.SIGINT)
                 return
-        except Exception:  # a database hiccup: the next beat tries again
-            pass
+        except Exception as exc:  # a database hiccup: the next beat tries again
+            print(f"autotune: the job's heartbeat failed ({type(exc).__name__}: {exc}); "
+                  f"trying again in {JOB_BEAT_S:.0f} s", file=sys.stderr, flush=True)
 
 
 if __name__ == "__main__":

@@ -318,7 +318,11 @@ def test_a_jobs_process_beats_and_takes_a_cancel_from_a_daemon_elsewhere(tmp_pat
             assert time.monotonic() < deadline, "no heartbeat"
             time.sleep(0.5)
         store.request_cancel(job.id)
-        assert proc.wait(timeout=90) == EXIT_CANCELLED, files.log.read_text()[-2000:]
+        cancelled_at = time.strftime("%H:%M:%S")
+        log_text = lambda: files.log.read_text()  # noqa: E731
+        assert proc.wait(timeout=90) == EXIT_CANCELLED, (
+            f"cancel requested at {cancelled_at}; the job's heartbeat said: "
+            f"{[ln for ln in log_text().splitlines() if 'heartbeat' in ln]}\n{log_text()[-1500:]}")
         assert files.read_exit_code() == EXIT_CANCELLED
     finally:
         stop_process_tree(proc.pid, grace_s=2)
