@@ -294,6 +294,11 @@ class MeasurementProtocol(BaseModel):
     min_window_seconds: float = 0.25
     max_measure_steps: int = 1000
     max_measure_seconds: float = 30.0
+    #: Measure at least this many seconds of steady windows, however soon the interval is narrow:
+    #: on a host whose runs vary from one to the next (a neighbour that takes a core for a few
+    #: seconds at a time), a run that short reads whichever second it fell in. Set by the study
+    #: from the between-run noise measured here (:func:`autotune.measurement.noise.measure_seconds`).
+    min_measure_seconds: float = 0.0
     #: Warm-up ends after this many consecutive steps without a new compile.
     quiet_steps: int = 2
     #: Losses recorded from the first training steps.

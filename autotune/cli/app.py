@@ -9,12 +9,16 @@ from __future__ import annotations
 import threading
 import time
 from pathlib import Path
-from typing import Any, Callable, TypeVar
+from typing import TYPE_CHECKING, Any, Callable, TypeVar
 
 import typer
 from rich.console import Console
 
 from autotune.log_tail import log_tail
+
+if TYPE_CHECKING:
+    from autotune.records import MeasurementProtocol
+    from autotune.trial import PreparedTrial
 
 app = typer.Typer(
     name="autotune",
@@ -48,6 +52,26 @@ def with_progress(label: str, work: Callable[[], T], *, log: Path | None = None,
     if isinstance(value, _Raised):
         raise value.exc
     return value
+
+
+def measuring_here(prepared: PreparedTrial, args: list[str], cache_root: str | Path,
+                   protocol: MeasurementProtocol) -> tuple[MeasurementProtocol, str | None]:
+    """``protocol`` with the seconds a run measures at least where studies of this script on this
+    machine and target found the host noisy (the noise they kept in ``cache_root``), as the study's
+    own runs were measured; and a line that says so (``None`` on a quiet host)."""
+    from autotune.cache import environment_of, model_of, noise_key, open_cache
+    from autotune.measurement.noise import measure_seconds
+    from autotune.provenance import caller_env, provenance
+
+    here = provenance(prepared.target, prepared.script, args, env=caller_env(prepared.target))
+    noise = open_cache(Path(cache_root)).get_noise(noise_key(model=model_of(here), environment=environment_of(here),
+                                                             target=prepared.target.name))
+    seconds = measure_seconds(noise)
+    if seconds <= protocol.min_measure_seconds:
+        return protocol, None
+    return (protocol.model_copy(update={"min_measure_seconds": seconds}),
+            f"one run of {prepared.script.name} here varies +-{noise.spread or 0.0:.0%} from the next (as studies "
+            f"here measured): each run measures at least {seconds:.0f} s after warm-up")
 
 
 class _Raised:

@@ -9,7 +9,7 @@ from typing import Any, Optional
 import typer
 
 from autotune.cli import options as opt
-from autotune.cli.app import app, err, with_progress
+from autotune.cli.app import app, err, measuring_here, with_progress
 from autotune.config import RunConfig
 from autotune.errors import InvalidConfigError
 
@@ -59,6 +59,7 @@ def verify(
     from autotune.study.production import load_best
     from autotune.study.verify import trial_directory, verify as verify_best
     from autotune.targets import resolve_target
+    from autotune.records import MeasurementProtocol
     from autotune.trial import default_trial_dir, prepare_trial, run_prepared
     from autotune.workers.launcher import TrialLimits
 
@@ -83,11 +84,15 @@ def verify(
 
     # Both configurations are checked before anything runs.
     prepared = {"best": prepare(config.params), "baseline": prepare(config.baseline_params or {})}
+    protocol, noisy = measuring_here(prepared["best"], args, cache_root, MeasurementProtocol())
+    if noisy:
+        err.print(f"note: {noisy}", highlight=False)
 
     def measure(which: str, _params: dict[str, Any], index: int) -> Any:
         directory = trial_directory(root, which, index)
         return with_progress(f"run {index + 1} of the {which}",
-                             lambda: run_prepared(prepared[which], args, trial_dir=directory, limits=limits),
+                             lambda: run_prepared(prepared[which], args, trial_dir=directory, limits=limits,
+                                                  protocol=protocol),
                              log=directory / "trial.log", quiet=json_out)
 
     def show(run: Any) -> None:

@@ -16,7 +16,7 @@ from rich.console import Console
 from autotune.cli import options as opt
 from autotune.cli.options import config_options
 from autotune.config import RunConfig
-from autotune.cli.app import EXIT_TRIAL_FAILED, app, err, with_progress
+from autotune.cli.app import EXIT_TRIAL_FAILED, app, err, measuring_here, with_progress
 from autotune.errors import InvalidConfigError
 from autotune.records import MeasurementProtocol
 
@@ -66,12 +66,16 @@ def trial(
         raise InvalidConfigError("--max-seconds and --max-steps must be positive")
     from autotune.cache import open_cache
 
+    cache_root = str(open_cache(config.cache).path)
     prepared = prepare_trial(script, target=config.target, sets=config.sets, space=config.space,
-                             platform=config.platform, cache_root=str(open_cache(config.cache).path),
+                             platform=config.platform, cache_root=cache_root,
                              nproc_per_node=config.nproc_per_node, flags=config.script_flags())
     limits = TrialLimits(timeout_s=config.trial_timeout,
                          memory_bytes=parse_size(config.memory_limit) if config.memory_limit else None)
-    protocol = MeasurementProtocol(run_to_end=full_run, max_measure_seconds=max_seconds, max_measure_steps=max_steps)
+    protocol, noisy = measuring_here(prepared, script_args or [], cache_root, MeasurementProtocol(
+        run_to_end=full_run, max_measure_seconds=max_seconds, max_measure_steps=max_steps))
+    if noisy:  # on stderr, beside --json's object too
+        err.print(f"note: {noisy}", highlight=False)
     directory = trial_dir or default_trial_dir()
     result = with_progress(
         f"trial of {script.name} on {prepared.target.name}",

@@ -80,6 +80,23 @@ class RunNoise:
         return None if sigma is None else math.exp(t975(self.df) * sigma) - 1
 
 
+#: A host whose runs vary by more than this (the standard deviation of one run's log figure: about
+#: +-10% 95% of the time) is noisy: each run there measures at least :data:`NOISY_MEASURE_S`.
+NOISY_SIGMA = 0.05
+
+#: Seconds of steady windows a run measures at least on a noisy host. A neighbour that takes a
+#: core for 1 to 4 s at a time splits runs of a second or two into two speeds 40% apart; over
+#: 10 s a run averages over a few of its turns (bench/next_run.py --neighbour).
+NOISY_MEASURE_S = 10.0
+
+
+def measure_seconds(noise: RunNoise) -> float:
+    """The seconds each run measures at least under ``noise``: 0 (the interval alone decides)
+    unless the host is noisy."""
+    sigma = noise.sigma
+    return NOISY_MEASURE_S if sigma is not None and sigma > NOISY_SIGMA else 0.0
+
+
 @dataclass(frozen=True)
 class Figure:
     """A configuration's figure over its runs: their mean, and a 95% interval for the mean of

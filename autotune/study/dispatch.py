@@ -17,13 +17,14 @@ from typing import TYPE_CHECKING, Any
 from autotune.cache import CacheRoot
 from autotune.errors import InvalidConfigError
 from autotune.execution.pool import TrialPool
-from autotune.records import TrialPlan, TrialResult
+from autotune.records import MeasurementProtocol, TrialPlan, TrialResult
 from autotune.search.samplers import suggest
 from autotune.space import config_key
 from autotune.study import pruning
 from autotune.study.claims import Claims, over_budget
 from autotune.study.record import TrialRecorder
 from autotune.study.requests import TrialRequests
+from autotune.study.results import noise_of
 from autotune.trial_attrs import TrialAttrs, write
 
 if TYPE_CHECKING:
@@ -73,13 +74,26 @@ class Dispatch:
         self.constraints = constraints
         self.devices_per_trial = devices_per_trial
         self.o = requests.o
+        self._said_noisy = False
 
     def again(self, original: optuna.trial.FrozenTrial, name: str, tag: Hashable) -> None:
         """Measure ``original``'s configuration once more, whole (unpruned: a re-measurement is
         compared with the whole of other runs), its files under ``trials/<name>``. Its compiled
         graphs are in the compile cache, and no remembered result answers it: it runs."""
         params = TrialResult.model_validate_json(TrialAttrs.of(original).result or "").plan.params
-        self.pool.submit(self.requests.request(params, self.out / "trials" / name, self.o.protocol), tag=tag)
+        self.pool.submit(self.requests.request(params, self.out / "trials" / name, self._measuring(self.o.protocol)),
+                         tag=tag)
+
+    def _measuring(self, protocol: MeasurementProtocol) -> MeasurementProtocol:
+        """:func:`pruning.measuring`, said once in the study's notes when the host proves noisy."""
+        measuring = pruning.measuring(protocol, self.study)
+        if measuring.min_measure_seconds > protocol.min_measure_seconds and not self._said_noisy:
+            self._said_noisy = True
+            spread = noise_of(self.study).spread or 0.0
+            self.told.notes.append(f"one run here varies +-{spread:.0%} from the next: each run from now on measures "
+                                   f"at least {measuring.min_measure_seconds:.0f} s after warm-up, so that it "
+                                   "averages over the host's ups and downs")
+        return measuring
 
     def __call__(self, trial: optuna.Trial) -> Outcome:
         """Suggest a configuration; run it, or answer it from an earlier result."""
@@ -155,7 +169,7 @@ class Dispatch:
         return Outcome.reused
 
     def _submit(self, p: Proposal) -> Outcome:
-        protocol = pruning.trial_protocol(self.o.protocol, self.study, prune=self.o.prune,
+        protocol = pruning.trial_protocol(self._measuring(self.o.protocol), self.study, prune=self.o.prune,
                                           objectives=self.objectives, constraints=self.constraints)
         request = self.requests.request(p.params, self.out / "trials" / f"{p.trial.number:04d}", protocol,
                                         plan=p.plan)

@@ -17,6 +17,7 @@ from autotune.execution.pool import TrialPool
 from autotune.records import MeasurementProtocol, TrialRequest, TrialResult
 from autotune.search.configurations import enumerate_space, grid_size
 from autotune.space import SearchSpace, config_key
+from autotune.study import pruning
 from autotune.study.budget import Budget
 from autotune.study.dispatch import Dispatch, Outcome
 from autotune.study.options import StudyOptions
@@ -198,7 +199,8 @@ class AskTell:
                 original = todo.pop(0)
                 params = TrialResult.model_validate_json(TrialAttrs.of(original).result or "").plan.params
                 tag = ("confirm", original.number)
-                pool.submit(request(params, f"{original.number:04d}-again", self.o.protocol), tag=tag)
+                pool.submit(request(params, f"{original.number:04d}-again", pruning.measuring(self.o.protocol, self.study)),
+                            tag=tag)
                 in_flight[tag] = original
             if not in_flight:
                 break

@@ -1,5 +1,6 @@
 """Pruning, in one place: the bar below which a trial stops measuring, and whether a result that
-stopped there answers its configuration later.
+stopped there answers its configuration later; and, beside it, the seconds a run measures at least
+on a noisy host (:func:`measuring`), the other rule of when a trial stops.
 
 The harness applies the bar (:func:`autotune.measurement.windows.cannot_win`); a replay charges a
 trial for the windows the bar left it (:func:`autotune.landscapes.replay.pruned_charge`). Neither
@@ -10,7 +11,7 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING
 
-from autotune.measurement.noise import margin
+from autotune.measurement.noise import margin, measure_seconds
 from autotune.measurement.windows import PRUNE_MARGIN
 from autotune.objectives import Constraint, Objective
 from autotune.records import MeasurementProtocol, TrialResult
@@ -44,9 +45,20 @@ def stop_below(study: optuna.Study, *, prune: bool, objectives: list[Objective],
 
 def trial_protocol(protocol: MeasurementProtocol, study: optuna.Study, *, prune: bool,
                    objectives: list[Objective], constraints: list[Constraint]) -> MeasurementProtocol:
-    """``protocol`` with the bar of :func:`stop_below`."""
+    """``protocol`` for a new trial: :func:`measuring`, with the bar of :func:`stop_below`."""
+    protocol = measuring(protocol, study)
     bar = stop_below(study, prune=prune, objectives=objectives, constraints=constraints)
     return protocol if bar is None else protocol.model_copy(update={"stop_below": bar})
+
+
+def measuring(protocol: MeasurementProtocol, study: optuna.Study) -> MeasurementProtocol:
+    """``protocol`` with the seconds each run measures at least under the study's between-run noise
+    (:func:`autotune.measurement.noise.measure_seconds`): a new trial's and a re-measurement's
+    alike, so that the runs a best's mean is taken over are measured as the runs it is raced with."""
+    seconds = max(protocol.min_measure_seconds, measure_seconds(noise_of(study)))
+    if seconds == protocol.min_measure_seconds:
+        return protocol
+    return protocol.model_copy(update={"min_measure_seconds": seconds})
 
 
 def answers(remembered: TrialResult, *, prune: bool) -> bool:

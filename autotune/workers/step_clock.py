@@ -365,8 +365,10 @@ class StepClock:
         self.window_samples += samples
         self.measure_steps += 1
         p = self.protocol
-        capped = (self.measure_steps >= p.max_measure_steps
-                  or now - (self.measure_started or now) >= p.max_measure_seconds)
+        measured_s = now - (self.measure_started or now)
+        # The step cap gives way to the seconds a noisy host asks for; the seconds cap never does.
+        capped = ((self.measure_steps >= p.max_measure_steps and measured_s >= p.min_measure_seconds)
+                  or measured_s >= p.max_measure_seconds)
         # A window ends by time (steps may speed up or slow down after warm-up), and on a lazy
         # device only where a graph was cut.
         if not aligned or (not capped and now - (self.window_start or now) < p.min_window_seconds):
@@ -411,7 +413,8 @@ class StepClock:
             quiet = sum(1 for w in self.windows if w.phase == self.phase and not w.compiles)
             if quiet < p.min_windows:
                 return False
-        return est.windows_used >= p.min_windows and est.rel_half_width <= p.rel_ci
+        return (est.windows_used >= p.min_windows and est.rel_half_width <= p.rel_ci
+                and est.seconds >= p.min_measure_seconds)
 
     def _late_compile(self, now: float) -> bool:
         """Whether a compile after warm-up moved the time cap: warm-up had not compiled every graph

@@ -387,3 +387,21 @@ def test_a_later_phase_stopped_at_the_cap_on_a_lazy_device_keeps_its_last_window
     assert clock.windows[-1].phase == 1
     m = clock.measurement()
     assert m is not None and m.phases == 2
+
+
+@pytest.mark.parametrize("min_seconds", [0.0, 10.0])
+def test_a_run_on_a_noisy_host_measures_the_seconds_asked_for_past_the_step_cap(monkeypatch, min_seconds) -> None:
+    # A steady loop of 5 ms steps converges in a few windows. On a host whose runs vary from one
+    # to the next the study asks each run for 10 s of steady windows: 1,000 steps (the step cap)
+    # are only 5 s, so the step cap gives way; the seconds cap (30 s) would not.
+    protocol = MeasurementProtocol(min_measure_seconds=min_seconds)
+    clock, now = _timed_clock(monkeypatch, protocol, TrialPlan(target="inductor", params={}))[::2]
+    with pytest.raises(TrialComplete):
+        _train(clock, now, 10_000, 0.005)
+    m = clock.measurement()
+    assert m is not None and m.converged
+    measured = m.steps_measured * 0.005
+    if min_seconds:
+        assert measured >= min_seconds and m.steps_measured > protocol.max_measure_steps
+    else:
+        assert measured < 3.0
