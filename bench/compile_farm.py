@@ -4,9 +4,9 @@ recorded landscapes, not a measurement of a Neuron machine.
 
 Each landscape's configurations keep their recorded compile and rest (wall time less compile:
 start-up, warm-up, measurement), scaled so that the means are Neuron-like: a 10-minute cold compile
-and a 1-minute rest (:func:`autotune.landscapes.farm.neuron_jobs`). A study runs ``--trials``
+and a 1-minute rest (:func:`bench.lib.farm.neuron_jobs`). A study runs ``--trials``
 configurations (every one if the landscape has fewer) in an order drawn by a seed; each figure is
-the median over ``--seeds`` orders. The two designs (:mod:`autotune.landscapes.farm`):
+the median over ``--seeds`` orders. The two designs (:mod:`bench.lib.farm`):
 
 * 0 workers, today's design: each slot compiles the next configuration, then measures it; a
   compile hits the cache (warm price) where the landscape's target reads its cache back and an
@@ -72,7 +72,11 @@ import sys
 from dataclasses import asdict, dataclass
 from pathlib import Path
 
-from autotune.landscapes.farm import (
+ROOT = Path(__file__).resolve().parents[1]
+sys.path.insert(0, str(ROOT))
+
+from autotune.landscapes.landscape import Landscape, load_landscape  # noqa: E402
+from bench.lib.farm import (  # noqa: E402
     ASSUMED_LOAD_FRACTION,
     FarmJob,
     NeuronScale,
@@ -81,9 +85,6 @@ from autotune.landscapes.farm import (
     simulate_study,
     study_order,
 )
-from autotune.landscapes.landscape import Landscape, load_landscape
-
-ROOT = Path(__file__).resolve().parents[1]
 MEASURING_TARGET, FROM_WORKERS = 0.85, 8
 WALL_TARGET, AT_WORKERS = 0.25, 16
 SEARCH_WORKERS = 128  # the most compile workers tried when looking for the smallest K that reaches 85%

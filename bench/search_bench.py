@@ -15,7 +15,7 @@ Each landscape under ``landscapes/`` (``autotune landscape record``) is replayed
   known-good configurations first, then :class:`autotune.search.strategy.AutotuneSampler`, each
   measurement stopped once it is clearly behind the best so far (``--prune``).
 
-Every strategy goes through the study itself (:func:`autotune.landscapes.simulate.simulate`:
+Every strategy goes through the study itself (:func:`bench.lib.simulate.simulate`:
 :class:`autotune.study.loop.Study` in Optuna's in-memory storage, its trials answered from the
 landscape; its suggestion and duplicate rules, a configuration measured before is answered for
 free and not counted) and the same simulated clock (recorded wall time per trial; a compile is charged at the
@@ -75,11 +75,10 @@ import warnings  # noqa: E402
 import optuna  # noqa: E402
 
 from autotune.landscapes.landscape import Landscape, load_landscape, summary  # noqa: E402
-from autotune.measurement.windows import PRUNE_MARGIN  # noqa: E402
-from autotune.search.configurations import enumerate_space  # noqa: E402
 from autotune.landscapes.replay import CompileCacheModel, interval_sigma  # noqa: E402
-from autotune.landscapes.simulate import simulate
-from autotune.search.configurations import starting_points  # noqa: E402
+from autotune.measurement.windows import PRUNE_MARGIN  # noqa: E402
+from autotune.search.configurations import enumerate_space, starting_points  # noqa: E402
+from bench.lib.simulate import simulate  # noqa: E402
 
 WITHIN = 0.02
 SEEDS = 30

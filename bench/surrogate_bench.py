@@ -5,7 +5,7 @@ A recorded landscape answers only the configurations it holds; a user's study se
 target's whole default space. Each landscape under ``landscapes/`` is fitted with a surrogate
 (:mod:`autotune.landscapes.surrogate`: models of the recorded configurations that answer any
 configuration of the landscape's space), and each strategy runs 30 seeds on it through the same
-loop and simulated clock as ``bench/search_bench.py`` (:func:`autotune.landscapes.simulate.simulate`):
+loop and simulated clock as ``bench/search_bench.py`` (:func:`bench.lib.simulate.simulate`):
 
 * ``random``: Optuna's ``RandomSampler``;
 * ``tpe``: Optuna's ``TPESampler()`` as it comes;
@@ -16,7 +16,7 @@ loop and simulated clock as ``bench/search_bench.py`` (:func:`autotune.landscape
 * ``autotune``: what ``autotune run`` does by default (the baseline and the space's known-good
   configurations first, then :class:`autotune.search.strategy.AutotuneSampler`, measurements
   stopped once clearly behind the best);
-* ``by-hand``: :class:`autotune.search.by_hand.ByHandSampler` from the baseline, one knob at a
+* ``by-hand``: :class:`bench.lib.by_hand.ByHandSampler` from the baseline, one knob at a
   time in the space's order, each change kept when it helps (deterministic: one run).
 
 "The best" is the surrogate's over the space: the best it predicts over every configuration of a
@@ -105,9 +105,9 @@ from search_bench import (  # noqa: E402  (beside this file: the strategies both
 )
 
 from autotune.landscapes.landscape import load_landscape  # noqa: E402
-from autotune.landscapes.simulate import simulate  # noqa: E402
 from autotune.landscapes.surrogate import SurrogateLandscape, held_out_error  # noqa: E402
 from autotune.search.configurations import starting_points  # noqa: E402
+from bench.lib.simulate import simulate  # noqa: E402
 
 WITHIN = (0.05, 0.02)
 AFTER = (8, 12, 20)
@@ -129,7 +129,7 @@ EARLIER_TRIALS = 20
 
 
 def _by_hand(space: Any, seed: int) -> Any:
-    from autotune.search.by_hand import ByHandSampler
+    from bench.lib.by_hand import ByHandSampler
 
     return ByHandSampler(space)
 

@@ -16,7 +16,7 @@ graphs" means the same configuration up to parameters that only the runtime sees
 configuration recorded after its compile twin) is charged its twin's cold compile when it comes
 first in a replay.
 
-:func:`autotune.landscapes.simulate.simulate` runs the same study in Optuna's in-memory storage,
+The benchmarks' :func:`bench.lib.simulate.simulate` runs the same study in Optuna's in-memory storage,
 writing nothing, for comparing strategies over many seeds in seconds (``bench/search_bench.py``).
 """
 

@@ -31,7 +31,7 @@ The classifier and the other regressors are random forests with scikit-learn's d
 configurations fail is a matter of a flag or a pair, not of a smooth trend.
 
 :class:`SurrogateLandscape` is a :class:`~autotune.landscapes.landscape.Landscape` whose lookup is
-the surrogate, so that :func:`autotune.landscapes.simulate.simulate` and the replay pool run a
+the surrogate, so that the benchmarks' :func:`bench.lib.simulate.simulate` and the replay pool run a
 study on it unchanged. Its answers are deterministic (a configuration always gets the same result),
 and its best is the best it predicts over the space (:meth:`SurrogateLandscape.best`).
 
@@ -484,7 +484,7 @@ class SurrogateLandscape(Landscape):
                 "records what the surrogate predicts best)")
 
     def _climb(self, start: ConfigRecord) -> ConfigRecord:
-        from autotune.search.by_hand import one_knob_changes
+        from autotune.search.neighbours import one_knob_changes
 
         current = start
         while True:

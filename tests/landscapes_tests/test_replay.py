@@ -11,13 +11,13 @@ import pytest
 from autotune.errors import AutotuneError
 from autotune.landscapes.landscape import ConfigRecord, load_landscape
 from autotune.landscapes.replay import ReplayPool, replay_study
-from autotune.landscapes.simulate import simulate
 from autotune.search.configurations import starting_points
 from autotune.measurement.windows import PRUNE_MARGIN
 from autotune.records import TrialRequest, TrialResult
 from autotune.search.configurations import enumerate_space
 from autotune.space import compile_key, config_key, parse_space
 from autotune.targets import get_target
+from bench.lib.simulate import simulate
 
 REPO = Path(__file__).resolve().parents[2]
 RECORDED = [REPO / "landscapes" / "xla-vit.jsonl", REPO / "landscapes" / "inductor-vit.jsonl"]
@@ -390,7 +390,7 @@ def test_a_noisy_replay_prunes_on_the_run_it_draws(tmp_path) -> None:
 
 
 def test_a_noisy_study_reaches_the_best_only_when_it_would_report_it() -> None:
-    from autotune.landscapes.simulate import Step, Trace
+    from bench.lib.simulate import Step, Trace
 
     # A slow configuration drawn lucky, then the fast one drawn unlucky: the study would report
     # the slow one, so the level is not reached until a run of the fast one lifts its mean.

@@ -11,10 +11,10 @@ import optuna
 import pytest
 
 from autotune.landscapes.landscape import ConfigRecord, Landscape
-from autotune.landscapes.simulate import simulate
 from autotune.landscapes.surrogate import Surrogate, SurrogateLandscape, held_out_error
 from autotune.search.configurations import enumerate_space, starting_points
 from autotune.space import config_key, parse_space
+from bench.lib.simulate import simulate
 
 SPACE = """\
 target: xla

@@ -9,8 +9,8 @@ from pathlib import Path
 import optuna
 
 from autotune.landscapes.landscape import load_landscape
-from autotune.landscapes.simulate import simulate
 from autotune.search.configurations import starting_points
+from bench.lib.simulate import simulate
 
 REPO = Path(__file__).resolve().parents[2]
 

@@ -8,7 +8,7 @@ a whole pass changes nothing; then there is nothing left to try, and the sampler
 again (the study answers a measured configuration for free and, after enough of those, stops).
 
 The order is the space's parameter order (each parameter after those its ``when`` names:
-:meth:`~autotune.space.SearchSpace.in_dependency_order`). In the built-in spaces that is the data
+:func:`autotune.search.neighbours.knob_order`). In the built-in spaces that is the data
 loader first (batch size, workers), then precision or the compile mode, then the compiler's
 flags: the order of the published hand-tuning of a ViT on inf2.xlarge that the product brief
 cites (workers, batch size, AMP, bf16, graph cut, compiler flags). A knob that does not apply to
@@ -25,6 +25,7 @@ from typing import TYPE_CHECKING, Any, cast
 from optuna.samplers import BaseSampler
 
 from autotune.errors import InvalidConfigError
+from autotune.search.neighbours import changes_of_knob, knob_order
 from autotune.search.strategy import measured_history
 from autotune.space import SearchSpace, config_key
 
@@ -34,56 +35,6 @@ if TYPE_CHECKING:
 
 #: Passes over the knobs at most (each pass that changes nothing ends the method anyway).
 MAX_PASSES = 5
-
-
-def knob_values(space: SearchSpace, name: str) -> list[Any]:
-    """The values a knob can take: its choices, and "unset" (the script's own) first where its
-    default is ``null``."""
-    p = space.parameters[name]
-    return [None, *(p.choices or ())] if p.default is None else list(p.choices or ())
-
-
-def with_knob(space: SearchSpace, config: dict[str, Any], name: str, value: Any) -> dict[str, Any] | None:
-    """``config`` with one knob set to ``value`` (parameters that no longer apply dropped), or
-    None when the space or its target rejects it."""
-    from autotune.targets import get_target
-
-    chosen = {k: v for k, v in {**config, name: value}.items() if v is not None}
-    active = {k: v for k, v in chosen.items() if space.parameters[k].is_active(chosen)}
-    try:
-        out = space.validate(active)
-        get_target(space.target).check(out)
-    except InvalidConfigError:
-        return None
-    return out
-
-
-def knob_order(space: SearchSpace) -> list[str]:
-    return [p.name for p in space.in_dependency_order() if p.name not in space.fixed]
-
-
-def changes_of_knob(space: SearchSpace, config: dict[str, Any], name: str) -> list[dict[str, Any]]:
-    """Every valid configuration that differs from ``config`` in knob ``name`` alone (nothing when
-    the knob does not apply to ``config``)."""
-    if not space.parameters[name].is_active(config):
-        return []
-    out: list[dict[str, Any]] = []
-    for value in knob_values(space, name):
-        if value == config.get(name) and type(value) is type(config.get(name)):
-            continue
-        changed = with_knob(space, config, name, value)
-        if changed is not None and changed != config and changed not in out:
-            out.append(changed)
-    return out
-
-
-def one_knob_changes(space: SearchSpace, config: dict[str, Any]) -> list[dict[str, Any]]:
-    """Every valid configuration that differs from ``config`` in one knob."""
-    out: dict[str, dict[str, Any]] = {}
-    for name in knob_order(space):
-        for c in changes_of_knob(space, config, name):
-            out.setdefault(config_key(c), c)
-    return list(out.values())
 
 
 def next_by_hand(space: SearchSpace, measured: dict[str, float | None], maximize: bool = True) -> dict[str, Any] | None:

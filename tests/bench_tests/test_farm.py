@@ -4,7 +4,8 @@ from __future__ import annotations
 
 import pytest
 
-from autotune.landscapes.farm import (
+from autotune.landscapes.landscape import ConfigRecord, Landscape
+from bench.lib.farm import (
     ASSUMED_LOAD_FRACTION,
     compile_farm,
     compile_then_measure,
@@ -12,7 +13,6 @@ from autotune.landscapes.farm import (
     simulate_study,
     study_order,
 )
-from autotune.landscapes.landscape import ConfigRecord, Landscape
 
 
 def _record(index: int, batch: int, *, num_workers: int = 0, compile_s: float = 10.0, rest_s: float = 1.0,
