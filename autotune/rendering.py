@@ -253,7 +253,9 @@ def best_line(best) -> str:
 def noise_line(noise) -> str:
     """``one run of a configuration here reads within ±9% of its mean, 95% of the time (measured on 6 runs)``."""
     earlier = " and by earlier studies here" if noise.earlier_df else ""
-    return (f"one run of a configuration here reads within ±{noise.spread:.0%} of its mean, 95% of the time "
+    from autotune.measurement.noise import spread_text
+
+    return (f"one run of a configuration here reads within {spread_text(noise.spread)} of its mean, 95% of the time "
             f"(measured on {noise.repeats} runs{earlier})")
 
 

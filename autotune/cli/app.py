@@ -60,7 +60,7 @@ def measuring_here(prepared: PreparedTrial, args: list[str], cache_root: str | P
     machine and target found the host noisy (the noise they kept in ``cache_root``), as the study's
     own runs were measured; and a line that says so (``None`` on a quiet host)."""
     from autotune.cache import environment_of, model_of, noise_key, open_cache
-    from autotune.measurement.noise import measure_seconds
+    from autotune.measurement.noise import measure_seconds, spread_text
     from autotune.provenance import caller_env, provenance
 
     here = provenance(prepared.target, prepared.script, args, env=caller_env(prepared.target))
@@ -70,7 +70,8 @@ def measuring_here(prepared: PreparedTrial, args: list[str], cache_root: str | P
     if seconds <= protocol.min_measure_seconds:
         return protocol, None
     return (protocol.model_copy(update={"min_measure_seconds": seconds}),
-            f"one run of {prepared.script.name} here varies +-{noise.spread or 0.0:.0%} from the next (as studies "
+            f"one run of {prepared.script.name} here reads within {spread_text(noise.spread or 0.0)} of the mean of "
+            "its runs (as studies "
             f"here measured): each run measures at least {seconds:.0f} s after warm-up")
 
 

@@ -80,6 +80,13 @@ class RunNoise:
         return None if sigma is None else math.exp(t975(self.df) * sigma) - 1
 
 
+def spread_text(spread: float) -> str:
+    """``spread`` (:attr:`RunNoise.spread`, the upper side) as a reader meets it: ``±9%``, or both
+    sides where they differ (``-61% to +156%``: a spread on the logarithms is wider upwards)."""
+    lower = spread / (1 + spread)
+    return f"±{spread:.0%}" if round(lower * 100) == round(spread * 100) else f"-{lower:.0%} to +{spread:.0%}"
+
+
 #: A host whose runs vary by more than this (the standard deviation of one run's log figure: about
 #: +-10% 95% of the time) is noisy: each run there measures at least :data:`NOISY_MEASURE_S`.
 NOISY_SIGMA = 0.05

@@ -17,6 +17,7 @@ from typing import TYPE_CHECKING, Any
 from autotune.cache import CacheRoot
 from autotune.errors import InvalidConfigError
 from autotune.execution.pool import TrialPool
+from autotune.measurement.noise import spread_text
 from autotune.records import MeasurementProtocol, TrialPlan, TrialResult
 from autotune.search.samplers import suggest
 from autotune.space import config_key
@@ -89,8 +90,9 @@ class Dispatch:
         measuring = pruning.measuring(protocol, self.study)
         if measuring.min_measure_seconds > protocol.min_measure_seconds and not self._said_noisy:
             self._said_noisy = True
-            spread = noise_of(self.study).spread or 0.0
-            self.told.notes.append(f"one run here varies +-{spread:.0%} from the next: each run from now on measures "
+            spread = spread_text(noise_of(self.study).spread or 0.0)
+            self.told.notes.append(f"one run here reads within {spread} of its configuration's mean: each run from "
+                                   f"now on measures "
                                    f"at least {measuring.min_measure_seconds:.0f} s after warm-up, so that it "
                                    "averages over the host's ups and downs")
         return measuring

@@ -62,5 +62,13 @@ def test_where_a_study_here_found_the_host_noisy_every_run_measures_ten_seconds(
                            "--trial-dir", str(tmp_path / "again"), "--json", "--", *args],
                           cwd=tmp_path, capture_output=True, text=True, timeout=120, env=env)
     assert proc.returncode == 0, proc.stderr[-3000:]
-    assert "note: one run of tiny_train.py here varies +-" in proc.stderr and "at least 10 s" in proc.stderr
+    assert "note: one run of tiny_train.py here reads within -" in proc.stderr and "at least 10 s" in proc.stderr
     assert _seconds(TrialResult.model_validate_json(proc.stdout).measurement) >= NOISY_MEASURE_S
+
+
+def test_a_wide_spread_reads_as_both_its_sides() -> None:
+    from autotune.measurement.noise import spread_text
+
+    assert spread_text(0.07) == "±7%"
+    assert spread_text(1.56) == "-61% to +156%", "a run 61% low is as likely as one 156% high"
+    assert spread_text(LOUD.spread or 0.0).startswith("-")
