@@ -2,7 +2,7 @@
 
 Layout under the root (``--cache DIR``, default ``$XDG_CACHE_HOME/autotune``)::
 
-    inductor/               TORCHINDUCTOR_CACHE_DIR, shared by every trial
+    inductor/               TORCHINDUCTOR_CACHE_DIR, shared by every trial (AUTOTUNE_INDUCTOR_CACHE: elsewhere)
     neuron-compile-cache/   NEURON_COMPILE_CACHE_URL (Neuron XLA path, unless the user exported an s3:// one)
     neff-<compiler>/        TORCH_NEURONX_NEFF_CACHE_DIR (Neuron native path; one per compiler)
     xla-<device>/           torch-xla's persistent cache where the device can read it back

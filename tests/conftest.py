@@ -32,8 +32,10 @@ collect_ignore = ["corpus"]
 def trial_environment(tmp_path_factory: pytest.TempPathFactory) -> Iterator[None]:
     """The environment every trial process of the session inherits (the launcher copies ours).
 
-    - ``TORCHINDUCTOR_CACHE_DIR``: one inductor cache for the run, shared by pytest-xdist's
-      processes too (the folder above each one's base temp). A cold compile costs about 20 s here;
+    - ``TORCHINDUCTOR_CACHE_DIR`` and ``AUTOTUNE_INDUCTOR_CACHE``: one inductor cache for the run,
+      shared by pytest-xdist's processes too (the folder above each one's base temp), and by the
+      studies' trials, whose cache roots are each test's own (the second variable; the tests of the
+      cache root's own ``inductor/`` folder remove it). A cold compile costs about 20 s here;
       trials that compile the same graph share it instead of paying again, in either process
       (a tiny MLP's three graphs: 43 s cold, 29 s from the cache). Inductor's cache is made for
       several processes at once: by default every process of a user shares /tmp/torchinductor_$USER.
@@ -47,6 +49,7 @@ def trial_environment(tmp_path_factory: pytest.TempPathFactory) -> Iterator[None
         inductor_cache = (base.parent if os.environ.get("PYTEST_XDIST_WORKER") else base) / "inductor-cache"
         inductor_cache.mkdir(exist_ok=True)
         mp.setenv("TORCHINDUCTOR_CACHE_DIR", str(inductor_cache))
+        mp.setenv("AUTOTUNE_INDUCTOR_CACHE", str(inductor_cache))
         mp.setenv("PJRT_DEVICE", "CPU")
         mp.setenv("OMP_NUM_THREADS", "1")
         yield

@@ -19,6 +19,8 @@ from autotune.targets.gpus import GPU_RESOURCE, VISIBLE_DEVICES, claim_gpus, cud
 
 #: The folder of the cache root that is TORCHINDUCTOR_CACHE_DIR.
 CACHE_DIR = "inductor"
+#: A folder of the caller's own for TORCHINDUCTOR_CACHE_DIR instead of the cache root's.
+SHARED_CACHE_ENV = "AUTOTUNE_INDUCTOR_CACHE"
 
 MODES = ("eager", "default", "reduce-overhead", "max-autotune", "max-autotune-no-cudagraphs")
 
@@ -110,6 +112,17 @@ class InductorTarget(Target):
         # One shared directory: measured here, a second process's first compiled step went from
         # 33 s to 7 s, far better than torch.compiler's mega-cache on CPU (16 s).
         return {"TORCHINDUCTOR_CACHE_DIR": f"{root}/{CACHE_DIR}"}, []
+
+    def cached_plan(self, params: Mapping[str, Any], cache_root: str,
+                    base_env: Mapping[str, str] | None = None) -> TrialPlan:
+        # Compiled kernels depend on the graph, the compiler and the CPU, not on the script's
+        # results: one folder can serve several cache roots (a fleet's shared disk, a machine's
+        # every study) where the results must stay apart. Its folder is the caller's to manage:
+        # `autotune cache` counts and clears only the root's.
+        plan = super().cached_plan(params, cache_root, base_env)
+        if shared := (base_env or {}).get(SHARED_CACHE_ENV):
+            plan.env["TORCHINDUCTOR_CACHE_DIR"] = os.path.abspath(os.path.expanduser(shared))
+        return plan
 
     def compile_ahead(self, plan: TrialPlan, platform: str | None = None) -> tuple[TrialPlan, TrialPlan] | None:
         job = plan.model_copy(deep=True)

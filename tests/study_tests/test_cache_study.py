@@ -26,6 +26,8 @@ parameters:
 def test_results_are_reused_then_measured_again_with_compiled_graphs_from_the_cache(ray_cluster, tmp_path,
                                                                                     monkeypatch):
     monkeypatch.chdir(tmp_path)
+    # The compiled graphs of the cache root's own inductor/ folder, not the suite's shared one.
+    monkeypatch.delenv("AUTOTUNE_INDUCTOR_CACHE")
     space = tmp_path / "space.yaml"
     space.write_text(COMPILED_SPACE)
     script = tmp_path / "train.py"
@@ -48,6 +50,7 @@ def test_results_are_reused_then_measured_again_with_compiled_graphs_from_the_ca
     fresh = tune(script, trials=1, target="inductor", space=str(space), cache=cache, seed=0, fresh=True)
     assert fresh.ran == 1
     assert all((t.cache_hits or 0) >= 1 for t in fresh.trials), [t.cache_hits for t in fresh.trials]
+    assert any((cache / "inductor").rglob("*.py")), "the graphs were compiled into the cache root"
     assert any("kept as study" in n for n in fresh.notes), "the earlier study is kept, not deleted"
 
     # A changed script means fresh measurements.
