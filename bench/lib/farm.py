@@ -5,8 +5,10 @@ On AWS Neuron a compile takes about ten minutes on the host's CPUs while the Neu
 and a measurement about one. Today a device slot compiles a configuration, then measures it
 (:func:`compile_then_measure`). With a compile farm, K cheap CPU workers compile ahead of the
 measurements and the D device slots only load a published artifact and measure it
-(:func:`compile_farm`). Both are the policies the study driver follows, written out event by
-event so that each reads as the rule it is; ``bench/compile_farm.py`` prints what they give.
+(:func:`compile_farm`): the study's own compile stage
+(:class:`autotune.study.compile_stage.CompileAhead`) in front of simulated compile workers and
+device slots, so that a change of the study's policy is a change of what the farm gives.
+``bench/compile_farm.py`` prints what the two give.
 
 The configurations come from a recorded landscape, with their times scaled to Neuron-like
 figures (:func:`neuron_jobs`): each configuration keeps its recorded compile and rest (wall time
@@ -17,13 +19,26 @@ figures given, so that a configuration that compiled twice as long as another st
 from __future__ import annotations
 
 import heapq
+import math
 import random
 import statistics
 from collections import deque
+from collections.abc import Callable, Hashable
 from dataclasses import dataclass
 
+from autotune.execution.pool import Finished
 from autotune.landscapes.landscape import ConfigRecord, Landscape
 from autotune.landscapes.replay import CompileCacheModel
+from autotune.records import (
+    CompileOutcome,
+    CompileRequest,
+    CompileStage,
+    Failure,
+    FailureCategory,
+    TrialPlan,
+    TrialRequest,
+    TrialResult,
+)
 from autotune.space import compile_key
 
 #: Neuron-like figures: "a compile that can take over ten minutes"; a measurement of about one.
@@ -149,99 +164,192 @@ def compile_then_measure(jobs: list[FarmJob], slots: int, cache_persists: bool) 
     return StudyTimeline(max(free_at), slots, busy, measuring, busy - measuring, compiles)
 
 
+class _Clock:
+    """Simulated seconds, and the jobs of both pools in the order they end."""
+
+    def __init__(self) -> None:
+        self.now = 0.0
+        self._events: list[tuple[float, int, Callable[[], None]]] = []
+        self._seq = 0
+
+    def at(self, t: float, then: Callable[[], None]) -> None:
+        self._seq += 1
+        heapq.heappush(self._events, (t, self._seq, then))
+
+    def advance(self) -> bool:
+        """To the next instant anything ends, ending everything that ends then; False when nothing is left."""
+        if not self._events:
+            return False
+        self.now = self._events[0][0]
+        while self._events and self._events[0][0] == self.now:
+            heapq.heappop(self._events)[2]()
+        return True
+
+
+class _Compilers:
+    """``workers`` compile workers on the simulated clock, as a compile job runs on one: it holds
+    its worker from the start, finds its graphs published (done at once), waits on the lock of a job
+    compiling the same graphs (then finds them published, or compiles itself if that job failed),
+    or takes the lock and compiles (:mod:`autotune.published`)."""
+
+    def __init__(self, clock: _Clock, workers: int, jobs: dict[Hashable, FarmJob]) -> None:
+        self.clock, self.workers, self.jobs = clock, workers, jobs
+        self.running = 0
+        self.published: set[str] = set()
+        self.locked: dict[str, deque[Hashable]] = {}  # graphs being compiled -> tags waiting on the lock
+        self.finished: list[Finished] = []
+        self.compiles = 0
+        self.compiling_s = 0.0
+
+    @property
+    def free(self) -> int:
+        return self.workers - self.running
+
+    def submit(self, request: TrialRequest | CompileRequest, tag: Hashable) -> None:
+        assert isinstance(request, CompileRequest)
+        self.running += 1
+        job = self.jobs[tag]
+        if job.compile_s == 0 and job.ok or job.compile_key in self.published:
+            self._done(tag, published=True)
+        elif job.compile_key in self.locked:
+            self.locked[job.compile_key].append(tag)
+        else:
+            self.locked[job.compile_key] = deque()
+            self._compile(tag)
+
+    def _compile(self, tag: Hashable) -> None:
+        job = self.jobs[tag]
+        self.compiles += 1
+        self.compiling_s += job.compile_s
+        self.clock.at(self.clock.now + job.compile_s, lambda: self._compiled(tag))
+
+    def _compiled(self, tag: Hashable) -> None:
+        job = self.jobs[tag]
+        waiting = self.locked.pop(job.compile_key)
+        self._done(tag, published=False)
+        if job.ok:
+            self.published.add(job.compile_key)
+            for other in waiting:
+                self._done(other, published=True)
+        elif waiting:  # the next job on the lock takes it and compiles itself
+            self.locked[job.compile_key] = waiting
+            self._compile(waiting.popleft())
+
+    def _done(self, tag: Hashable, *, published: bool) -> None:
+        self.running -= 1
+        job = self.jobs[tag]
+        stage = CompileStage(seconds=0.0 if published else job.compile_s, published_before=published)
+        result = None if published or job.ok else _result(job, ok=False)
+        self.finished.append((tag, CompileOutcome(stage=stage, result=result).model_dump_json(), None))
+
+    def wait(self, timeout: float) -> list[Finished]:
+        out, self.finished = self.finished, []
+        return out
+
+    def shutdown(self) -> None:
+        pass
+
+
+class _Slots:
+    """``slots`` device slots on the simulated clock: a measure job loads its published artifact,
+    then starts, warms up and measures."""
+
+    def __init__(self, clock: _Clock, slots: int, jobs: dict[Hashable, FarmJob]) -> None:
+        self.clock, self.slots, self.jobs = clock, slots, jobs
+        self.running = 0
+        self.finished: list[Finished] = []
+        self.busy_s = 0.0
+
+    @property
+    def free(self) -> int:
+        return self.slots - self.running
+
+    def submit(self, request: TrialRequest | CompileRequest, tag: Hashable) -> None:
+        job = self.jobs[tag]
+        self.running += 1
+        self.busy_s += job.load_s + job.rest_s
+        self.clock.at(self.clock.now + job.load_s + job.rest_s, lambda: self._measured(tag))
+
+    def _measured(self, tag: Hashable) -> None:
+        self.running -= 1
+        self.finished.append((tag, _result(self.jobs[tag], ok=True).model_dump_json(), None))
+
+    def wait(self, timeout: float) -> list[Finished]:
+        out, self.finished = self.finished, []
+        return out
+
+    def shutdown(self) -> None:
+        pass
+
+
+_PLAN = TrialPlan(target="neuron", params={})
+
+
+def _request(tag: int) -> TrialRequest:
+    return TrialRequest(plan=_PLAN, script="train.py", trial_dir=f"trial-{tag}", timeout_s=math.inf)
+
+
+def _result(job: FarmJob, *, ok: bool) -> TrialResult:
+    if ok:
+        return TrialResult(status="ok", plan=_PLAN)
+    return TrialResult(status="failed", plan=_PLAN,
+                       failure=Failure(category=FailureCategory.compile_error, reason=f"{job.key} failed to compile"))
+
+
 def compile_farm(jobs: list[FarmJob], slots: int, workers: int, ahead: int | None = None) -> StudyTimeline:
     """The compile farm: ``workers`` CPU workers compile ahead; ``slots`` device slots only measure.
 
-    * The driver keeps up to ``ahead`` configurations (default ``workers + slots``) ahead of the
-      slots: compiling, waiting on a compile, or compiled and waiting for a slot. It admits the
-      next configuration, in the study's order, while fewer are ahead and the configuration can
-      be placed: its compile key's artifact is published, or its key is compiling (it waits on
-      that compile: a lock, then the published artifact; it takes no worker), or it compiles
-      nothing (an eager configuration), or a worker is free to compile it.
-    * A finished compile publishes its artifact; it and the configurations that waited on it join
-      the ready queue (FIFO). A configuration whose compile fails leaves the driver and never takes
-      a device slot; those that waited on it are placed again before anything new is admitted
-      (each then compiles itself: its own recording decides whether it fails too).
-    * A free device slot takes the head of the ready queue and runs its measure job: loading the
-      artifact (``load_s``), then start-up, warm-up and measurement (``rest_s``).
+    The policy is the study's own (:class:`autotune.study.compile_stage.CompileAhead`), driven as
+    the study's loop drives it, on a simulated clock:
+
+    * The study hands over the next configuration, in its order, while the compile stage has room:
+      a compile worker is free and fewer than ``ahead`` (default ``workers + slots``, as
+      ``--compile-ahead`` is by default) are compiling or compiled and waiting.
+    * Its compile job holds a worker from then on (:class:`_Compilers`): done at once where its
+      graphs are published or it compiles nothing (an eager configuration), waiting on the lock of
+      a job compiling the same graphs, or compiling them. A compile that fails never takes a device
+      slot; the next job waiting on its lock compiles itself (its own recording decides whether it
+      fails too).
+    * A free device slot takes the configuration compiled first and runs its measure job: loading
+      the artifact (``load_s``), then start-up, warm-up and measurement (``rest_s``).
 
     Artifacts are shared whether or not the landscape's target reads its cache back across
     processes: a farm is built on published artifacts.
     """
+    from autotune.study.compile_stage import CompileAhead
+
     if workers < 1:
         raise ValueError("a compile farm needs at least one compile worker; 0 is compile_then_measure")
     limit = workers + slots if ahead is None else ahead
     if limit < 1:
         raise ValueError("a compile farm must keep at least one configuration ahead")
-    pending = deque(jobs)  # not yet admitted, in the study's order
-    again: deque[FarmJob] = deque()  # waited on a compile that has finished: placed before anything new
-    ready: deque[FarmJob] = deque()
-    published: set[str] = set()
-    waiting: dict[str, list[FarmJob]] = {}  # compile key being compiled -> configurations waiting on it
-    events: list[tuple[float, int, str, FarmJob]] = []
-    clock = busy = compiling = 0.0
-    free_workers, free_slots, n_ahead, seq, compiles = workers, slots, 0, 0, 0
+    by_tag: dict[Hashable, FarmJob] = dict(enumerate(jobs))
+    clock = _Clock()
+    compilers, trial_slots = _Compilers(clock, workers, by_tag), _Slots(clock, slots, by_tag)
 
-    def at(t: float, kind: str, job: FarmJob) -> None:
-        nonlocal seq
-        seq += 1
-        heapq.heappush(events, (t, seq, kind, job))
+    def split(request: TrialRequest) -> tuple[CompileRequest, TrialRequest]:
+        tag = int(request.trial_dir.removeprefix("trial-"))
+        return CompileRequest(trial=request, artifact_key=by_tag[tag].compile_key, cache_root=""), request
 
-    def place(job: FarmJob) -> bool:
-        nonlocal free_workers, compiles, compiling
-        if job.ok and (job.compile_key in published or job.compile_s == 0):
-            ready.append(job)
-        elif job.compile_key in waiting:
-            waiting[job.compile_key].append(job)
-        elif free_workers:
-            free_workers -= 1
-            compiles += 1
-            compiling += job.compile_s
-            waiting[job.compile_key] = []
-            at(clock + job.compile_s, "compiled", job)
-        else:
-            return False
-        return True
-
-    def dispatch() -> None:
-        nonlocal n_ahead, free_slots, busy
-        # A slot taking a configuration makes room ahead, and an admitted configuration can be
-        # ready at once: go round until nothing moves.
-        moved = True
-        while moved:
-            moved = False
-            while again and place(again[0]):
-                again.popleft()
-            while not again and pending and n_ahead < limit and place(pending[0]):
-                pending.popleft()
-                n_ahead += 1
-                moved = True
-            while ready and free_slots:
-                job = ready.popleft()
-                free_slots -= 1
-                n_ahead -= 1
-                busy += job.load_s + job.rest_s
-                at(clock + job.load_s + job.rest_s, "measured", job)
-                moved = True
-
-    dispatch()
-    while events:
-        clock = events[0][0]
-        while events and events[0][0] == clock:
-            _, _, kind, job = heapq.heappop(events)
-            if kind == "measured":
-                free_slots += 1
-                continue
-            free_workers += 1
-            waiters = waiting.pop(job.compile_key)
-            if job.ok:
-                published.add(job.compile_key)
-                ready.append(job)
-            else:
-                n_ahead -= 1
-            again.extend(waiters)
-        dispatch()
-    return StudyTimeline(clock, slots, busy, busy, compiling, compiles)
+    stage = CompileAhead(trial_slots, compilers, limit, split)
+    pending = deque(range(len(jobs)))
+    while True:
+        # As the study's loop at each instant: hand over while there is room, take in what ended,
+        # until nothing moves (a published or eager configuration is compiled at once, and a
+        # measurement that starts makes room ahead).
+        while True:
+            handed = 0
+            while pending and stage.free:
+                tag = pending.popleft()
+                stage.submit(_request(tag), tag)
+                handed += 1
+            if not (handed or compilers.finished or trial_slots.finished or stage.ready and trial_slots.free):
+                break
+            stage.wait(0.0)
+        if not clock.advance():
+            break
+    return StudyTimeline(clock.now, slots, trial_slots.busy_s, trial_slots.busy_s, compilers.compiling_s,
+                         compilers.compiles)
 
 
 def simulate_study(jobs: list[FarmJob], slots: int, workers: int, *, ahead: int | None = None,

@@ -1,4 +1,5 @@
-"""The compile farm's policy on tiny hand-made landscapes, where every figure is worked out by hand."""
+"""The compile farm (the study's own compile stage on a simulated clock) on tiny hand-made landscapes, where
+every figure is worked out by hand."""
 
 from __future__ import annotations
 
@@ -61,12 +62,14 @@ def test_a_measure_job_pays_the_load():
 def test_equal_graphs_compile_once():
     a, b, c = _record(0, 16), _record(1, 16, num_workers=1), _record(2, 32)
     jobs = _jobs(a, b, c, load_fraction=0.05)
-    # b waits on a's compile without a worker, so c compiles on the second worker at once: all three
-    # are ready at 10 s, in the order a, c (their compiles), b (waited on a); one slot measures
-    # them 1.5 s each (a 0.5 s load, a 1 s rest).
+    # As the study's compile stage does it: b's compile job waits on a's lock holding the second
+    # worker, so c is handed over only when both end at 10 s, and compiles 10-20. One slot measures
+    # each 1.5 s (a 0.5 s load, a 1 s rest): a 10-11.5, b 11.5-13, c 20-21.5.
     farm = compile_farm(jobs, slots=1, workers=2)
     assert farm.compiles == 2
-    assert farm.wall_s == pytest.approx(14.5)
+    assert farm.wall_s == pytest.approx(21.5)
+    # A third worker takes c at once: all three are compiled by 10 s and measured back to back.
+    assert compile_farm(jobs, slots=1, workers=3).wall_s == pytest.approx(14.5)
     # Today: a compiles cold (0-11), b loads a's graphs from the cache (11-12.5), c compiles (12.5-23.5).
     today = compile_then_measure(jobs, slots=1, cache_persists=True)
     assert (today.compiles, today.wall_s) == (2, pytest.approx(23.5))
