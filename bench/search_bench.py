@@ -36,8 +36,10 @@ put the best alone.
 reports as best really within 2% of the best, or one lucky measurement? Every measurement is then
 a draw within its configuration's recorded 95% interval (the recorded value taken as the truth),
 and the table compares reporting the best single measurement with measuring the best K again
-(``autotune run --confirm K``) and reporting the best mean. That is a model of measurement noise
-built from the recorded intervals, not a measurement::
+(``autotune run --confirm K``) and reporting what the study then reports (its own standing,
+:func:`autotune.study.racing.standing`: the best mean over runs, one measured once ahead of one
+measured twice only beyond the noise). That is a model of measurement noise built from the
+recorded intervals, not a measurement::
 
     python bench/search_bench.py                 # the table, PASS/FAIL per target (seconds)
     python bench/search_bench.py --ablations     # and the variants of the strategy
@@ -65,7 +67,7 @@ import time  # noqa: E402
 from concurrent.futures import ProcessPoolExecutor  # noqa: E402
 from dataclasses import dataclass  # noqa: E402
 from pathlib import Path  # noqa: E402
-from typing import Any, Callable  # noqa: E402
+from typing import Any, Callable, NamedTuple  # noqa: E402
 
 REPO = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(REPO))
@@ -257,13 +259,36 @@ def _confirm_one(args: tuple[str, int, int]) -> Reported:
         cost[key] = model.charge(r).seconds
     ratio, extra = {}, {}
     for k in CONFIRM_KS:
-        # As the study picks (autotune/study/loop.py, _ranked): the best mean among the configurations
-        # measured twice; the best single measurement when none was.
-        means = {key: (v + again[key]) / 2 for key, v in ranked[:k]} or dict(ranked[:1])
-        pick = max(means, key=means.get)
+        pick = _reported(ranked, again, k, truth, order=[s.key for s in trace.steps])
         ratio[k] = truth[pick].throughput / best
         extra[k] = sum(cost[key] for key, _ in ranked[:k])
     return Reported(ratio, extra)
+
+
+class _Trial(NamedTuple):
+    """What the study's standing reads of a configuration's first trial: its place in the study."""
+
+    number: int
+
+
+def _reported(ranked: list[tuple[str, float]], again: dict[str, float], k: int, truth: dict[str, Any], *,
+              order: list[str]) -> str:
+    """The configuration the study reports once the best ``k`` of ``ranked`` were measured again:
+    the study's own rule (:func:`autotune.study.racing.standing`), every run with its recorded
+    interval, the noise pooled over the configurations measured twice."""
+    from autotune.measurement.noise import RunNoise, Runs
+    from autotune.study.racing import Standing, standing, study_noise
+
+    measured = []
+    for i, (key, value) in enumerate(ranked):
+        values = (value, again[key]) if i < k else (value,)
+        r = truth[key]
+        # A run reads within its configuration's recorded interval, and says so as a trial does.
+        within = (r.ci95_high - r.ci95_low) / 2 / r.throughput if r.ci95_low and r.ci95_high else None
+        measured.append(Standing(_Trial(order.index(key)), Runs(values, (within,) * len(values)), flaky=False))
+    noise = study_noise([s for s in measured if s.runs.n > 1], RunNoise())
+    best = standing(measured, noise, maximize=True)[0]
+    return order[best.trial.number]
 
 
 def confirm_table(paths: list[str], seeds: int, budget: int, jobs: int) -> None:
