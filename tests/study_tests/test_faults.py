@@ -164,7 +164,9 @@ parameters:
   mode: {type: categorical, choices: [eager], default: eager}
 """)
     cmd = [sys.executable, "-m", "autotune.cli", "run", str(SCRIPTS / "tiny_train.py"), "--trials", "4",
-           "--space", str(space), "--study", "shared", "--target", "inductor"]
+           "--space", str(space), "--study", "shared", "--target", "inductor",
+           # No re-measurements (noise, races): sharing the trials is the point, and the study is shorter.
+           "--race", "0"]
     drivers = [subprocess.Popen([*cmd, "--seed", str(i)], cwd=tmp_path, stdout=subprocess.PIPE,
                                 stderr=subprocess.PIPE, text=True) for i in range(2)]
     outs = [d.communicate(timeout=400) for d in drivers]

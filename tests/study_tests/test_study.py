@@ -114,7 +114,9 @@ def test_measured_configurations_are_not_run_again(ray_cluster, tmp_path, monkey
     space.write_text(TWO_POINT_SPACE)
     # Three configurations exist (the script's own batch size, 16, 64); asking for five ends
     # once each has been measured.
-    result = tune(SCRIPTS / "tiny_train.py", trials=5, target="inductor", space=str(space), seed=0)
+    # race=0: a re-measurement of the noise or of a race is the study running a configuration
+    # again on purpose, which this test is not about; it would only make the study longer.
+    result = tune(SCRIPTS / "tiny_train.py", trials=5, target="inductor", space=str(space), seed=0, race=0)
     assert result.ran == 3
     assert result.outlook.verdict == "exhausted" and "nothing new" in result.outlook.line, result.outlook
     assert not result.outlook.untried_knobs, "mode has one value: there is nowhere else to try it"
@@ -127,7 +129,7 @@ def test_measured_configurations_are_not_run_again(ray_cluster, tmp_path, monkey
         assert t.user_attrs["config_key"] == original.user_attrs["config_key"]
         assert t.value == original.value, "Optuna is told the earlier result"
 
-    again = tune(SCRIPTS / "tiny_train.py", trials=3, target="inductor", space=str(space), seed=0)
+    again = tune(SCRIPTS / "tiny_train.py", trials=3, target="inductor", space=str(space), seed=0, race=0)
     assert again.ran == 0, "a study that already holds its trials runs nothing"
     assert again.best.value == result.best.value
 
@@ -148,7 +150,9 @@ def test_a_killed_driver_resumes_keeping_completed_trials(tmp_path) -> None:
     space = tmp_path / "space.yaml"
     space.write_text(TWO_POINT_SPACE.replace("[16, 64]", "[8, 16, 32, 64, 128]"))
     cmd = [sys.executable, "-m", "autotune.cli", "run", str(SCRIPTS / "tiny_train.py"), "--trials", "5",
-           "--target", "inductor", "--space", str(space), "--seed", "0", "--study", "resume"]
+           "--target", "inductor", "--space", str(space), "--seed", "0", "--study", "resume",
+           # No re-measurements (noise, races): the resume is about the trials, and the study is shorter.
+           "--race", "0"]
     storage = f"sqlite:///{tmp_path / '.autotune' / 'autotune.db'}"
     driver = subprocess.Popen(cmd, cwd=tmp_path, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
     completed_before: dict[int, float] = {}
