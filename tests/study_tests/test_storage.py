@@ -18,12 +18,14 @@ import sys, time
 from pathlib import Path
 import optuna
 from autotune.{module} import {call}
-go = Path(sys.argv[2])
-Path(sys.argv[3]).touch()
-while not go.exists():
-    time.sleep(0.001)
-{call}("sqlite:///" + sys.argv[1])
-print("opened")
+folder, me, rounds = Path(sys.argv[1]), sys.argv[2], int(sys.argv[3])
+for round_ in range(rounds):
+    go = folder / f"go{{round_}}"
+    (folder / f"ready{{round_}}-{{me}}").touch()
+    while not go.exists():
+        time.sleep(0.001)
+    {call}("sqlite:///" + str(folder / f"r{{round_}}" / "autotune.db"))
+    print("opened", flush=True)
 """
 
 
@@ -31,21 +33,31 @@ print("opened")
 def test_processes_creating_one_database_at_once_all_open_it(tmp_path, module, call):
     # Without the lock about one pair in three lost the race on this machine ("UNIQUE constraint
     # failed: alembic_version.version_num" or "table studies already exists"); four rounds of three
-    # processes, each importing first and then released together, leave little room for luck.
+    # processes, each round released together on a fresh database once all three have imported and
+    # finished the round before, leave little room for luck.
     script = tmp_path / "open.py"
     script.write_text(OPENER.format(module=module, call=call))
-    for round_ in range(4):
-        db, go = tmp_path / f"r{round_}" / "autotune.db", tmp_path / f"go{round_}"
-        ready = [tmp_path / f"ready{round_}-{i}" for i in range(3)]
-        procs = [subprocess.Popen([sys.executable, str(script), str(db), str(go), str(r)], stdout=subprocess.PIPE,
-                                  stderr=subprocess.PIPE, text=True) for r in ready]
-        deadline = time.monotonic() + 120
-        while not all(r.exists() for r in ready) and time.monotonic() < deadline:
-            time.sleep(0.01)
-        go.touch()
+    # The same three processes every round: one import each (a second or two here), not one a round.
+    rounds = 4
+    procs = [subprocess.Popen([sys.executable, str(script), str(tmp_path), str(i), str(rounds)],
+                              stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True) for i in range(3)]
+    try:
+        for round_ in range(rounds):
+            ready = [tmp_path / f"ready{round_}-{i}" for i in range(3)]
+            deadline = time.monotonic() + 120
+            while not all(r.exists() for r in ready) and time.monotonic() < deadline:
+                if any(p.poll() is not None for p in procs):
+                    break  # one failed its round: its error is read below
+                time.sleep(0.01)
+            (tmp_path / f"go{round_}").touch()
         outs = [p.communicate(timeout=120) for p in procs]
-        assert [p.returncode for p in procs] == [0, 0, 0], [err[-800:] for _, err in outs]
-        assert all(out.strip() == "opened" for out, _ in outs)
+    finally:
+        for p in procs:
+            p.kill()
+    assert [p.returncode for p in procs] == [0, 0, 0], [err[-800:] for _, err in outs]
+    assert all(out.split() == ["opened"] * rounds for out, _ in outs), outs
+    for round_ in range(rounds):
+        db = tmp_path / f"r{round_}" / "autotune.db"
         assert list(db.parent.iterdir()) == [db]  # nothing left beside the database
 
 
