@@ -4,7 +4,6 @@ trials as its own."""
 
 from __future__ import annotations
 
-import json
 import os
 import subprocess
 import sys
@@ -15,6 +14,7 @@ import pytest
 
 from autotune.landscapes.replay import replay_study
 from autotune.space import parse_space
+from autotune.study.loop import tune
 from autotune.study.warm_start import of_space
 
 from .test_study import SCRIPTS
@@ -84,29 +84,28 @@ parameters:
 
 
 @pytest.mark.slow
-def test_a_real_study_measures_the_earlier_best_as_its_first_trial_after_the_baseline(tmp_path) -> None:
+def test_a_real_study_measures_the_earlier_best_as_its_first_trial_after_the_baseline(ray_cluster, tmp_path,
+                                                                                      monkeypatch) -> None:
     """tiny_train.py: a batch of 256 is many times a batch of 8 or the script's 32 in samples/s.
     The second study runs in another environment (an env var of its own keys its results), so the
-    earlier best is measured again, not answered from the cache."""
+    earlier best is measured again, not answered from the cache. In this process, on the session's
+    Ray: from the command line each study started a Ray of its own."""
+    monkeypatch.chdir(tmp_path)
     space = tmp_path / "space.yaml"
     space.write_text(TWO_BATCHES)
+    common = dict(target="inductor", space=str(space), seed=0)
 
-    def run(study: str, trials: int, *extra: str) -> dict:
-        proc = subprocess.run([sys.executable, "-m", "autotune.cli", "run", str(SCRIPTS / "tiny_train.py"),
-                               "--target", "inductor", "--space", str(space), "--trials", str(trials), "--seed", "0",
-                               "--study", study, "--json", *extra],
-                              cwd=tmp_path, capture_output=True, text=True, timeout=600)
-        assert proc.returncode == 0, proc.stderr[-3000:]
-        return json.loads(proc.stdout)
-
-    earlier = run("before", 3)
-    assert earlier["best"]["params"]["batch_size"] == 256, earlier["best"]
-    later = run("after", 2, "--warm-start", "before", "--env", "AUTOTUNE_TEST_SETTING=another")
+    earlier = tune(SCRIPTS / "tiny_train.py", trials=3, study="before", **common)
+    assert earlier.exit_code == 0, earlier.trials
+    assert earlier.best is not None and earlier.best.params["batch_size"] == 256, earlier.best
+    later = tune(SCRIPTS / "tiny_train.py", trials=2, study="after", warm_start=["before"],
+                 env=["AUTOTUNE_TEST_SETTING=another"], **common)
+    assert later.exit_code == 0, later.trials
     study = optuna.load_study(study_name="after", storage=f"sqlite:///{tmp_path / '.autotune' / 'autotune.db'}")
     first, second = sorted(study.trials, key=lambda t: t.number)
     assert first.params.get("batch_size") is None, "the baseline first"
     assert second.params["batch_size"] == 256 and not second.user_attrs.get("cached"), "measured, not remembered"
-    assert len(later["trials"]) == 2 and later["ran"] == 2
+    assert len(later.trials) == 2 and later.ran == 2
 
 
 def test_a_warm_start_from_a_study_of_another_objective_is_refused(tmp_path) -> None:
