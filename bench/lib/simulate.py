@@ -8,10 +8,13 @@ in seconds. Its trials are charged as :mod:`autotune.landscapes.replay` charges 
 from __future__ import annotations
 
 from dataclasses import dataclass, field
+from types import SimpleNamespace
 from typing import TYPE_CHECKING, Any
 
 from autotune.landscapes.landscape import Landscape
 from autotune.landscapes.replay import ReplayedTrial, ReplayPool, script_path
+from autotune.measurement.noise import RunNoise, Runs
+from autotune.study.racing import Standing, standing
 
 if TYPE_CHECKING:
     import optuna
@@ -36,8 +39,8 @@ class Trace:
 
     def chosen(self, n: int | None = None) -> float | None:
         """The recorded throughput of the configuration the study would report as its best after
-        ``n`` steps (all by default): the highest mean of what its runs read. Under noise that is
-        not the best configuration measured: a lucky draw picks a slower one."""
+        ``n`` steps (all by default), by the study's rule over what its runs read (:func:`_chosen`).
+        Under noise that need not be the best configuration measured: a lucky draw picks a slower one."""
         return _chosen(self.steps[:n])
 
     def reach(self, threshold: float) -> tuple[int, float] | None:
@@ -51,15 +54,22 @@ class Trace:
 
 
 def _chosen(steps: list[Step]) -> float | None:
+    """The recorded throughput of the configuration the study reports over ``steps``: the study's
+    own rule (:func:`autotune.study.racing.standing`), by the mean of what its runs read, where one
+    measured once leads one measured more often only beyond the between-run noise of the repeats."""
     runs: dict[str, list[float]] = {}
     values: dict[str, float] = {}
-    for s in steps:
+    first: dict[str, int] = {}
+    for i, s in enumerate(steps):
         if s.value is not None and s.figure is not None:
             runs.setdefault(s.key, []).append(s.figure)
             values[s.key] = s.value
+            first.setdefault(s.key, i)
     if not runs:
         return None
-    return values[max(runs, key=lambda k: sum(runs[k]) / len(runs[k]))]
+    measured = [Standing(SimpleNamespace(number=first[k]), Runs(tuple(v)), False) for k, v in runs.items()]
+    best = standing(measured, RunNoise.of(v for v in runs.values() if len(v) > 1), maximize=True)[0]
+    return values[next(k for k in runs if first[k] == best.trial.number)]
 
 
 def simulate(landscape: Landscape, sampler: optuna.samplers.BaseSampler, *,
