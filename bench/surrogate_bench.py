@@ -44,8 +44,9 @@ Exit code 0 when every target passes, 1 otherwise.
 ``--noise`` draws each run with the landscape's between-run spread (its header's ``run_noise``,
 measured by ``bench/noise_calibration.py``; seeded by the study's seed), as a machine answers
 the same configuration differently from one process to the next. A study has then come within 5%
-when the configuration it would report (the best mean over its runs) is there, not when a lucky
-draw of a slower one was measured, and "best after 8" is that configuration's figure. ``--race F``
+when the configuration it would report is there (by the study's own rule, ``racing.standing``: the
+best mean over its runs, one measured once ahead of one raced only beyond the noise), not when a
+lucky draw of a slower one was measured, and "best after 8" is that configuration's figure. ``--race F``
 gives the studies ``--race F`` (re-measurements of the incumbent and a challenger within its
 noise, a fraction of the trials). Trials are counted as a study counts them: a re-measurement is
 none, "best after 8" includes the re-measurements made before the ninth trial, and their cost
@@ -353,7 +354,8 @@ def main() -> int:
           f"a study stops at {args.max_trials} trials)")
     if args.noise:
         print("With between-run noise: each run drawn around the surrogate's figure; a study has reached a level "
-              "when the configuration it would report (the best mean over its runs) is there")
+              "when the configuration it would report (by the study's rule: the best mean over its runs, one "
+              "measured once ahead of one raced only beyond the noise) is there")
     print(f"Racing: {f'--race {args.race:g}' if args.race else 'off'}; trials as a study counts them (a "
           "re-measurement is none: see runs and wall time)\n")
     for path in paths:
