@@ -3,7 +3,6 @@ pass them, and the study says what it spent (its result, its attributes, its fin
 
 from __future__ import annotations
 
-import json
 import os
 import subprocess
 import sys
@@ -17,6 +16,7 @@ from autotune.landscapes.replay import replay_study
 from autotune.records import TrialResult
 from autotune.rendering import render_study
 from autotune.study.budget import spend_over_time
+from autotune.study.loop import tune
 
 from .test_study import SCRIPTS
 
@@ -90,21 +90,20 @@ def test_a_budget_in_dollars_without_a_price_is_refused_in_one_line(tmp_path) ->
 
 
 @pytest.mark.slow
-def test_a_real_study_stops_at_its_budget_of_hours(tmp_path) -> None:
+def test_a_real_study_stops_at_its_budget_of_hours(ray_cluster, tmp_path, monkeypatch) -> None:
     """tiny_train.py in eager mode: a few seconds a trial; a cap of about three trials' time stops a
-    study of 12."""
+    study of 12. In this process, on the session's Ray: from the command line the study started a
+    Ray of its own."""
+    monkeypatch.chdir(tmp_path)
     cap = 12 / 3600
-    proc = subprocess.run([sys.executable, "-m", "autotune.cli", "run", str(SCRIPTS / "tiny_train.py"),
-                           "--target", "inductor", "--set", "mode=eager", "--trials", "12", "--seed", "0",
-                           "--budget-hours", f"{cap}", "--json"],
-                          cwd=tmp_path, capture_output=True, text=True, timeout=600)
-    assert proc.returncode == 0, proc.stderr[-3000:]
-    result = json.loads(proc.stdout)
-    study = optuna.load_study(study_name=result["study"], storage=f"sqlite:///{tmp_path / '.autotune' / 'autotune.db'}")
+    result = tune(SCRIPTS / "tiny_train.py", target="inductor", sets={"mode": "eager"}, trials=12, seed=0,
+                  budget_hours=cap)
+    assert result.exit_code == 0, result.trials
+    study = optuna.load_study(study_name=result.study, storage=f"sqlite:///{tmp_path / '.autotune' / 'autotune.db'}")
     seconds = _ran_seconds(study)
     spent = sum(seconds) / 3600
     mean = spent / len(seconds)
     assert len(seconds) < 12, f"{len(seconds)} trials ran: the cap did not stop the study"
-    assert result["spend"]["hours"] == pytest.approx(spent)
+    assert result.spend is not None and result.spend.hours == pytest.approx(spent)
     assert spent <= cap + mean and spent + mean > cap
     assert study.user_attrs["spend"]["stopped"].startswith("the budget of")
