@@ -23,36 +23,33 @@ Optuna's in-memory storage writes nothing.
 
 from __future__ import annotations
 
-import hashlib
 import os
 import warnings
 from collections.abc import Callable
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from autotune.execution.pool import LazyPool, TrialPool
-from autotune.measurement.noise import RunNoise
-from autotune.host import instance_type
+from autotune.execution.pool import TrialPool
 from autotune.objectives import Constraint, objective
-from autotune.pricing import check_instance_type, resolve_price, trial_rate
 from autotune.records import TrialResult
 from autotune.search.samplers import make_sampler
 from autotune.space import SearchSpace
 from autotune.space.processes import most_processes, with_processes
-from autotune.study.budget import Budget
 from autotune.study.claims import Claims
-from autotune.study.compile_stage import compile_stage, local_compile_slots
+from autotune.study.costing import StudyCost
 from autotune.study.database import sqlite_path
 from autotune.study.dispatch import Dispatch
+from autotune.study.kept_noise import KeptNoise
 from autotune.study.measure import AskTell
 from autotune.study.opening import Identity, open_tuning_study
 from autotune.study.racing import Racing, prior
+from autotune.study.ray_pools import RayPools
 from autotune.study.options import DEFAULT_DIR, StudyOptions, StudyProgress, StudyResult, default_storage, \
     default_study_name
-from autotune.study.outputs import TrialSummary, check_writable, write_outputs
+from autotune.study.outputs import check_writable, write_outputs
 from autotune.study.record import TrialRecorder
 from autotune.study.requests import TrialRequests
-from autotune.study.results import baseline_value, best_config, maximizes, standings, study_result, \
+from autotune.study.results import baseline_value, best_config, maximizes, study_result, \
     study_summaries, update_progress
 from autotune.study.storage import Heartbeats, open_storage
 from autotune.study.starting import enqueue_starting_points, warm_start
@@ -79,6 +76,16 @@ def tune(script: str | Path, *args: str, **options: Any) -> StudyResult:
     return Study(StudyOptions.checked(script=script, args=list(args), **options)).run()
 
 
+def _quiet_optuna() -> None:
+    """Optuna's logging, less what a driver that runs ask/tell by itself would only be warned of."""
+    import optuna
+
+    optuna.logging.set_verbosity(optuna.logging.WARNING)
+    warnings.filterwarnings("ignore", category=optuna.exceptions.ExperimentalWarning)
+    # The driver beats for its in-flight trials itself (ask/tell has no optimize loop).
+    warnings.filterwarnings("ignore", message="Heartbeat of storage is supposed to be used with Study.optimize")
+
+
 class Study:
     """A study of ``options.script``, on Ray workers, or on the pool ``pools`` makes (a replay of a
     recorded landscape, a test's).
@@ -93,8 +100,6 @@ class Study:
                  in_memory: optuna.storages.InMemoryStorage | None = None, space: SearchSpace | None = None,
                  sampler: optuna.samplers.BaseSampler | None = None,
                  starting_points: list[dict[str, Any]] | None = None) -> None:
-        import optuna
-
         self.o = options
         self.pools = pools
         self.in_memory = in_memory
@@ -117,10 +122,9 @@ class Study:
             if database is not None:
                 check_writable(database.parent)
         self.notes: list[str] = []
-        #: The instance it measures on, and what an hour of it costs (``None``: no price known).
-        check_instance_type(options.instance_type, price_per_hour=options.price_per_hour, prices_file=options.prices)
-        self.instance_type = instance_type(options.instance_type)
-        self.price = resolve_price(self.instance_type, price_per_hour=options.price_per_hour, prices_file=options.prices)
+        self.objectives = [objective(name, options.direction) for name in options.objectives()]
+        self.constraints = [Constraint.parse(text) for text in options.constraint]
+        self.cost = StudyCost(self.target, options, self.objectives, self.constraints)
         from autotune.cache import open_cache
 
         self.cache = open_cache(options.cache) if in_memory is None else None
@@ -128,7 +132,7 @@ class Study:
 
         #: Where it measures, and the parts of that which key remembered results (and the study).
         self.provenance: dict[str, Any] = provenance(self.target, self.script, options.args,
-                                                     instance_type=self.instance_type,
+                                                     instance_type=self.cost.instance_type,
                                                      env=caller_env(self.target, options.trial_env()))
         #: What a trial gets: its plan in the caller's environment (the variables the target reads,
         #: the user's PJRT_DEVICE or XLA_FLAGS, and those given with --env travel with each trial
@@ -139,22 +143,8 @@ class Study:
             cache_root=self.cache.path if self.cache is not None else None,
             memory_limit=parse_size(options.memory_limit) if options.memory_limit else None,
             provenance=self.provenance)
-        optuna.logging.set_verbosity(optuna.logging.WARNING)
-        warnings.filterwarnings("ignore", category=optuna.exceptions.ExperimentalWarning)
-        # The driver beats for its in-flight trials itself (ask/tell has no optimize loop).
-        warnings.filterwarnings("ignore", message="Heartbeat of storage is supposed to be used with Study.optimize")
+        _quiet_optuna()
         self.baseline_params = self.space.defaults()
-        self.objectives = [objective(name, options.direction) for name in options.objectives()]
-        self.constraints = [Constraint.parse(text) for text in options.constraint]
-        #: The devices a trial holds (None: the target holds none, as on CPU), and what a
-        #: sample-second of a trial costs where the study optimises or bounds cost.
-        self.devices_per_trial = self.target.devices_per_trial(options.cores_per_trial) or None
-        costed = "cost" in [o.name for o in self.objectives] + [c.name for c in self.constraints]
-        self.usd_per_sample_second = trial_rate(self.price, instance_type=self.instance_type,
-                                                devices_per_trial=self.devices_per_trial) if costed else None
-        #: The spending cap (``--budget-usd``, ``--budget-hours``) and what the study spent against it.
-        self.budget = Budget.of(hours=options.budget_hours, usd=options.budget_usd, price=self.price,
-                                instance_type=self.instance_type, devices_per_trial=self.devices_per_trial)
         self.progress = StudyProgress(self.name, self.target.name, options.trials, metric=self.objectives[0].name,
                                       maximize=self.objectives[0].maximize)
         #: What earlier studies of the same script give this one (``--warm-start``, ``--warm``).
@@ -231,11 +221,11 @@ class Study:
             raise
         recorder = TrialRecorder(study, self.o, self.cache, self.progress, self.baseline_params,
                                  self.notes, on_told=self.write_outputs, objectives=self.objectives,
-                                 constraints=self.constraints, usd_per_sample_second=self.usd_per_sample_second,
+                                 constraints=self.constraints, usd_per_sample_second=self.cost.usd_per_sample_second,
                                  on_result=self._learn_from)
         self._opened = study, recorder
-        write(study, provenance=self.provenance, price=self.price.model_dump() if self.price else None,
-              devices_per_trial=self.devices_per_trial)
+        write(study, provenance=self.provenance, price=self.cost.price.model_dump() if self.cost.price else None,
+              devices_per_trial=self.cost.devices_per_trial)
         note = self.target.availability_note()
         if note:
             self.notes.append(note)
@@ -251,17 +241,19 @@ class Study:
         try:
             dispatch = Dispatch(study, recorder, self.requests, pool, claims=claims, cache=self.cache, out=self.out,
                                 objectives=self.objectives, constraints=self.constraints,
-                                devices_per_trial=self.devices_per_trial)
+                                devices_per_trial=self.cost.devices_per_trial)
             beats = Heartbeats(storage) if self.in_memory is None else None
-            self.loop = AskTell(study, dispatch, self.budget, self.o, beats=beats, on_progress=self._update_progress,
-                                racing=self._racing(study))
+            self.loop = AskTell(study, dispatch, self.cost.budget, self.o, beats=beats,
+                                on_progress=self._update_progress, racing=self._racing(study))
             self.loop.measure(pool)
             if self.o.confirm > 0 and not self.loop.timed_out():
                 self.loop.confirm(trials, lambda params, name, protocol: self.requests.request(
                     params, self.out / "trials" / name, protocol))
-            self._keep_noise(study)
+            kept = self._kept_noise()
+            if kept is not None:
+                kept.keep(study)
             self._update_progress(0)
-            spend = self.budget.spend(study)
+            spend = self.cost.budget.spend(study)
             write(study, spend=spend.model_dump())
             if spend.stopped:
                 self.notes.append(spend.stopped)
@@ -277,49 +269,26 @@ class Study:
         if self.pools is not None:
             pool = self.pools(self)
             return pool, pool, lambda: None
-        slots = local_compile_slots(self.o)
-        trials = LazyPool(self.target, ray_address=self.o.ray_address, workers=self.o.workers,
-                          cores_per_trial=self.o.cores_per_trial, processes_per_trial=self.processes,
-                          ray_started=started_ray, compile_slots=slots)
-        compilers = LazyPool(self.target, ray_address=self.o.ray_address, workers=self.o.compile_workers or None,
-                             cores_per_trial=1, ray_started=False, compiles=True, compile_slots=slots)
-        pool = compile_stage(self.target, self.o, self.baseline_params, trials, compilers,
-                             self.requests.compile_split, self.notes)
-
-        def done() -> None:
-            if pool is trials:  # no compile stage shut its compile workers down with the trials
-                compilers.shutdown()
-            self.notes.extend(trials.notes + compilers.notes)
-
-        return pool, trials, done
+        ray = RayPools(self.target, self.o, self.baseline_params, self.processes, self.requests.compile_split,
+                       self.notes, ray_started=started_ray)
+        return ray.pool, ray.trials, ray.done
 
     # -- between-run noise --------------------------------------------------------------------
-    def _noise_place(self) -> tuple[str, str]:
-        """Where the cache root keeps this study's noise: the key of the script on this machine
-        and target, and the study's own entry (its storage and name, hashed: a URL may hold a password)."""
-        from autotune.cache import environment_of, model_of, noise_key
-
-        key = noise_key(model=model_of(self.provenance), environment=environment_of(self.provenance),
-                        target=self.target.name)
-        return key, hashlib.sha256(f"{self.storage_url}#{self.name}".encode()).hexdigest()[:16]
+    def _kept_noise(self) -> KeptNoise | None:
+        """Where the cache root keeps this study's noise (none for a study that writes nothing)."""
+        if self.cache is None:
+            return None
+        return KeptNoise(self.cache, self.provenance, self.target.name, self.storage_url, self.name)
 
     def _racing(self, study: optuna.Study) -> Racing | None:
         """What the study measures again (``--race``): none for a study of several objectives,
         whose front has no one best to race for."""
         if self.o.race <= 0 or len(self.objectives) > 1:
             return None
-        if self.cache is not None:
-            key, own = self._noise_place()
-            kept = self.cache.get_noise(key, besides=own)
-            write(study, noise_prior=[kept.squares, kept.df] if kept.known else None)
+        kept = self._kept_noise()
+        if kept is not None:
+            kept.write_prior(study)
         return Racing.of(self.o.race, self.o.trials, prior(study))
-
-    def _keep_noise(self, study: optuna.Study) -> None:
-        """Keep the noise this study measured in the cache root, for the next study here."""
-        if self.cache is None:
-            return
-        key, own = self._noise_place()
-        self.cache.put_noise(key, own, RunNoise.of(s.runs.values for s in standings(study)))
 
     def _learn_from(self, number: int, result: TrialResult) -> None:
         """What a trial's result says of the study beyond its value: knobs that never reach the
@@ -335,9 +304,6 @@ class Study:
         self.notes.extend(self.requests.hold_idle_knobs(number, result, self.baseline_params, self.study.sampler))
 
     # -- results -----------------------------------------------------------------------------
-    def summaries(self) -> list[TrialSummary]:
-        return study_summaries(self.study)
-
     def result(self) -> StudyResult:
         from autotune.search.strategy import AutotuneSampler
 
@@ -349,12 +315,13 @@ class Study:
                               reused=self.recorder.reused, space=self.space, expected_gain=gain,
                               exhausted=loop is not None and loop.exhausted,
                               stopped=loop.stopped if loop is not None else None)
-        return result.model_copy(update={"spend": self.budget.spend(self.study), "measured_again": self.recorder.again})
+        return result.model_copy(update={"spend": self.cost.budget.spend(self.study),
+                                         "measured_again": self.recorder.again})
 
     def write_outputs(self) -> None:
         if self.in_memory is not None:
             return
-        trials = self.summaries()
+        trials = study_summaries(self.study)
         best = best_config(self.study, self.name, self.provenance)
         write_outputs(self.out, best, trials, baseline_value(self.study), maximize=maximizes(self.study))
 
