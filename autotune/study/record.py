@@ -2,9 +2,10 @@
 re-measurement of its own, and a line in the progress displays.
 
 :class:`TrialRecorder` is the one place that tells Optuna; :mod:`.loop` decides what to run and
-hands every outcome here. Every outcome is in the study database once told, so a driver killed
-between two trials loses nothing it measured: the same command continues the study and writes its
-outputs from there. The outputs are written again after a trial (:data:`OUTPUT_PACE`) and at the end.
+hands every outcome here, and :mod:`.verdict` says what a result is worth. Every outcome is in the
+study database once told, so a driver killed between two trials loses nothing it measured: the
+same command continues the study and writes its outputs from there. The outputs are written again
+after a trial (:data:`OUTPUT_PACE`) and at the end.
 """
 
 from __future__ import annotations
@@ -15,13 +16,13 @@ from typing import TYPE_CHECKING, Any, Callable
 
 from autotune.cache import CacheRoot
 from autotune.errors import InvalidConfigError
-from autotune.objectives import BUILT_IN, Constraint, Objective, objective
+from autotune.objectives import BUILT_IN, Constraint, Objective
 from autotune.records import Failure, FailureCategory, TrialPlan, TrialResult
-from autotune.study.numerics import constraint_value, loss_deviation
 from autotune.study.options import FinishedTrial, StudyOptions, StudyProgress
-from autotune.study.results import _baseline_losses, _trial_env
+from autotune.study.results import _trial_env
 from autotune.study.storage import GRACE_S
-from autotune.trial_attrs import StudyAttrs, TrialAttrs, trial_attrs, write
+from autotune.study.verdict import Verdict
+from autotune.trial_attrs import TrialAttrs, trial_attrs, write
 
 if TYPE_CHECKING:
     import optuna
@@ -41,7 +42,6 @@ class TrialRecorder:
                  usd_per_sample_second: float | None,
                  on_result: Callable[[int, TrialResult], None] | None = None) -> None:
         self.study = study
-        self.o = options
         self.cache = cache
         self.progress = progress
         self.baseline_params = baseline_params
@@ -51,8 +51,8 @@ class TrialRecorder:
         #: Called with each trial's number and result once Optuna has been told it.
         self.on_result = on_result
         self.objectives = objectives
-        self.constraints = constraints
-        self.usd_per_sample_second = usd_per_sample_second
+        #: What the study makes of each result: its values, or why it gave none.
+        self.verdict = Verdict(study, options, objectives, constraints, usd_per_sample_second)
         self.ran = self.reused = 0
         #: When ``on_told`` last returned, and how long it took.
         self._told_at = -math.inf
@@ -87,10 +87,10 @@ class TrialRecorder:
         idle = [k.param for k in result.idle_knobs]
         if idle:
             write(trial, idle=idle)
-        values = self.values(result)
+        values = self.verdict.values(result)
         if result.ok and values is not None:
-            self._guard_numerics(trial, result)
-            violated = self._judge_constraints(trial, result)
+            self.verdict.guard_numerics(trial, result)
+            violated = self.verdict.judge_constraints(trial, result)
             self.study.tell(trial, values)
             status = "pruned" if result.measurement and result.measurement.pruned else "ok"
             if (TrialAttrs.of(trial).numerics_constraint or 0) > 0:
@@ -102,7 +102,7 @@ class TrialRecorder:
             self.finished(trial.number, result.plan.params, values[0],
                           f"{status}, remembered" if from_cache else status)
         else:
-            category, reason = self._failure(result)
+            category, reason = self.verdict.failure(result)
             write(trial, category=category)
             write(trial, reason=reason)
             untried = FailureCategory(category).stops_study
@@ -133,7 +133,7 @@ class TrialRecorder:
         measurement still answers its configuration next time. A result that lacks an objective
         the script reports is not kept (a typo of the objective's name is no measurement of it)."""
         key = TrialAttrs.of(trial).result_key
-        if self.cache is not None and key is not None and (not result.ok or self.values(result) is not None):
+        if self.cache is not None and key is not None and (not result.ok or self.verdict.values(result) is not None):
             self.cache.put_result(key, result)
 
     def tell_known_failure(self, trial: optuna.Trial, plan: TrialPlan, reason: str) -> None:
@@ -180,9 +180,9 @@ class TrialRecorder:
         if result_json is not None:
             result = TrialResult.model_validate_json(result_json)
             attrs.update(result=result_json, env=_trial_env(result))
-            values = self.values(result) if result.ok else None
+            values = self.verdict.values(result) if result.ok else None
             if values is None:
-                attrs["category"], attrs["reason"] = self._failure(result)
+                attrs["category"], attrs["reason"] = self.verdict.failure(result)
         else:
             attrs["category"], attrs["reason"] = FailureCategory.crash.value, error or "the worker failed"
         state = optuna.trial.TrialState.COMPLETE if values is not None else optuna.trial.TrialState.FAIL
@@ -237,11 +237,6 @@ class TrialRecorder:
         shown = f"{self.objectives[0].format(value)} " if value is not None else ""
         self.progress.last = f"trial {number}: {shown}{status}"
 
-    def values(self, result: TrialResult) -> list[float] | None:
-        """The objectives' values of a result, in the study's order; None if one is missing."""
-        values = [o.read(result, self.usd_per_sample_second) for o in self.objectives]
-        return None if any(v is None for v in values) else values  # type: ignore[return-value]
-
     def _check_reported(self, trial: optuna.Trial, result: TrialResult) -> None:
         """A metric objective that the study's first complete run never reported is a typo, not a
         configuration's failure: the study stops there, nothing remembered of it."""
@@ -256,42 +251,3 @@ class TrialRecorder:
         self.study.tell(trial, state=optuna.trial.TrialState.FAIL)
         raise InvalidConfigError(f"--objective {missing[0]!r}: the script reported {reported}; choose one of "
                                  f"those or a built-in objective ({', '.join(BUILT_IN)})")
-
-    def _failure(self, result: TrialResult) -> tuple[str, str]:
-        """The category and reason of a trial that gave no value."""
-        failure = result.failure
-        if failure is not None:
-            return failure.category.value, failure.reason
-        missing = [o for o in self.objectives if o.read(result, self.usd_per_sample_second) is None]
-        if missing and missing[0].unit == "":
-            return FailureCategory.script_error.value, f"the script reported no {missing[0].name!r}"
-        what = missing[0].name if missing else "value"
-        return FailureCategory.script_error.value, f"the trial gave no {what}: no step was measured"
-
-    def _judge_constraints(self, trial: optuna.Trial, result: TrialResult) -> list[str]:
-        """Tell Optuna how far the result is from each constraint (above 0: broken); the broken ones."""
-        violated = []
-        for c in self.constraints:
-            amount = c.violation(objective(c.name, self.o.direction).read(result, self.usd_per_sample_second))
-            trial.set_constraint(c.text, amount)
-            if amount > 0:
-                violated.append(c.text)
-        if violated:
-            write(trial, violated=violated)
-        return violated
-
-    def _guard_numerics(self, trial: optuna.Trial, result: TrialResult) -> None:
-        """Record how far this trial's first losses are from the baseline's (a constraint)."""
-        if not self.o.numerics_guard or not result.losses:
-            return
-        if TrialAttrs.of(trial).config_key == StudyAttrs.of(self.study).baseline_key:
-            deviation: float | None = 0.0
-        else:
-            base = _baseline_losses(self.study)
-            deviation = loss_deviation(result.losses, base) if base else None
-        if deviation is not None:
-            write(trial, loss_deviation=deviation if math.isfinite(deviation) else "inf")
-            value = constraint_value(deviation, self.o.loss_tolerance)
-            write(trial, numerics_constraint=value)
-            trial.set_constraint("numerics", value)  # constrained sampling steers away from it
-
