@@ -71,8 +71,7 @@ def measuring_here(prepared: PreparedTrial, args: list[str], cache_root: str | P
         return protocol, None
     return (protocol.model_copy(update={"min_measure_seconds": seconds}),
             f"one run of {prepared.script.name} here reads within {spread_text(noise.spread or 0.0)} of the mean of "
-            "its runs (as studies "
-            f"here measured): each run measures at least {seconds:.0f} s after warm-up")
+            f"its runs (as studies here measured): each run measures at least {seconds:.0f} s after warm-up")
 
 
 class _Raised:

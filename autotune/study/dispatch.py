@@ -92,9 +92,8 @@ class Dispatch:
             self._said_noisy = True
             spread = spread_text(noise_of(self.study).spread or 0.0)
             self.told.notes.append(f"one run here reads within {spread} of its configuration's mean: each run from "
-                                   f"now on measures "
-                                   f"at least {measuring.min_measure_seconds:.0f} s after warm-up, so that it "
-                                   "averages over the host's ups and downs")
+                                   f"now on measures at least {measuring.min_measure_seconds:.0f} s after warm-up, "
+                                   "so that it averages over the host's ups and downs")
         return measuring
 
     def __call__(self, trial: optuna.Trial) -> Outcome:

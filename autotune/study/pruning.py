@@ -45,8 +45,7 @@ def stop_below(study: optuna.Study, *, prune: bool, objectives: list[Objective],
 
 def trial_protocol(protocol: MeasurementProtocol, study: optuna.Study, *, prune: bool,
                    objectives: list[Objective], constraints: list[Constraint]) -> MeasurementProtocol:
-    """``protocol`` for a new trial: :func:`measuring`, with the bar of :func:`stop_below`."""
-    protocol = measuring(protocol, study)
+    """``protocol`` with the bar of :func:`stop_below`."""
     bar = stop_below(study, prune=prune, objectives=objectives, constraints=constraints)
     return protocol if bar is None else protocol.model_copy(update={"stop_below": bar})
 
