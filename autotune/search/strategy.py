@@ -24,6 +24,9 @@ import numpy as np
 from optuna.samplers import BaseSampler
 
 from autotune.records import FailureCategory
+from autotune.search.candidates import Candidates
+from autotune.search.encoding import Encoding
+from autotune.search.trust_region import TrustRegion
 from autotune.search.models import (
     CategoricalGP,
     convicted,
@@ -34,7 +37,6 @@ from autotune.search.models import (
 )
 from autotune.space import (
     RUNTIME_ONLY_PARAMS,
-    Parameter,
     SearchSpace,
     compile_key,
     config_key,
@@ -43,8 +45,7 @@ from autotune.trial_attrs import TrialAttrs
 
 #: Enumerate the space when it has at most this many configurations; sample it when larger.
 MAX_ENUMERATED = 20000
-RANDOM_CANDIDATES = 2000
-#: The trust region (see the module's docstring): its radius grows by one knob for every this many
+#: The trust region (:mod:`.trust_region`): its radius grows by one knob for every this many
 #: trials without a gain of more than LOCAL_GAIN (on the objective's log: 0.01 is about 1%).
 LOCAL_PATIENCE = 2
 LOCAL_GAIN = 0.01
@@ -80,8 +81,9 @@ class AutotuneSampler(BaseSampler):
         import optuna
 
         self.space = space
-        self.local_patience = local_patience
-        self.local_gain = local_gain
+        #: Where the sampler may propose (``None``: anywhere in the space).
+        self.region = TrustRegion(space, local_patience, local_gain, patience_after_start) \
+            if local_patience else None
         self.seed = seed
         self.rng = np.random.default_rng(seed)
         self.cost_power = cost_power
@@ -94,26 +96,20 @@ class AutotuneSampler(BaseSampler):
 
             compile_cache_persists = get_target(space.target).compile_cache_persists()
         self.cache_persists = compile_cache_persists
-        self.free: list[Parameter] = [p for p in space.parameters.values() if p.name not in space.fixed]
-        self.categorical = all(p.choices is not None for p in self.free)
-        self.levels = {p.name: _levels(p) for p in self.free}
-        self.sizes = [len(self.levels[p.name]) for p in self.free]
-        self.ordinal = ordinal
-        self.distances = [_distance_table(self.levels[p.name], ordinal) for p in self.free]
-        self.positions = [_positions(self.levels[p.name]) for p in self.free]
-        self.patience_after_start = patience_after_start
-        self._starts: set[str] | None = None
+        #: The space as the models see it: levels, and configurations as rows of level indices.
+        self.encoding = Encoding(space, ordinal)
+        self.categorical = all(p.choices is not None for p in self.encoding.free)
         self.trend = trend
-        self._enumerated: list[dict[str, Any]] | None = None
         self._picked: dict[int, dict[str, Any]] = {}
         #: The study whose finished trials :func:`measured_history` read (its storage and id), and
         #: what it read of each: read once, since a finished trial never changes.
         self._read: tuple[Any, int, dict[int, Any]] | None = None
         #: Parameters held at one value from now on (``None``: the script's own), see :meth:`pin`.
         self.pinned: dict[str, Any] = {}
+        self.candidates = Candidates(self.encoding, self.pinned, max_enumerated=MAX_ENUMERATED,
+                                     local_patience=local_patience)
         #: Earlier studies' results (:meth:`warm`): configurations of this space and their values.
         self.prior: list[tuple[dict[str, Any], float]] = []
-        self._warm_starts: set[str] = set()
         # Optuna's TPE takes over a space with ranges (built only then: it warns when built).
         self._fallback = None if self.categorical else optuna.samplers.TPESampler(
             seed=seed, multivariate=True, group=True, constant_liar=True)
@@ -164,26 +160,11 @@ class AutotuneSampler(BaseSampler):
         something else). ``starts``: the earlier best configurations the study measures first,
         which, like its baseline, are not the search's trials (the trust region's patience)."""
         for config, value in results:
-            fits = self._of_this_space(config)
+            fits = self.encoding.of_this_space(config)
             if fits is not None and value is not None:
                 self.prior.append((fits, value))
-        self._warm_starts |= {config_key(c) for c in starts}
-        self._starts = None
-
-    def _of_this_space(self, config: dict[str, Any]) -> dict[str, Any] | None:
-        """``config`` as a configuration of this space's free parameters; ``None`` where it is not one."""
-        out = {}
-        for name, value in config.items():
-            if name in self.space.fixed:
-                if self.space.fixed[name] != value:
-                    return None
-            elif name in self.levels:
-                if _level_index(self.levels[name], value) == 0 and value is not None:
-                    return None
-                out[name] = value
-            elif value is not None:
-                return None
-        return out
+        if self.region is not None:
+            self.region.start_with(starts)
 
     # -- choosing a configuration -----------------------------------------------------------------
     def propose(self, study: Any) -> dict[str, Any]:
@@ -193,14 +174,15 @@ class AutotuneSampler(BaseSampler):
         maximize = study.direction == optuna.study.StudyDirection.MAXIMIZE
         history, in_flight = measured_history(study, self._read_of(study))
         taken = {config_key(c) for c, *_ in history} | {config_key(c) for c in self._picked.values()} | in_flight
-        candidates = [c for c in self._candidates(history, maximize) if config_key(c) not in taken]
+        candidates = [c for c in self.candidates.of(history, self.rng, maximize) if config_key(c) not in taken]
         if not candidates:
             done = [(c, v) for c, v, _ in history if v is not None]
             if done:
                 return dict((max if maximize else min)(done, key=lambda cv: cv[1])[0])  # the history's own is kept
-            return self._candidates(history, maximize)[0] if self._candidates(history, maximize) else {}
-        X = self._encode([c for c, *_ in history])
-        Xc = self._encode(candidates)
+            return self.candidates.of(history, self.rng, maximize)[0] \
+                if self.candidates.of(history, self.rng, maximize) else {}
+        X = self.encoding.encode([c for c, *_ in history])
+        Xc = self.encoding.encode(candidates)
         values = [v for _, v, _ in history]
         ok = np.array([v is not None for v in values])
         score = np.ones(len(candidates))
@@ -210,7 +192,8 @@ class AutotuneSampler(BaseSampler):
             # Nothing to model yet: measure where the model, with its prior, knows least. That is
             # far from everything tried, and at the ends of ordered parameters (batch sizes).
             if len(X):
-                gp = CategoricalGP(self.distances, self.positions if self.trend else None, self.theta_prior)
+                gp = CategoricalGP(self.encoding.distances, self.encoding.positions if self.trend else None,
+                                   self.theta_prior)
                 score = gp.prior_sd(X, Xc) + 1e-6
         if self.failure_model and len(X) and not ok.all():
             runs = self._runs(X, ok, Xc, _broke(history))
@@ -219,9 +202,8 @@ class AutotuneSampler(BaseSampler):
             score = score * runs
         if self.cost_power and len(X):
             score = score / self._predicted_cost(history, X, candidates, Xc) ** self.cost_power
-        if self.local_patience and ok.any():
-            near = self._near_best(X, values, maximize, Xc, self.local_patience,
-                                   self._started(history) if self.patience_after_start else 0)
+        if self.region is not None and ok.any():
+            near = self.region.near(X, [None if v is None else _transform(v, maximize) for v in values], Xc, history)
             if (score * near).max() > 0:
                 score = score * near
         best = np.flatnonzero(score >= score.max() * (1 - 1e-9))
@@ -241,13 +223,14 @@ class AutotuneSampler(BaseSampler):
         history, in_flight = measured_history(study, self._read_of(study))
         values = [v for _, v, _ in history]
         ok = np.array([v is not None for v in values])
-        if ok.sum() < 2 and not self._prior_informs(self._encode([c for c, *_ in history]), ok, values, maximize):
+        X = self.encoding.encode([c for c, *_ in history])
+        if ok.sum() < 2 and not self._prior_informs(X, ok, values, maximize):
             return None
         taken = {config_key(c) for c, *_ in history} | in_flight
-        candidates = [c for c in self._candidates(history, maximize) if config_key(c) not in taken]
+        candidates = [c for c in self.candidates.of(history, self.rng, maximize) if config_key(c) not in taken]
         if not candidates:
             return 0.0
-        X, Xc = self._encode([c for c, *_ in history]), self._encode(candidates)
+        Xc = self.encoding.encode(candidates)
         gain = self._expected_improvement(X, ok, values, Xc, maximize)
         if self.failure_model and not ok.all():
             gain = gain * self._runs(X, ok, Xc, _broke(history))
@@ -258,35 +241,6 @@ class AutotuneSampler(BaseSampler):
             self._read = (study._storage, study._study_id, {})
         return self._read[2]
 
-    def _near_best(self, X: np.ndarray, values: list[float | None], maximize: bool, Xc: np.ndarray,
-                   patience: int, started: int = 0) -> np.ndarray:
-        """1 for the candidates within the trust region, 0 elsewhere: those that differ from the best
-        configuration measured in at most ``radius`` knobs, where the radius is 1 while the best keeps
-        improving and grows by one for every ``patience`` trials since it last did."""
-        best, improved, top = -1, -1, -math.inf
-        for i, v in enumerate(values):
-            if v is None:
-                continue
-            y = _transform(v, maximize)  # higher is better, on a log scale
-            if y > top:
-                if y > top + self.local_gain:
-                    improved = i
-                best, top = i, y
-        # The study's starting points (the baseline, the known-good) are not the search's trials:
-        # the patience counts from the first trial this sampler chose.
-        improved = max(improved, min(started, len(values)) - 1)
-        radius = 1 + (len(values) - 1 - improved) // patience
-        return ((Xc != X[best]).sum(axis=1) <= radius).astype(float)
-
-    def _started(self, history: list[Any]) -> int:
-        """How many of the configurations measured are the space's starting points (the baseline
-        and the known-good ones, which the study measures first)."""
-        from autotune.search.configurations import starting_points
-
-        if self._starts is None:
-            self._starts = {config_key(c) for c in starting_points(self.space)} | self._warm_starts
-        return sum(config_key(c) in self._starts for c, *_ in history)
-
     def _expected_improvement(self, X: np.ndarray, ok: np.ndarray, values: list[float | None], Xc: np.ndarray,
                               maximize: bool) -> np.ndarray:
         """Expected improvement of the objective's log at each candidate over the best this study
@@ -296,7 +250,7 @@ class AutotuneSampler(BaseSampler):
         Xp, yp = self._prior_points(X[ok], y, maximize)
         fit = _fit_set(y)
         extra = np.concatenate([np.zeros(len(fit)), np.full(len(yp), WARM_NOISE)])
-        gp = CategoricalGP(self.distances, self.positions if self.trend else None, self.theta_prior) \
+        gp = CategoricalGP(self.encoding.distances, self.encoding.positions if self.trend else None, self.theta_prior) \
             .fit(np.vstack([X[ok][fit], Xp]), np.concatenate([y[fit], yp]), extra_noise=extra)
         mu, sd = gp.predict(Xc)
         return expected_improvement(mu, sd, float(y.max()))
@@ -317,7 +271,7 @@ class AutotuneSampler(BaseSampler):
         empty = np.zeros((0, X.shape[1]), dtype=int), np.zeros(0)
         if not self.prior:
             return empty
-        Xp = self._encode([c for c, _ in self.prior])
+        Xp = self.encoding.encode([c for c, _ in self.prior])
         yp = np.array([_transform(v, maximize) for _, v in self.prior])
         own = {row.tobytes(): value for row, value in zip(X, y)}
         both = [i for i, row in enumerate(Xp) if row.tobytes() in own]
@@ -331,16 +285,16 @@ class AutotuneSampler(BaseSampler):
         """The chance each candidate runs, from the failures seen; with ``broke`` (the failures to
         compile or run at all), none for one that holds a level two of them convict
         (:func:`convicted`)."""
-        runs = np.minimum(success_probability(X, ok.astype(float), Xc, self.sizes),
-                          1 - 0.95 * culprit_probability(X, ok.astype(float), Xc, self.sizes))
+        runs = np.minimum(success_probability(X, ok.astype(float), Xc, self.encoding.sizes),
+                          1 - 0.95 * culprit_probability(X, ok.astype(float), Xc, self.encoding.sizes))
         if broke is None:
             return runs
-        return np.where(convicted(X, ok.astype(float), Xc, self.sizes, broke), 0.0, runs)
+        return np.where(convicted(X, ok.astype(float), Xc, self.encoding.sizes, broke), 0.0, runs)
 
     def _predicted_cost(self, history: list[tuple[dict[str, Any], float | None, dict[str, float]]],
                         X: np.ndarray, candidates: list[dict[str, Any]], Xc: np.ndarray) -> np.ndarray:
         walls = np.array([max(h[2].get("wall", 1.0), 1.0) for h in history])
-        cost = np.exp(ridge_predict(X, np.log(walls), Xc, self.sizes, l2=self.cost_l2))
+        cost = np.exp(ridge_predict(X, np.log(walls), Xc, self.encoding.sizes, l2=self.cost_l2))
         if self.cache_persists:
             compiled = {}
             for c, v, t in history:
@@ -350,63 +304,6 @@ class AutotuneSampler(BaseSampler):
             cost = np.maximum(cost - saved, 1.0)
         return cost
 
-    def _candidates(self, history: list[Any], maximize: bool = True) -> list[dict[str, Any]]:
-        if self._enumerated is None:
-            from autotune.search.configurations import enumerate_space
-
-            size = math.prod(self.sizes) if self.sizes else 1
-            self._enumerated = enumerate_space(self.space) if size <= MAX_ENUMERATED else []
-        found = self._enumerated or self._sampled(history, maximize)
-        if not self.pinned:
-            return found
-        return [c for c in found if all(c.get(k) == v for k, v in self.pinned.items())]
-
-    def _sampled(self, history: list[Any], maximize: bool = True) -> list[dict[str, Any]]:
-        """A large space: random configurations, the neighbours of the best ones measured, and with
-        a trust region (``local_patience``) the configurations two knobs away from the best."""
-        from autotune.errors import InvalidConfigError
-        from autotune.targets import get_target
-
-        target = get_target(self.space.target)
-        out: dict[str, dict[str, Any]] = {}
-
-        def add(raw: dict[str, Any]) -> None:
-            raw = {**raw, **self.pinned}
-            active = {k: v for k, v in {**raw, **self.space.fixed}.items()
-                      if v is not None and self.space.parameters[k].is_active({**raw, **self.space.fixed})}
-            try:
-                config = self.space.validate(active)
-                target.check(config)
-            except InvalidConfigError:
-                return
-            out.setdefault(config_key(config), config)
-
-        values = {p.name: self.levels[p.name] if p.default is None else self.levels[p.name][1:] for p in self.free}
-        for _ in range(RANDOM_CANDIDATES):
-            add({name: vs[int(self.rng.integers(len(vs)))] for name, vs in values.items()})
-        ranked = sorted((h for h in history if h[1] is not None), key=lambda h: -h[1] if maximize else h[1])[:5]
-        for config, *_ in ranked:
-            for name, vs in values.items():
-                for level in vs:
-                    add({**config, name: level})
-        if self.local_patience and ranked:
-            best = ranked[0][0]
-            for name, vs in values.items():
-                for level in vs:
-                    for other, ws in values.items():
-                        if other > name:
-                            for second in ws:
-                                add({**best, name: level, other: second})
-        return list(out.values())
-
-    def _encode(self, configs: list[dict[str, Any]]) -> np.ndarray:
-        X = np.zeros((len(configs), len(self.free)), dtype=int)
-        for i, c in enumerate(configs):
-            for j, p in enumerate(self.free):
-                X[i, j] = _level_index(self.levels[p.name], c.get(p.name))
-        return X
-
-
 def _fit_set(y: np.ndarray) -> np.ndarray:
     """The indices, in order, of the values the model is fitted on (``y``: higher is better, in
     the order measured): the FIT_BEST best and the FIT_LATEST latest."""
@@ -414,39 +311,6 @@ def _fit_set(y: np.ndarray) -> np.ndarray:
         return np.arange(len(y))
     best = np.argsort(-y, kind="stable")[:FIT_BEST]
     return np.union1d(best, np.arange(len(y) - FIT_LATEST, len(y)))
-
-
-def _levels(p: Parameter) -> list[Any]:
-    """A parameter's values; ``None`` (unset, or inactive under its ``when``) is a level of its own."""
-    return [None, *(p.choices or ())]
-
-
-def _distance_table(levels: list[Any], ordinal: bool) -> np.ndarray:
-    """Distances between a parameter's levels. Numbers (not booleans) are ordered when there are
-    at least three: a batch size of 32 is nearer 64 than 8 is. "Unset" is 1 away from everything."""
-    n = len(levels)
-    table = 1.0 - np.eye(n)
-    numbers = [v for v in levels[1:] if isinstance(v, (int, float)) and not isinstance(v, bool)]
-    if ordinal and len(numbers) == n - 1 >= 3:
-        ranks = np.argsort(np.argsort(numbers)) / (len(numbers) - 1)
-        table[1:, 1:] = np.abs(ranks[:, None] - ranks[None, :])
-    return table
-
-
-def _positions(levels: list[Any]) -> np.ndarray | None:
-    """Centred ranks (-0.5 .. 0.5) of an ordered parameter's values ("unset": 0); None if unordered."""
-    numbers = [v for v in levels[1:] if isinstance(v, (int, float)) and not isinstance(v, bool)]
-    if len(numbers) != len(levels) - 1 or len(numbers) < 3:
-        return None
-    ranks = np.argsort(np.argsort(numbers)) / (len(numbers) - 1) - 0.5
-    return np.concatenate([[0.0], ranks])
-
-
-def _level_index(levels: list[Any], value: Any) -> int:
-    for i, level in enumerate(levels):
-        if level is value or (level == value and type(level) is type(value)):
-            return i
-    return 0
 
 
 def _transform(value: float, maximize: bool) -> float:

@@ -16,7 +16,8 @@ from autotune.search.models import (
 from autotune.records import CompileStats, Failure, FailureCategory, Measurement, TrialRequest, TrialResult
 from autotune.search.samplers import suggest
 from autotune.search import strategy
-from autotune.search.strategy import AutotuneSampler, _distance_table, _positions
+from autotune.search.encoding import _distance_table, _positions
+from autotune.search.strategy import AutotuneSampler
 from autotune.space import builtin_space, config_key, parse_space
 from autotune.study.loop import Study
 from autotune.study.options import StudyOptions
