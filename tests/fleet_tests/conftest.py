@@ -30,6 +30,9 @@ from pathlib import Path
 
 import pytest
 
+# tryfirst: pytest-xdist reads the group in its own hook, which otherwise runs first where this
+# folder is named on the command line (its conftest is then loaded before xdist's worker).
+@pytest.hookimpl(tryfirst=True)
 def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
     """One process runs every fleet test when the suite runs in several (pytest-xdist): the
     cluster's two nodes are started once, not once in each process."""

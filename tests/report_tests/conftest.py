@@ -21,6 +21,18 @@ MAIN_JOB = ROOT / "landscapes" / "xla-vit.jsonl"
 STUDY = "vit_xla_train-xla"
 
 
+# tryfirst: pytest-xdist reads the group in its own hook, which otherwise runs first where this
+# folder is named on the command line (its conftest is then loaded before xdist's worker).
+@pytest.hookimpl(tryfirst=True)
+def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
+    """One process runs every report test when the suite runs in several (pytest-xdist): the main
+    job's study is replayed once (10 to 20 s here), not once in each process."""
+    here = Path(__file__).parent
+    for item in items:
+        if here in Path(item.fspath).parents:
+            item.add_marker(pytest.mark.xdist_group("report"))
+
+
 @dataclass(frozen=True)
 class StoredStudy:
     home: Path
