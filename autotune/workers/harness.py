@@ -42,7 +42,6 @@ import runpy
 import sys
 import threading
 import time
-import weakref
 from pathlib import Path
 from typing import Any, Callable
 
@@ -59,10 +58,10 @@ from autotune.records import (
 from autotune.workers import isa_probe
 from autotune.workers import knobs as runtime_knobs
 from autotune.workers import ranks
-from autotune.workers.apply import after_import
 from autotune.workers.backends import Backends
 from autotune.workers.ending import record_end, write_report
-from autotune.workers.flops import model_flops_per_sample
+from autotune.workers.optimizer_steps import OptimizerSteps
+from autotune.workers.script_model import ScriptModel
 from autotune.workers.step_clock import NumericsFailure, RankStop, StepClock
 from autotune.workers.tensors import batch_len, to_float
 
@@ -85,24 +84,13 @@ class TrialRuntime:
         self.started_at: float | None = None
         self.losses: list[Any] = []
         self.last_loss: Any = None
-        self.model: Any = None
-        self.user_compiled = False
         self.backends = Backends()
         self.clock = StepClock(spec.protocol, self, self.backends, lazy=spec.plan.knobs.lazy_device,
                                stop=RankStop(spec.ranks_dir if is_rank else None), spawned=spawned)
-        self._root_hook_installed = False
-        self._orig_module_call: Callable | None = None
-        self._orig_torch_compile: Callable | None = None
         self.params = dict(spec.plan.params)
         #: The runtime knobs the harness found what to apply to (a DataLoader, the model).
         self.applied: set[str] = set()
-        #: The model's FLOPs per sample (:mod:`~autotune.workers.flops`), once its first call counted them.
-        self.flops_per_sample: float | None = None
-        self.model_device: str | None = None
-        self.traced_models: runtime_knobs.TracedModels | None = None
-        #: The traced model that serves the script's requests (or what wraps it), whose calls are timed.
-        self._serving: Callable[[], Any] = lambda: None
-        self._timed_classes: set[type] = set()
+        self.model = ScriptModel(self, self.clock, self.knobs, self.applied, self.report.notes)
 
     # -- the optional API (autotune.report / autotune.step) ----------------------------------
     def on_report(self, metrics: dict[str, float]) -> None:
@@ -126,21 +114,18 @@ class TrialRuntime:
             torch.set_num_threads(self.knobs.threads)
         self._patch_dataloader(torch)
         self._patch_backward(torch)
-        self._patch_optimizer(torch)
+        OptimizerSteps(self, self.clock).install(torch)
         if self.spec.rendezvous_timeout_s:
             ranks.cap_rendezvous(self.spec.rendezvous_timeout_s)
         if self.knobs.compile is not None:
-            self._patch_torch_compile(torch)
+            self.model.patch_torch_compile()
             if self.knobs.compile.backend == "inductor":
                 isa_probe.install(os.environ.get("TORCHINDUCTOR_CACHE_DIR"))
-        self._install_root_hook(torch)
+        self.model.install_root_hook(torch)
         if self.knobs.lazy_device or "torch_xla" in sys.modules:
             self._patch_xla()
         if self.knobs.trace is not None:
-            flags = self.plan.env.get(self.plan.flags_env or "", "")
-            self.traced_models = runtime_knobs.TracedModels(self.knobs.trace, flags, self.applied, self._serve,
-                                                            self._on_args_replaced)
-            after_import("torch_neuronx", self._patch_neuronx)
+            self.model.trace(self.plan.env.get(self.plan.flags_env or "", ""))
         runtime_knobs.watch_env(self.plan.env, self.plan.flags_env, self.on_env_override)
 
     def on_env_override(self, name: str, value: str | None, where: str) -> None:
@@ -208,58 +193,6 @@ class TrialRuntime:
 
         torch.autograd.backward = autograd_backward
 
-    def _patch_optimizer(self, torch: Any) -> None:
-        from torch.optim.optimizer import register_optimizer_step_post_hook, register_optimizer_step_pre_hook
-
-        runtime = self
-        clock = self.clock
-        #: The first parameter of the optimizer whose steps are the loop's: at first the first one
-        #: that stepped. A GAN steps two optimizers per iteration, and a script that makes its
-        #: optimizer anew (each epoch) makes it over the same parameters. Another optimizer that
-        #: steps twice in a row takes over: the loop has moved on to it (the layers of a
-        #: forward-forward net train one after the other, each with an optimizer of its own), and
-        #: the run is in a new phase, unless one that handed over steps again later (a loop that
-        #: steps its optimizers in turn, one of them several times).
-        counted: list[Any] = []
-        handed_over: list[Any] = []
-        last: list[Any] = [None]
-        unstepped = clock.unstepped
-        orig_init = torch.optim.Optimizer.__init__
-
-        def init(opt: Any, *args: Any, **kwargs: Any) -> None:
-            orig_init(opt, *args, **kwargs)
-            unstepped.add(opt)
-
-        torch.optim.Optimizer.__init__ = init
-
-        def stepping(_opt: Any, _args: Any, _kwargs: Any) -> None:
-            runtime.training_thread = runtime.training_thread or threading.current_thread()
-            if threading.current_thread() is runtime.training_thread:
-                clock.optimizing = True
-
-        def stepped(opt: Any, _args: Any, _kwargs: Any) -> None:
-            runtime.training_thread = runtime.training_thread or threading.current_thread()
-            if threading.current_thread() is runtime.training_thread:
-                clock.optimizing = False
-            if unstepped:
-                unstepped.discard(opt)
-            param = next((p for group in opt.param_groups for p in group["params"]), None)
-            previous, last[0] = last[0], param
-            if not counted:
-                counted.append(param)
-            elif param is not counted[0]:
-                if previous is not param:
-                    if not clock.interleaved and any(param is p for p in handed_over):
-                        clock.interleave()
-                    return
-                handed_over.append(counted[0])
-                counted[0] = param
-                clock.new_phase()
-            clock.boundary("optimizer", None)
-
-        register_optimizer_step_pre_hook(stepping)
-        register_optimizer_step_post_hook(stepped)
-
     def _patch_xla(self) -> None:
         import torch_xla
         import torch_xla.core.xla_model as xm
@@ -288,100 +221,6 @@ class TrialRuntime:
 
         setattr(pl.PerDeviceLoader, "__next__", dev_next)
 
-    def _patch_torch_compile(self, torch: Any) -> None:
-        assert self.knobs.compile is not None
-
-        def compiled_by_script() -> None:
-            self.user_compiled = True
-
-        self._orig_torch_compile = runtime_knobs.patch_torch_compile(self.knobs.compile, self.applied, compiled_by_script)
-
-    def _patch_neuronx(self, neuronx: Any) -> None:
-        assert self.traced_models is not None
-        self.traced_models.patch(neuronx)
-        traced_trace = neuronx.trace
-
-        def trace(*args: Any, **kwargs: Any) -> Any:
-            # The model the script traces runs inside trace() to be recorded: those calls are no
-            # requests, and the model that serves is the traced one.
-            self._stop_finding_model()
-            return traced_trace(*args, **kwargs)
-
-        neuronx.trace = trace
-
-    def _serve(self, model: Any) -> Any:
-        """``model`` serves the requests from now on. A traced model's call returns once the
-        NeuronCore has run it, with its outputs on the host: a window may end at any request."""
-        self._stop_finding_model()
-        self.clock.lazy = False
-        self.model = model
-        self._serving = weakref.ref(model)
-        cls = type(model)
-        if cls not in self._timed_classes:
-            # On the class: a TorchScript module ignores a call set on the instance, and the
-            # object the script holds (and may torch.jit.save) must stay the one trace made.
-            self._timed_classes.add(cls)
-            orig_call = cls.__call__
-            clock, serving = self.clock, lambda: self._serving()
-
-            def call(module: Any, *args: Any, **kwargs: Any) -> Any:
-                if module is serving():
-                    clock.boundary("forward", batch_len((args, kwargs)))
-                return orig_call(module, *args, **kwargs)
-
-            cls.__call__ = call
-        return model
-
-    def _on_args_replaced(self, replaced: list[str]) -> None:
-        note = (f"torch_neuronx.trace: the configuration replaced the script's own compiler_args "
-                f"{', '.join(replaced)}")
-        if note not in self.report.notes:
-            self.report.notes.append(note)
-            sys.stderr.write(f"autotune: {note}\n")
-
-    def _stop_finding_model(self) -> None:
-        import torch
-
-        if self._orig_module_call is not None and self.model is None:
-            torch.nn.Module.__call__ = self._orig_module_call
-
-    def _install_root_hook(self, torch: Any) -> None:
-        """Find the model: the first module with parameters called on the main thread."""
-        Module = torch.nn.Module
-        orig_call = Module.__call__
-        self._orig_module_call = orig_call
-        runtime = self
-
-        def call(module: Any, *args: Any, **kwargs: Any) -> Any:
-            if (threading.current_thread() is runtime.training_thread
-                    and next(module.parameters(), None) is not None):
-                Module.__call__ = orig_call
-                # Before the trial's casts and compile: the model as the script wrote it.
-                runtime.flops_per_sample = model_flops_per_sample(module, args, kwargs, batch_len((args, kwargs)))
-                runtime.model_device = next(module.parameters()).device.type
-                runtime._prepare_model(module)
-                return module(*args, **kwargs)
-            return orig_call(module, *args, **kwargs)
-
-        Module.__call__ = call
-
-    def _prepare_model(self, module: Any) -> None:
-        target = getattr(module, "_orig_mod", module)  # a model the script compiled itself
-        self.model = target
-        compiled = runtime_knobs.prepare_model(target, self.knobs, self.applied, self._orig_torch_compile,
-                                               self.user_compiled)
-        if compiled is not None:
-            target._compiled_call_impl = TimedCall(self.clock, compiled)
-            self.user_compiled = True
-        else:
-            self._time_calls(module)
-
-    def _time_calls(self, module: Any) -> None:
-        """Each call of the model is a step boundary (for loops without a loader or an optimizer:
-        inference), taken on the object the script calls, so that it runs outside any compiled code
-        (a model the script compiled runs its wrapper's call eagerly)."""
-        module._compiled_call_impl = TimedCall(self.clock, module._compiled_call_impl or module._call_impl)
-
     # -- result ------------------------------------------------------------------------------
     def finalize(self) -> HarnessReport:
         r = self.report
@@ -392,8 +231,8 @@ class TrialRuntime:
             self.clock.finish()
             r.measurement = self.clock.measurement()
             if r.measurement is not None:
-                r.measurement.flops_per_sample = self.flops_per_sample
-                r.measurement.model_device = self.model_device
+                r.measurement.flops_per_sample = self.model.flops_per_sample
+                r.measurement.model_device = self.model.device
             r.windows = self.clock.timed_windows()
         except Exception as exc:  # a bug in the statistics must not lose the rest of the result
             r.error = r.error or f"measurement failed: {exc!r}"
@@ -401,7 +240,7 @@ class TrialRuntime:
         r.compile.graphs_after_warmup = self.clock.graphs_after_warmup
         r.compile.compile_seconds = self.backends.compile_seconds()
         r.compile.cache_hits, r.compile.cache_misses = self.backends.cache_counts()
-        traced = self.traced_models
+        traced = self.model.traced_models
         if traced is not None and (traced.loaded or traced.traced):
             r.compile.graphs_compiled += traced.traced
             r.compile.compile_seconds = (r.compile.compile_seconds or 0.0) + traced.trace_seconds
@@ -421,24 +260,6 @@ class TrialRuntime:
             r.failure = Failure(category=FailureCategory.numerics,
                                 reason="the loss became NaN or infinite in the first steps")
         return r
-
-
-class TimedCall:
-    """A model's call with a step boundary before it, set as the module's ``_compiled_call_impl``,
-    which ``Module.__call__`` runs in place of its own (as it does for ``Module.compile()``).
-
-    Not a forward pre-hook: a module with a hook takes ``Module._call_impl``'s slow path on every
-    call. A copy of the model (``deepcopy``: an EMA of its weights; ``torch.save``) is made
-    without it, as torch makes one of a compiled module, and calls its own weights.
-    """
-
-    def __init__(self, clock: StepClock, call: Callable[..., Any]) -> None:
-        self.clock = clock
-        self.call = call
-
-    def __call__(self, *args: Any, **kwargs: Any) -> Any:
-        self.clock.boundary("forward", batch_len((args, kwargs)))
-        return self.call(*args, **kwargs)
 
 
 def run(spec: TrialSpec, *, is_rank: bool = False) -> int:
