@@ -8,7 +8,7 @@ What it intercepts, and why:
 - ``DataLoader(...)``: the trial's ``batch_size`` and ``num_workers`` replace the script's.
 - ``ParallelLoader``/``MpDeviceLoader`` (torch-xla): the trial's ``batches_per_execution``.
 - Step boundaries, where the step clock takes its timestamps (the strongest kind seen delimits
-  the steps, :data:`~autotune.workers.step_clock.SOURCES`): ``autotune.step()``; iteration of a
+  the steps, :data:`~autotune.workers.step_sources.SOURCES`): ``autotune.step()``; iteration of a
   data loader on the main thread; else a step of the loop's optimizer (the first that stepped,
   so that a GAN's two optimizers make one step); else ``torch.autograd.backward`` (loops that
   update their weights by hand); else a call of the model (inference).

@@ -190,7 +190,7 @@ def test_a_compile_just_after_warm_up_does_not_become_the_measurement(monkeypatc
         _step(clock, compiler, now, 0.1)
     m = clock.measurement()
     assert m is not None and m.throughput == pytest.approx(320.0, rel=0.01)
-    assert clock.cap_restarts == 1
+    assert clock.measuring.cap_restarts == 1
 
 
 def test_a_recompilation_storm_still_ends_the_measurement(monkeypatch) -> None:
@@ -202,7 +202,7 @@ def test_a_recompilation_storm_still_ends_the_measurement(monkeypatch) -> None:
         _step(clock, compiler, now, 6.0, compiles=1)
         steps += 1
         assert steps < 10
-    assert clock.cap_restarts == 2 and clock.measurement() is not None
+    assert clock.measuring.cap_restarts == 2 and clock.measurement() is not None
 
 
 def test_a_compile_that_takes_nearly_the_whole_cap_does_not_become_the_measurement(monkeypatch) -> None:
@@ -223,7 +223,7 @@ def test_a_compile_that_takes_nearly_the_whole_cap_does_not_become_the_measureme
         _step(clock, compiler, now, 0.1)
     m = clock.measurement()
     assert m is not None and m.throughput == pytest.approx(320.0, rel=0.01)
-    assert clock.cap_restarts == 1
+    assert clock.measuring.cap_restarts == 1
 
 
 def test_an_evaluation_between_epochs_is_not_in_the_measurement(monkeypatch) -> None:
@@ -244,11 +244,11 @@ def test_an_evaluation_between_epochs_is_not_in_the_measurement(monkeypatch) -> 
             now[0] += 0.5
 
     train(8)
-    started = clock.measure_started
+    started = clock.measuring.started
     assert not clock.warming and started is not None
     evaluate()
     train(1)
-    assert clock.measure_started == pytest.approx(started + 2.0), "the time cap counts training, not testing"
+    assert clock.measuring.started == pytest.approx(started + 2.0), "the time cap counts training, not testing"
     epochs = 1
     while not clock.done:
         train(8)
