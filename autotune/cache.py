@@ -75,10 +75,11 @@ def artifact_key(*, model: dict[str, Any], environment: dict[str, Any], target: 
     return hashlib.sha256(json.dumps(doc, sort_keys=True, default=str).encode()).hexdigest()
 
 
-def noise_key(*, model: dict[str, Any], environment: dict[str, Any], target: str) -> str:
-    """The key of the between-run noise of a script on a machine and target: the same script on
-    the same machine varies alike whatever its configuration."""
-    doc = {"model": model, "environment": environment, "target": target}
+def noise_key(provenance: dict[str, Any], target: str) -> str:
+    """The key of the between-run noise of a script (its provenance's :func:`model_of`) on a machine
+    (:func:`environment_of`) and target: the same script on the same machine varies alike whatever
+    its configuration."""
+    doc = {"model": model_of(provenance), "environment": environment_of(provenance), "target": target}
     return hashlib.sha256(json.dumps(doc, sort_keys=True, default=str).encode()).hexdigest()
 
 

@@ -59,13 +59,12 @@ def measuring_here(prepared: PreparedTrial, args: list[str], cache_root: str | P
     """``protocol`` with the seconds a run measures at least where studies of this script on this
     machine and target found the host noisy (the noise they kept in ``cache_root``), as the study's
     own runs were measured; and a line that says so (``None`` on a quiet host)."""
-    from autotune.cache import environment_of, model_of, noise_key, open_cache
+    from autotune.cache import noise_key, open_cache
     from autotune.measurement.noise import measure_seconds, spread_text
     from autotune.provenance import caller_env, provenance
 
     here = provenance(prepared.target, prepared.script, args, env=caller_env(prepared.target))
-    noise = open_cache(Path(cache_root)).get_noise(noise_key(model=model_of(here), environment=environment_of(here),
-                                                             target=prepared.target.name))
+    noise = open_cache(Path(cache_root)).get_noise(noise_key(here, prepared.target.name))
     seconds = measure_seconds(noise)
     if seconds <= protocol.min_measure_seconds:
         return protocol, None

@@ -12,7 +12,7 @@ from __future__ import annotations
 import hashlib
 from typing import TYPE_CHECKING, Any
 
-from autotune.cache import CacheRoot, environment_of, model_of, noise_key
+from autotune.cache import CacheRoot, noise_key
 from autotune.measurement.noise import RunNoise
 from autotune.study.results import standings
 from autotune.trial_attrs import write
@@ -28,7 +28,7 @@ class KeptNoise:
     def __init__(self, cache: CacheRoot, provenance: dict[str, Any], target: str, storage_url: str,
                  name: str) -> None:
         self.cache = cache
-        self.key = noise_key(model=model_of(provenance), environment=environment_of(provenance), target=target)
+        self.key = noise_key(provenance, target)
         self.own = hashlib.sha256(f"{storage_url}#{name}".encode()).hexdigest()[:16]
 
     def write_prior(self, study: optuna.Study) -> None:

@@ -12,7 +12,7 @@ from pathlib import Path
 import optuna
 import pytest
 
-from autotune.cache import environment_of, model_of, noise_key, open_cache
+from autotune.cache import noise_key, open_cache
 from autotune.measurement.noise import NOISY_MEASURE_S, RunNoise, measure_seconds
 from autotune.provenance import caller_env, provenance
 from autotune.records import Measurement, TrialResult
@@ -41,7 +41,7 @@ def test_where_a_study_here_found_the_host_noisy_every_run_measures_ten_seconds(
     cache = tmp_path / "cache"
     target = resolve_target("inductor", SCRIPT)
     here = provenance(target, SCRIPT, args, env=caller_env(target))
-    key = noise_key(model=model_of(here), environment=environment_of(here), target=target.name)
+    key = noise_key(here, target.name)
     open_cache(cache).put_noise(key, "an earlier study", LOUD)
     common = ["--target", "inductor", "--set", "mode=eager", "--set", "num_workers=0", "--cache", str(cache)]
     env = {**os.environ, "AUTOTUNE_IMDS_ENDPOINT": "http://127.0.0.1:9"}
