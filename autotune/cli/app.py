@@ -17,6 +17,7 @@ from rich.console import Console
 from autotune.log_tail import log_tail
 
 if TYPE_CHECKING:
+    from autotune.cache import CacheRoot
     from autotune.records import MeasurementProtocol
     from autotune.trial import PreparedTrial
 
@@ -54,23 +55,24 @@ def with_progress(label: str, work: Callable[[], T], *, log: Path | None = None,
     return value
 
 
-def measuring_here(prepared: PreparedTrial, args: list[str], cache_root: str | Path,
+def measuring_here(prepared: PreparedTrial, args: list[str], cache: CacheRoot,
                    protocol: MeasurementProtocol) -> tuple[MeasurementProtocol, str | None]:
-    """``protocol`` with the seconds a run measures at least where studies of this script on this
-    machine and target found the host noisy (the noise they kept in ``cache_root``), as the study's
-    own runs were measured; and a line that says so (``None`` on a quiet host)."""
-    from autotune.cache import noise_key, open_cache
-    from autotune.measurement.noise import measure_seconds, spread_text
+    """``protocol`` as a study's runs are measured where studies of this script on this machine and
+    target found the host noisy (:func:`autotune.study.pruning.under_noise` of the noise they kept
+    in ``cache``); and a line that says so (``None`` on a quiet host)."""
+    from autotune.cache import noise_key
+    from autotune.measurement.noise import spread_text
     from autotune.provenance import caller_env, provenance
+    from autotune.study.pruning import under_noise
 
     here = provenance(prepared.target, prepared.script, args, env=caller_env(prepared.target))
-    noise = open_cache(Path(cache_root)).get_noise(noise_key(here, prepared.target.name))
-    seconds = measure_seconds(noise)
-    if seconds <= protocol.min_measure_seconds:
+    noise = cache.get_noise(noise_key(here, prepared.target.name))
+    measured = under_noise(protocol, noise)
+    if measured is protocol:
         return protocol, None
-    return (protocol.model_copy(update={"min_measure_seconds": seconds}),
-            f"one run of {prepared.script.name} here reads within {spread_text(noise.spread or 0.0)} of the mean of "
-            f"its runs (as studies here measured): each run measures at least {seconds:.0f} s after warm-up")
+    return (measured, f"one run of {prepared.script.name} here reads within {spread_text(noise.spread or 0.0)} of "
+                      f"the mean of its runs (as studies here measured): each run measures at least "
+                      f"{measured.min_measure_seconds:.0f} s after warm-up")
 
 
 class _Raised:

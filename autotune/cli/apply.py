@@ -58,8 +58,8 @@ def verify(
     from autotune.provenance import caller_env, provenance
     from autotune.study.production import load_best
     from autotune.study.verify import trial_directory, verify as verify_best
-    from autotune.targets import resolve_target
     from autotune.records import MeasurementProtocol
+    from autotune.targets import resolve_target
     from autotune.trial import default_trial_dir, prepare_trial, run_prepared
     from autotune.workers.launcher import TrialLimits
 
@@ -72,7 +72,8 @@ def verify(
                                  "where the script is")
     args = list(config.provenance.get("script_args") or [])
     target = resolve_target(config.target, script)
-    cache_root = str(open_cache(cache).path)
+    root_of_cache = open_cache(cache)
+    cache_root = str(root_of_cache.path)
     flags = {f.param: f.flag for f in (config.apply.script_flags if config.apply else [])}
     root = default_trial_dir(Path(".autotune") / "verify" / config.study)
     limits = TrialLimits(timeout_s=trial_timeout)
@@ -84,7 +85,7 @@ def verify(
 
     # Both configurations are checked before anything runs.
     prepared = {"best": prepare(config.params), "baseline": prepare(config.baseline_params or {})}
-    protocol, noisy = measuring_here(prepared["best"], args, cache_root, MeasurementProtocol())
+    protocol, noisy = measuring_here(prepared["best"], args, root_of_cache, MeasurementProtocol())
     if noisy:
         err.print(f"note: {noisy}", highlight=False)
 

@@ -66,13 +66,13 @@ def trial(
         raise InvalidConfigError("--max-seconds and --max-steps must be positive")
     from autotune.cache import open_cache
 
-    cache_root = str(open_cache(config.cache).path)
+    cache = open_cache(config.cache)
     prepared = prepare_trial(script, target=config.target, sets=config.sets, space=config.space,
-                             platform=config.platform, cache_root=cache_root,
+                             platform=config.platform, cache_root=str(cache.path),
                              nproc_per_node=config.nproc_per_node, flags=config.script_flags())
     limits = TrialLimits(timeout_s=config.trial_timeout,
                          memory_bytes=parse_size(config.memory_limit) if config.memory_limit else None)
-    protocol, noisy = measuring_here(prepared, script_args or [], cache_root, MeasurementProtocol(
+    protocol, noisy = measuring_here(prepared, script_args or [], cache, MeasurementProtocol(
         run_to_end=full_run, max_measure_seconds=max_seconds, max_measure_steps=max_steps))
     if noisy:  # on stderr, beside --json's object too
         err.print(f"note: {noisy}", highlight=False)

@@ -11,7 +11,7 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING
 
-from autotune.measurement.noise import margin, measure_seconds
+from autotune.measurement.noise import RunNoise, margin, measure_seconds
 from autotune.measurement.windows import PRUNE_MARGIN
 from autotune.objectives import Constraint, Objective
 from autotune.records import MeasurementProtocol, TrialResult
@@ -50,14 +50,19 @@ def trial_protocol(protocol: MeasurementProtocol, study: optuna.Study, *, prune:
     return protocol if bar is None else protocol.model_copy(update={"stop_below": bar})
 
 
-def measuring(protocol: MeasurementProtocol, study: optuna.Study) -> MeasurementProtocol:
-    """``protocol`` with the seconds each run measures at least under the study's between-run noise
-    (:func:`autotune.measurement.noise.measure_seconds`): a new trial's and a re-measurement's
-    alike, so that the runs a best's mean is taken over are measured as the runs it is raced with."""
-    seconds = max(protocol.min_measure_seconds, measure_seconds(noise_of(study)))
-    if seconds == protocol.min_measure_seconds:
+def under_noise(protocol: MeasurementProtocol, noise: RunNoise) -> MeasurementProtocol:
+    """``protocol`` with the seconds each run measures at least under ``noise``
+    (:func:`autotune.measurement.noise.measure_seconds`); ``protocol`` itself where it asks as many."""
+    seconds = measure_seconds(noise)
+    if seconds <= protocol.min_measure_seconds:
         return protocol
     return protocol.model_copy(update={"min_measure_seconds": seconds})
+
+
+def measuring(protocol: MeasurementProtocol, study: optuna.Study) -> MeasurementProtocol:
+    """:func:`under_noise` of the study's between-run noise: a new trial's and a re-measurement's
+    alike, so that the runs a best's mean is taken over are measured as the runs it is raced with."""
+    return under_noise(protocol, noise_of(study))
 
 
 def answers(remembered: TrialResult, *, prune: bool) -> bool:
