@@ -150,7 +150,10 @@ class ReplayPool:
 
     ``noise_seed``: each measurement is drawn again (log-normal around the recorded figure,
     seeded: a benchmark's seed replays the same draws), so that measuring a configuration twice
-    gives two values, as on a machine. The spread is the landscape's between-run one
+    gives two values, as on a machine. The draw of a configuration's k-th run depends on the seed,
+    the configuration and k alone (common random numbers): two studies of one seed that differ in
+    what they measure again (``--race``) read the same figures for the configurations both
+    measure, so that a benchmark compares the studies, not their luck. The spread is the landscape's between-run one
     (:attr:`~autotune.landscapes.landscape.Landscape.run_sigma`: how far the next process reads)
     where its header records one, else the recorded 95% interval's (one process's windows, which
     says less: a neighbour's load moves whole runs). The run's interval moves with its figure.
@@ -168,7 +171,8 @@ class ReplayPool:
         self.trials: list[ReplayedTrial] = []
         self._running: list[tuple[float, int, Hashable, str]] = []
         self._seq = 0
-        self._noise = random.Random(noise_seed) if noise_seed is not None else None
+        self._noise_seed = noise_seed
+        self._runs: dict[str, int] = {}  # runs drawn so far, by configuration
         self._enough = enough
 
     @property
@@ -196,10 +200,12 @@ class ReplayPool:
 
     def _drawn(self, rec: ConfigRecord) -> ConfigRecord:
         """What one run of ``rec`` reads in this replay (the record itself when noiseless)."""
-        if self._noise is None or not rec.ok or rec.throughput is None:
+        if self._noise_seed is None or not rec.ok or rec.throughput is None:
             return rec
+        k = self._runs[rec.key] = self._runs.get(rec.key, 0) + 1
+        draw = random.Random(f"{self._noise_seed}:{rec.key}:{k}")
         sigma = self.landscape.run_sigma
-        f = math.exp(self._noise.gauss(0.0, interval_sigma(rec) if sigma is None else sigma))
+        f = math.exp(draw.gauss(0.0, interval_sigma(rec) if sigma is None else sigma))
         return replace(rec, throughput=rec.throughput * f,
                        ci95_low=rec.ci95_low * f if rec.ci95_low is not None else None,
                        ci95_high=rec.ci95_high * f if rec.ci95_high is not None else None)

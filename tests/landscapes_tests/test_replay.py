@@ -291,6 +291,27 @@ def test_a_noisy_replay_measures_a_configuration_twice_differently(landscape) ->
     assert values[0] != values[1] and rec.throughput not in values
 
 
+def test_a_configurations_kth_run_reads_the_same_whatever_was_measured_before_it(landscape) -> None:
+    """Common random numbers: a study that measures one configuration again (a race) reads the same
+    figures for the others as one that does not, so that a benchmark compares studies, not luck."""
+    a, b = [r for r in landscape.records if r.ok][:2]
+
+    def figures(order: list) -> dict[tuple[str, int], float]:
+        pool, seen, out = ReplayPool(landscape, noise_seed=7), {}, {}
+        for tag, rec in enumerate(order):
+            pool.submit(_request(rec.params, landscape.target), tag=tag)
+            (_, result_json, _), = pool.wait(0)
+            seen[rec.key] = seen.get(rec.key, 0) + 1
+            out[rec.key, seen[rec.key]] = TrialResult.model_validate_json(result_json).measurement.throughput
+        return out
+
+    raced, plain = figures([a, a, a, b]), figures([a, b])
+    assert raced[a.key, 1] == plain[a.key, 1] and raced[b.key, 1] == plain[b.key, 1]
+    assert len({raced[a.key, k] for k in (1, 2, 3)}) == 3, "each run of a configuration is a draw of its own"
+    assert figures([a, b]) == plain, "a seed replays the same draws"
+    assert ReplayPool(landscape, noise_seed=8)._drawn(a).throughput != plain[a.key, 1]
+
+
 @pytest.mark.parametrize("path", RECORDED, ids=lambda p: p.stem)
 def test_confirm_measures_the_best_again_and_picks_the_best_mean(path, tmp_path) -> None:
     import csv
