@@ -181,6 +181,30 @@ def ahead(a: Runs, b: Runs, noise: RunNoise, *, maximize: bool = True) -> int:
     return (1 if d > 0 else -1) * (1 if maximize else -1)
 
 
+def shrunk(configurations: Sequence[Runs], noise: RunNoise) -> list[float]:
+    """What each configuration's mean log figure says of its speed, once its luck is allowed for:
+    the mean log drawn toward the mean over the configurations by as much as its runs are
+    uncertain (empirical Bayes, as Efron and Morris shrink batting averages).
+
+    Among many configurations measured once, the highest read is the luckiest draw as much as the
+    fastest configuration: the more a configuration's runs vary (one run of it, on a noisy host)
+    against how far the configurations lie apart, the less of its distance from the others is its
+    own. Each mean log ``m`` becomes ``mu + w * (m - mu)``, with ``w = tau2 / (tau2 + v / n)``:
+    ``v / n`` the variance of the mean of its ``n`` runs (:meth:`Runs.figure`'s rule), ``tau2``
+    the variance of the configurations' own speeds (the spread of their mean logs less what the
+    noise adds to it), ``mu`` the mean of the mean logs. A quiet host (``v`` small against
+    ``tau2``) leaves each mean as it is; where the configurations lie no further apart than the
+    noise (``tau2`` 0), each is ``mu``: nothing tells them apart. Without a known spread (no run
+    measured again, no run's own interval) the mean logs are returned as they are."""
+    logs = [r._log_mean() for r in configurations]
+    variances = [r._variance(noise)[0] / r.n for r in configurations]
+    if len(logs) < 2 or not all(math.isfinite(v) for v in variances):
+        return logs
+    mu = statistics.fmean(logs)
+    tau2 = max(statistics.variance(logs) - statistics.fmean(variances), 0.0)
+    return [mu + tau2 / (tau2 + v) * (m - mu) if tau2 > 0 else mu for m, v in zip(logs, variances)]
+
+
 def margin(leader: Runs, noise: RunNoise) -> float | None:
     """How far below ``leader``'s mean (a fraction) one run of a challenger may read and still
     not be behind it beyond the noise: the bar under which a measurement cannot win. ``None``

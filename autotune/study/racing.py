@@ -6,12 +6,14 @@ configuration may read 20% lower on a shared host. So the study measures one con
 better of the first two: the baseline and the first known-good) in more processes early, which
 gives the between-run noise here
 (:class:`~autotune.measurement.noise.RunNoise`, with what earlier studies on this machine measured
-as a prior). From then on a configuration leads only beyond that noise (:func:`standing`), and a
-challenger that appears to beat the incumbent by less than it is measured again, alternating with
+as a prior). From then on a configuration's runs count for as much as the noise leaves them
+(:func:`standing`: one run on a noisy host says less than five), and a
+challenger that appears to beat the incumbent by less than the noise is measured again, alternating with
 the incumbent, until one is ahead beyond the noise, a configuration has had ``RACE_RUNS`` runs, or
 the study's budget of re-measurements is spent (as SMAC's intensification and irace's racing do).
-A leader measured once is measured again before the study ends: its one run may be the luckiest
-draw among configurations of one speed, and the best a study reports is a mean over runs.
+A leader measured once is raced too, or measured again before the study ends where it is ahead
+beyond the noise: its one run may be the luckiest draw among configurations of one speed, and the
+best a study reports is a mean over runs.
 
 A re-measurement reuses the configuration's compiled graphs (the compile cache), never counts
 towards ``--trials``, and the sampler does not learn from it (:meth:`TrialRecorder.tell_confirmation`).
@@ -23,7 +25,7 @@ import math
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
-from autotune.measurement.noise import PRIOR_DF, RunNoise, Runs, ahead
+from autotune.measurement.noise import PRIOR_DF, RunNoise, Runs, ahead, shrunk
 from autotune.records import TrialResult
 from autotune.trial_attrs import StudyAttrs, TrialAttrs
 
@@ -33,6 +35,11 @@ if TYPE_CHECKING:
 #: Runs of one configuration after which a race that has not told two apart ends: they are of one
 #: speed within the noise, and the budget is kept for later challengers.
 RACE_RUNS = 5
+
+#: Re-measurements a study keeps for the best it ends with, where that was measured once: the last
+#: of its budget, and up to two past it where the one measured again falls behind another measured
+#: once (a lucky run on a noisy host), so that the best a study reports is a mean over runs.
+FINAL_RUNS = 3
 
 #: A study of fewer trials measures nothing again: it has hardly a challenger to race, and its
 #: intervals still include the noise that earlier studies here measured.
@@ -74,18 +81,18 @@ def study_noise(measured: list[Standing], kept: RunNoise) -> RunNoise:
 
 
 def standing(measured: list[Standing], noise: RunNoise, *, maximize: bool) -> list[Standing]:
-    """The configurations best first: by the mean over their runs, except that one measured once
-    comes before one measured more often only when it is ahead of it beyond the noise (its one run
-    is as lucky as theirs were before they were measured again); those whose re-measurement failed
-    come last."""
+    """The configurations best first: by what their runs say of their speed once their luck is
+    allowed for (:func:`~autotune.measurement.noise.shrunk`: a mean over one run, on a noisy host,
+    counts for less than a mean over five), the one measured more often first where that says
+    nothing between them; by the mean over their runs where no noise is known. Those whose
+    re-measurement failed come last."""
     sign = -1.0 if maximize else 1.0
-    order = sorted((s for s in measured if not s.flaky), key=lambda s: (sign * s.runs.mean, s.trial.number))
-    at = next((i for i, s in enumerate(order) if s.runs.n >= 2), None)
-    if at is not None:  # by position, not by equality: a study may hold thousands
-        settled = order[at]
-        lucky = [s for s in order[:at] if ahead(s.runs, settled.runs, noise, maximize=maximize) != 1]
-        ahead_of_it = [s for s in order[:at] if ahead(s.runs, settled.runs, noise, maximize=maximize) == 1]
-        order = ahead_of_it + [settled] + lucky + order[at + 1:]
+    usable = [s for s in measured if not s.flaky]
+    if noise.known:
+        score = dict(zip((id(s) for s in usable), shrunk([s.runs for s in usable], noise)))
+        order = sorted(usable, key=lambda s: (sign * score[id(s)], -s.runs.n, sign * s.runs.mean, s.trial.number))
+    else:
+        order = sorted(usable, key=lambda s: (sign * s.runs.mean, s.trial.number))
     return order + sorted((s for s in measured if s.flaky), key=lambda s: (sign * s.runs.mean, s.trial.number))
 
 
@@ -144,14 +151,15 @@ class Racing:
                 return None
             if pick.runs.n < wanted:
                 return None if key(pick) in busy else Repeat(pick.trial, NOISE)
-        if spent >= self.budget:
+        if spent >= self.budget + (FINAL_RUNS - 1 if finishing else 0):
             return None
         noise = own + self.kept
         order = standing(measured, noise, maximize=maximize)
         if len(order) < 2 or order[0].flaky:
             return None
         if finishing:
-            # The last re-measurement is kept for the best the study ends with, measured once.
+            # The last re-measurement is kept for the best the study ends with, measured once; a
+            # few more where measuring it again hands the lead to another measured once.
             return Repeat(order[0].trial, RACE) if order[0].runs.n == 1 and key(order[0]) not in busy else None
         if spent >= self.budget - 1:
             return None
@@ -161,19 +169,21 @@ class Racing:
             if ahead(a.runs, b.runs, noise, maximize=maximize) == 0 and min(a.runs.n, b.runs.n) < RACE_RUNS:
                 return self._measure(a, b, busy)
         self.pair = None
-        leader, runner = order[0], order[1]
-        if leader.runs.n == 1:
-            # Ahead of every configuration measured more often, beyond the noise: measured again
-            # once the study has its trials (a later one may lead instead), so that the best it
-            # reports is a mean, not one draw.
-            return None
+        leader = order[0]
         sign = 1.0 if maximize else -1.0
-        if runner.flaky or sign * runner.runs.mean <= sign * leader.runs.mean \
-                or ahead(leader.runs, runner.runs, noise, maximize=maximize) != 0 \
+        if leader.runs.n == 1:
+            # It leads, its one run allowed for, and that run may still be luck: measured again
+            # against the next placed while the two cannot be told apart.
+            runner = next((s for s in order[1:] if not s.flaky), None)
+        else:
+            # A challenger: the best placed of those whose runs read higher than the leader's (one
+            # run's luck allowed for placed it below).
+            runner = next((s for s in order[1:] if not s.flaky and sign * s.runs.mean > sign * leader.runs.mean), None)
+        if runner is None or ahead(leader.runs, runner.runs, noise, maximize=maximize) != 0 \
                 or min(leader.runs.n, runner.runs.n) >= RACE_RUNS:
             return None
         self.pair = (key(runner), key(leader))
-        return self._measure(runner, leader, busy)
+        return self._measure(leader, runner, busy) if leader.runs.n == 1 else self._measure(runner, leader, busy)
 
     def _measure(self, a: Standing, b: Standing, busy: set[str]) -> Repeat | None:
         """Of a race's two, the one with fewer runs; on a tie the one not measured last."""
