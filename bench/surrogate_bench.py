@@ -17,7 +17,8 @@ loop and simulated clock as ``bench/search_bench.py`` (:func:`bench.lib.simulate
   configurations first, then :class:`autotune.search.strategy.AutotuneSampler`, measurements
   stopped once clearly behind the best);
 * ``by-hand``: :class:`bench.lib.by_hand.ByHandSampler` from the baseline, one knob at a
-  time in the space's order, each change kept when it helps (deterministic: one run).
+  time in the space's order, each change kept when it helps (deterministic: one run; with
+  ``--noise`` its runs are drawn too, so it runs every seed like the others).
 
 "The best" is the surrogate's over the space: the best it predicts over every configuration of a
 space of at most 20,000, else over a sample of 20,000 and a local search from the best of them
@@ -304,7 +305,7 @@ def warm_start(seeds: int, jobs: int, max_trials: int) -> bool:
 def run(paths: list[str], strategies: list[Strategy], seeds: int, jobs: int,
         max_trials: int, noise: bool = False, race: float = 0.0) -> dict[tuple[str, str], list[Outcome]]:
     work = [(p, s, seed, max_trials, noise, race)
-            for p in paths for s in strategies for seed in (range(seeds) if s.seeded else [0])]
+            for p in paths for s in strategies for seed in (range(seeds) if s.seeded or noise else [0])]
     with ProcessPoolExecutor(max_workers=jobs) as pool:
         outcomes = list(pool.map(_one, work, chunksize=1))
     table: dict[tuple[str, str], list[Outcome]] = {}
@@ -350,7 +351,8 @@ def main() -> int:
     started = time.monotonic()
     table = run(paths, strategies, args.seeds, args.jobs, args.max_trials, args.noise, args.race)
     ok = True
-    print(f"Strategies on surrogates of the recorded landscapes (median of {args.seeds} seeds; by-hand: one run; "
+    by_hand = "the same seeds, its runs drawn too" if args.noise else "one run"
+    print(f"Strategies on surrogates of the recorded landscapes (median of {args.seeds} seeds; by-hand: {by_hand}; "
           f"a study stops at {args.max_trials} trials)")
     if args.noise:
         print("With between-run noise: each run drawn around the surrogate's figure; a study has reached a level "
