@@ -117,8 +117,9 @@ class JobConfig(BaseModel):
                                           "2% behind the best so far.")
     race: float = Field(default=0.1, ge=0, le=10, description=(
         "Re-measurements the study may spend, as a fraction of --trials: a challenger within the between-run "
-        "noise of the best is measured again, alternating with it, until one is ahead beyond the noise; the "
-        "first configuration is measured in 2-3 processes to learn that noise. 0 turns both off."))
+        "noise of the best (or a best measured once) is measured again, alternating with it, until one is ahead "
+        "beyond the noise; the first configuration is measured in 2-3 processes to learn that noise. 0 turns "
+        "both off."))
     confirm: int = Field(default=0, ge=0, le=1000, description="Measure the best K configurations once more at the "
                                                        "end, unpruned, and pick the best on the mean of each "
                                                        "one's measurements (one lucky measurement does not win).")

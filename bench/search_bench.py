@@ -37,8 +37,8 @@ reports as best really within 2% of the best, or one lucky measurement? Every me
 a draw within its configuration's recorded 95% interval (the recorded value taken as the truth),
 and the table compares reporting the best single measurement with measuring the best K again
 (``autotune run --confirm K``) and reporting what the study then reports (its own standing,
-:func:`autotune.study.racing.standing`: the best mean over runs, one measured once ahead of one
-measured twice only beyond the noise). That is a model of measurement noise built from the
+:func:`autotune.study.racing.standing`: the best mean over runs, each mean drawn toward the
+others' by as much as its runs are uncertain). That is a model of measurement noise built from the
 recorded intervals, not a measurement::
 
     python bench/search_bench.py                 # the table, PASS/FAIL per target (seconds)

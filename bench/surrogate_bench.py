@@ -46,7 +46,7 @@ Exit code 0 when every target passes, 1 otherwise.
 measured by ``bench/noise_calibration.py``; seeded by the study's seed), as a machine answers
 the same configuration differently from one process to the next. A study has then come within 5%
 when the configuration it would report is there (by the study's own rule, ``racing.standing``: the
-best mean over its runs, one measured once ahead of one raced only beyond the noise), not when a
+best mean over its runs, each drawn toward the others' by as much as its runs are uncertain), not when a
 lucky draw of a slower one was measured, and "best after 8" is that configuration's figure. ``--race F``
 gives the studies ``--race F`` (re-measurements of the incumbent and a challenger within its
 noise, a fraction of the trials). Trials are counted as a study counts them: a re-measurement is
@@ -356,8 +356,8 @@ def main() -> int:
           f"a study stops at {args.max_trials} trials)")
     if args.noise:
         print("With between-run noise: each run drawn around the surrogate's figure; a study has reached a level "
-              "when the configuration it would report (by the study's rule: the best mean over its runs, one "
-              "measured once ahead of one raced only beyond the noise) is there")
+              "when the configuration it would report (by the study's rule: the best mean over its runs, each "
+              "drawn toward the others' by as much as its runs are uncertain) is there")
     print(f"Racing: {f'--race {args.race:g}' if args.race else 'off'}; trials as a study counts them (a "
           "re-measurement is none: see runs and wall time)\n")
     for path in paths:

@@ -55,8 +55,8 @@ class Trace:
 
 def _chosen(steps: list[Step]) -> float | None:
     """The recorded throughput of the configuration the study reports over ``steps``: the study's
-    own rule (:func:`autotune.study.racing.standing`), by the mean of what its runs read, where one
-    measured once leads one measured more often only beyond the between-run noise of the repeats."""
+    own rule (:func:`autotune.study.racing.standing`), by the mean of what its runs read, each drawn
+    toward the others' by as much as its runs are uncertain (one run of a noisy host counts for less)."""
     runs: dict[str, list[float]] = {}
     values: dict[str, float] = {}
     first: dict[str, int] = {}
