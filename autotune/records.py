@@ -455,10 +455,18 @@ class Measurement(BaseModel):
     #: The device type of the model's parameters at that call (``cpu``, ``cuda``, ``xla``): a model
     #: left on the CPU of a GPU host is measured against no GPU's peak.
     model_device: str | None = None
+    #: Processes of the script the figure was measured over: more than one where the script ended
+    #: before a noisy host's seconds were measured and ran again (:mod:`autotune.workers.pooling`).
+    processes: int = 1
 
     @property
     def ci95_half_width(self) -> float:
         return (self.ci95_high - self.ci95_low) / 2
+
+    @property
+    def seconds(self) -> float:
+        """The seconds of steady steps the figure was measured over."""
+        return self.steps_measured * self.samples_per_step / self.throughput if self.throughput > 0 else 0.0
 
     @property
     def flops_per_second(self) -> float | None:

@@ -9,6 +9,7 @@ failure category and the tail of its log: this function does not raise for a fai
 
 from __future__ import annotations
 
+import dataclasses
 import math
 import os
 import re
@@ -35,7 +36,7 @@ from autotune.records import (
     TrialSpec,
 )
 from autotune.targets import failure_patterns, get_target
-from autotune.workers import multiprocess
+from autotune.workers import multiprocess, pooling
 from autotune.workers.knob_effects import knob_effects
 
 #: What a failed trial's result keeps of its log: the last lines, at most so many characters.
@@ -79,7 +80,71 @@ def run_trial(
     pause: Callable[[], bool] | None = None,
     devices: Mapping[str, str] | None = None,
 ) -> TrialResult:
-    """Run one trial and return its result. ``pause``, polled with the memory, says when the trial
+    """Run one trial and return its result (:func:`_run_process`). Where the script ended before it
+    measured the seconds ``protocol`` asks of a noisy host, it runs again, each process in
+    ``processes/<k>`` of ``trial_dir``, up to :data:`.pooling.MAX_PROCESSES` (where so many reach
+    those seconds) and within the timeout, and the result is their measurements pooled
+    (:func:`.pooling.pooled`)."""
+    protocol = protocol or MeasurementProtocol()
+    trial_dir = Path(trial_dir)
+
+    def process(directory: Path, timeout_s: float) -> TrialResult:
+        return _run_process(plan, script, args, trial_dir=directory, cwd=cwd,
+                            limits=dataclasses.replace(limits, timeout_s=timeout_s), protocol=protocol, seed=seed,
+                            base_env=base_env, pause=pause, devices=devices)
+
+    result = process(trial_dir, limits.timeout_s)
+    if not result.ok or not pooling.short(result.measurement, protocol, stopped_early=result.stopped_early):
+        return result
+    assert result.measurement is not None
+    if not pooling.reachable(result.measurement, protocol):
+        result.notes.append(
+            f"the script ended after {result.measurement.seconds:.1f} s of steady steps, and this host's runs vary "
+            f"from one to the next: {pooling.MAX_PROCESSES} processes of it would not measure the "
+            f"{protocol.min_measure_seconds:.0f} s asked, so it ran once")
+        return result
+    parts = [result.measurement]
+    walls = [result.wall_seconds]
+    while len(parts) < pooling.MAX_PROCESSES and sum(m.seconds for m in parts) < protocol.min_measure_seconds:
+        left = limits.timeout_s - sum(walls)
+        if left < max(walls):
+            break
+        again = process(trial_dir / "processes" / str(len(parts) + 1), left)
+        walls.append(again.wall_seconds)
+        if not again.ok or again.measurement is None:
+            result.notes.append(f"process {len(parts) + 1} of the run failed and is left out: "
+                                f"{again.failure.reason if again.failure else 'it measured nothing'} "
+                                f"(its log: {again.log_path})")
+            break
+        parts.append(again.measurement)
+        result.peak_host_memory_bytes = max(result.peak_host_memory_bytes or 0,
+                                            again.peak_host_memory_bytes or 0) or None
+        result.ended_at = again.ended_at
+    result.measurement = pooling.pooled(parts, protocol)
+    result.wall_seconds = sum(walls)
+    if len(parts) > 1:
+        result.notes.append(
+            f"the script ended after {parts[0].seconds:.1f} s of steady steps, and this host's runs "
+            f"vary from one to the next: measured over {len(parts)} processes of it, "
+            f"{sum(m.seconds for m in parts):.1f} s in all (at least {protocol.min_measure_seconds:.0f} s asked)")
+    return result
+
+
+def _run_process(
+    plan: TrialPlan,
+    script: str | Path,
+    args: list[str] | None = None,
+    *,
+    trial_dir: str | Path,
+    cwd: str | Path | None = None,
+    limits: TrialLimits,
+    protocol: MeasurementProtocol | None = None,
+    seed: int = 0,
+    base_env: dict[str, str] | None = None,
+    pause: Callable[[], bool] | None = None,
+    devices: Mapping[str, str] | None = None,
+) -> TrialResult:
+    """Run the trial's process and return its result. ``pause``, polled with the memory, says when the trial
     must stop running for a while (a compile job while a measurement runs on its node): its process
     group is stopped (SIGSTOP) until it may go on (SIGCONT), and that time does not count against
     its timeout. ``devices``: the env vars that give the trial the devices its worker holds
