@@ -117,11 +117,13 @@ class Figure:
 
 @dataclass(frozen=True)
 class Runs:
-    """What the runs of one configuration read: each run's figure, and each run's own 95%
-    interval as a relative half-width (``None`` where the run gave none)."""
+    """What the runs of one configuration read: each run's figure, each run's own 95% interval as
+    a relative half-width (``None`` where the run gave none), and the seconds of steady steps each
+    run measured (``None`` where unknown)."""
 
     values: tuple[float, ...]
     within: tuple[float | None, ...] = field(default=())
+    seconds: tuple[float | None, ...] = field(default=())
 
     @property
     def n(self) -> int:
@@ -129,6 +131,13 @@ class Runs:
 
     @property
     def mean(self) -> float:
+        """The mean over the runs, each weighed by the seconds it measured where every run's are
+        known: for a throughput, all their samples over all their seconds, as the processes of one
+        run are added up (:mod:`autotune.workers.pooling`). A run of 3 s measured before the study
+        knew its host was noisy counts for a third of one of 10 s measured after."""
+        weights = [s for s in self.seconds if s is not None and s > 0]
+        if len(weights) == self.n and self.n:
+            return sum(v * s for v, s in zip(self.values, weights)) / sum(weights)
         return statistics.fmean(self.values)
 
     def _log_mean(self) -> float:
@@ -158,12 +167,16 @@ class Runs:
         half = t * math.sqrt(variance / self.n)
         return Figure(mean, mean * math.exp(-half), mean * math.exp(half), self.n)
 
-    def plus(self, value: float, within: float | None = None) -> Runs:
+    def plus(self, value: float, within: float | None = None, seconds: float | None = None) -> Runs:
         """These runs and one more."""
-        return Runs(self.values + (value,), self._within() + (within,))
+        return Runs(self.values + (value,), self._within() + (within,), self.run_seconds() + (seconds,))
 
     def _within(self) -> tuple[float | None, ...]:
         return self.within if len(self.within) == self.n else (None,) * self.n
+
+    def run_seconds(self) -> tuple[float | None, ...]:
+        """Each run's seconds of steady steps (``None`` where unknown)."""
+        return self.seconds if len(self.seconds) == self.n else (None,) * self.n
 
 
 def ahead(a: Runs, b: Runs, noise: RunNoise, *, maximize: bool = True) -> int:

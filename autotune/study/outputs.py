@@ -127,11 +127,13 @@ class BestConfig(BaseModel):
     #: own (``--arg``); ``None``: the script runs with the arguments it was tuned with.
     script_args: list[str] | None = None
     metric: str = "throughput"
-    #: The mean of the configuration's runs (each a process of its own, listed in ``measurements``,
-    #: the first trial's first), and a 95% interval for it that includes the between-run noise
-    #: (``noise``): where the mean of more runs of it would lie.
+    #: The mean of the configuration's runs (each listed in ``measurements``, the first trial's
+    #: first), each weighed by its seconds of steady steps (``measurement_seconds``, where every run's
+    #: are known: all the runs' samples over all their seconds), and a 95% interval for it that
+    #: includes the between-run noise (``noise``): where the mean of more runs of it would lie.
     value: float
     measurements: list[float] = Field(default_factory=list)
+    measurement_seconds: list[float | None] = Field(default_factory=list)
     value_ci95_low: float | None = None
     value_ci95_high: float | None = None
     noise: Noise | None = None
@@ -139,9 +141,10 @@ class BestConfig(BaseModel):
     throughput: float | None = None
     ci95_low: float | None = None
     ci95_high: float | None = None
-    #: The baseline's mean over its runs, and each run's figure.
+    #: The baseline's mean over its runs (weighed as ``value``'s), and each run's figure.
     baseline_value: float | None = None
     baseline_measurements: list[float] = Field(default_factory=list)
+    baseline_measurement_seconds: list[float | None] = Field(default_factory=list)
     speedup: float | None = None
     #: Every objective's value at this configuration, and the constraints every best keeps.
     objectives: dict[str, float] = Field(default_factory=dict)

@@ -69,6 +69,15 @@ def within(trial: Any) -> float | None:
     return (m.ci95_high - m.ci95_low) / 2 / m.throughput
 
 
+def measured_seconds(trial: Any) -> float | None:
+    """The seconds of steady steps a trial measured (``None`` where it measured none)."""
+    told = TrialAttrs.of(trial)
+    if told.result is None:
+        return None
+    m = TrialResult.model_validate_json(told.result).measurement
+    return m.seconds if m is not None and m.seconds > 0 else None
+
+
 def prior(study: optuna.Study) -> RunNoise:
     """The noise earlier studies measured here, as the study keeps it, weighed as a few repeats."""
     kept = StudyAttrs.of(study).noise_prior

@@ -6,7 +6,6 @@ from __future__ import annotations
 
 import bisect
 import math
-import statistics
 from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
@@ -22,7 +21,7 @@ from autotune.study.outlook import FROM_THROUGHPUT, search_outlook
 from autotune.study.options import EXIT_ALL_FAILED, EXIT_OK, StudyProgress, StudyResult
 from autotune.objectives import speedup
 from autotune.study.outputs import BestConfig, FrontPoint, Noise, TrialSummary
-from autotune.study.racing import Standing, prior, standing, study_noise, within
+from autotune.study.racing import Standing, measured_seconds, prior, standing, study_noise, within
 from autotune.trial_attrs import StudyAttrs, TrialAttrs
 
 if TYPE_CHECKING:
@@ -159,7 +158,7 @@ def _fold(fold: Folded, t: optuna.trial.FrozenTrial, context: Context) -> None:
             and not _violates_numerics(told, fold.base_losses, context.attrs):
         group = fold.groups.setdefault(key, Group())
         group.standing = None
-        bisect.insort(group.runs, (t.number, value))
+        bisect.insort(group.runs, (t.number, value, measured_seconds(t) if context.timed else None))
         if not again and (group.first is None or t.number < group.first.number):
             group.first = t
             group.within = within(t) if context.timed else None
@@ -186,7 +185,8 @@ def standings(study: optuna.Study) -> list[Standing]:
         groups = sorted((g for g in fold.groups.values() if g.first is not None), key=lambda g: g.first.number)
         for g in groups:
             if g.standing is None:
-                g.standing = Standing(g.first, Runs(tuple(v for _, v in g.runs), (g.within,) * len(g.runs)), g.flaky)
+                g.standing = Standing(g.first, Runs(tuple(v for _, v, _ in g.runs), (g.within,) * len(g.runs),
+                                                    tuple(s for _, _, s in g.runs)), g.flaky)
         return [g.standing for g in groups]
 
     with fold.lock:
@@ -237,28 +237,32 @@ def baseline_trial(study: optuna.Study) -> Any | None:
 
 def baseline_value(study: optuna.Study) -> float | None:
     """The measured value of the baseline configuration, if it completed: the mean over its runs."""
-    runs = baseline_runs(study)
-    return statistics.fmean(runs) if runs else None
+    runs = _baseline(study)
+    return runs.mean if runs.n else None
 
 
 def baseline_runs(study: optuna.Study) -> list[float]:
     """What each run of the baseline configuration measured (the study measures it in several
     processes early, to learn the between-run noise)."""
+    return list(_baseline(study).values)
+
+
+def _baseline(study: optuna.Study) -> Runs:
     measured = standings(study)
     fold = _folded(study)
     with fold.lock:
         context = fold.context
         assert context is not None  # the fold sets it
-        return list(fold.derived("baseline runs", lambda: _runs_of(fold.baseline, measured, context.index)))
+        return fold.derived("baseline runs", lambda: _runs_of(fold.baseline, measured, context.index))
 
 
-def _runs_of(t: optuna.trial.FrozenTrial | None, measured: list[Standing], index: int) -> list[float]:
+def _runs_of(t: optuna.trial.FrozenTrial | None, measured: list[Standing], index: int) -> Runs:
     if t is None:
-        return []
+        return Runs(())
     key = TrialAttrs.of(t).config_key
-    runs = next((list(s.runs.values) for s in measured if TrialAttrs.of(s.trial).config_key == key), None)
+    runs = next((s.runs for s in measured if TrialAttrs.of(s.trial).config_key == key), None)
     first = _value(t, index)
-    return runs or ([first] if first is not None else [])
+    return runs or (Runs((first,)) if first is not None else Runs(()))
 
 
 def pareto_front(study: optuna.Study) -> list[Any]:
@@ -289,8 +293,8 @@ def best_config(study: optuna.Study, name: str, prov: dict[str, Any] | None = No
     figure = ranked[0].runs.figure(noise)
     attrs, stored, names = TrialAttrs.of(t), StudyAttrs.of(study), objective_names(study)
     result = TrialResult.model_validate_json(attrs.result) if attrs.result is not None else None
-    base_runs = baseline_runs(study)
-    base = statistics.fmean(base_runs) if base_runs else None
+    base_runs = _baseline(study)
+    base = base_runs.mean if base_runs.n else None
     ratio = speedup(value, base, maximizes(study))
     plan = result.plan if result else None
     m = result.measurement if result else None
@@ -309,6 +313,7 @@ def best_config(study: optuna.Study, name: str, prov: dict[str, Any] | None = No
         launch=plan.launch if plan else None, nproc_per_node=plan.nproc_per_node if plan else 1,
         script_args=plan.script_args(list(stored.args or [])) if plan and plan.script_flags else None,
         metric=names[_preferred(study)], value=value, measurements=values,
+        measurement_seconds=_rounded(ranked[0].runs.run_seconds()),
         value_ci95_low=figure.low if math.isfinite(figure.high) else None,
         value_ci95_high=figure.high if math.isfinite(figure.high) else None,
         noise=noise_figure(measured, noise),
@@ -316,11 +321,16 @@ def best_config(study: optuna.Study, name: str, prov: dict[str, Any] | None = No
         front=[FrontPoint(trial=p.number, params=_params(p), values=_named_values(names, p))
                for p in pareto_front(study)] if len(study.directions) > 1 else [],
         throughput=m.throughput if m else None, ci95_low=m.ci95_low if m else None,
-        ci95_high=m.ci95_high if m else None, baseline_value=base, baseline_measurements=base_runs, speedup=ratio,
+        ci95_high=m.ci95_high if m else None, baseline_value=base, baseline_measurements=list(base_runs.values),
+        baseline_measurement_seconds=_rounded(base_runs.run_seconds()), speedup=ratio,
         provenance=attrs.provenance or prov or stored.provenance or {},
         cost=study_cost(stored, m.throughput if m else None),
         utilisation=_utilisation(stored, result, attrs.provenance or prov),
     )
+
+
+def _rounded(seconds: tuple[float | None, ...]) -> list[float | None]:
+    return [None if s is None else round(s, 3) for s in seconds]
 
 
 def noise_figure(measured: list[Standing], noise: RunNoise) -> Noise | None:

@@ -333,7 +333,16 @@ def test_confirm_measures_the_best_again_and_picks_the_best_mean(path, tmp_path)
         m = TrialResult.model_validate_json(TrialAttrs.of(t).result).measurement
         assert not m.pruned, "a re-measurement is measured whole"
         assert t.value != study.trials[TrialAttrs.of(t).confirms].value
-    means = {TrialAttrs.of(t).confirms: (t.value + study.trials[TrialAttrs.of(t).confirms].value) / 2 for t in again}
+    def seconds(t: optuna.trial.FrozenTrial) -> float:
+        m = TrialResult.model_validate_json(TrialAttrs.of(t).result).measurement
+        assert m is not None and m.seconds > 0
+        return m.seconds
+
+    # Each configuration's mean over its two runs, each weighed by the seconds it measured.
+    means = {}
+    for t in again:
+        first = study.trials[TrialAttrs.of(t).confirms]
+        means[first.number] = (t.value * seconds(t) + first.value * seconds(first)) / (seconds(t) + seconds(first))
     winner = max(means, key=means.get)
     assert result.best.trial == winner
     assert result.best.value == pytest.approx(means[winner])

@@ -4,6 +4,8 @@ import math
 import random
 import statistics
 
+import pytest
+
 from autotune.measurement.noise import RunNoise, Runs, ahead, margin
 
 
@@ -62,3 +64,16 @@ def test_the_bar_under_which_a_run_cannot_win_widens_with_the_noise():
     leader = Runs((1000.0, 1010.0))
     assert 0 < (margin(leader, quiet) or 0) < (margin(leader, loud) or 0) < 1
     assert margin(leader, RunNoise()) is None
+
+
+def test_a_configurations_mean_weighs_each_run_by_the_seconds_it_measured() -> None:
+    # A run of 3 s read 2,000 before the study knew its host was noisy; one of 12 s read 1,400:
+    # together, all their samples over all their seconds.
+    runs = Runs((2000.0, 1400.0), seconds=(3.0, 12.0))
+    assert runs.mean == pytest.approx((2000 * 3 + 1400 * 12) / 15)
+    assert runs.figure(RunNoise(0.02, 2)).mean == pytest.approx(1520.0)
+    assert Runs((2000.0,), seconds=(3.0,)).plus(1400.0, seconds=12.0).mean == pytest.approx(1520.0)
+    # Where a run's seconds are unknown (a metric the script reported), the runs weigh alike.
+    assert Runs((2000.0, 1400.0)).mean == pytest.approx(1700.0)
+    assert Runs((2000.0, 1400.0), seconds=(3.0, None)).mean == pytest.approx(1700.0)
+    assert Runs((2000.0,)).plus(1400.0, seconds=12.0).mean == pytest.approx(1700.0)

@@ -72,7 +72,10 @@ def test_a_real_study_measures_its_best_again(ray_cluster, tmp_path, monkeypatch
     out = Path(result.out_dir)
     best = BestConfig.model_validate_json((out / "best.json").read_text())
     assert best.trial == top.number and len(best.measurements) == 2
-    assert best.value == pytest.approx(sum(best.measurements) / 2)
+    # The mean over the two runs, each weighed by the seconds it measured: their samples over their seconds.
+    seconds = best.measurement_seconds
+    assert len(seconds) == 2 and all(s is not None and s > 0 for s in seconds), seconds
+    assert best.value == pytest.approx(sum(v * s for v, s in zip(best.measurements, seconds)) / sum(seconds), rel=1e-3)
     assert (out / "trials" / f"{top.number:04d}-again").is_dir()
     rows = list(csv.DictReader((out / "trials.csv").open()))
     assert [r["confirms"] for r in rows if r["confirms"]] == [str(top.number)]

@@ -137,10 +137,15 @@ def test_a_replayed_study_measures_its_noise_races_and_reports_the_best_as_a_mea
     assert 1 <= len(races) <= math.ceil(0.25 * 10)
     best = result.best
     assert len(best.measurements) >= 2, "the best reported is a mean over runs, not one draw"
-    assert best.value == pytest.approx(sum(best.measurements) / len(best.measurements))
+    seconds = best.measurement_seconds
+    assert len(seconds) == len(best.measurements) and all(s is not None and s > 0 for s in seconds), seconds
+    assert best.value == pytest.approx(sum(v * s for v, s in zip(best.measurements, seconds)) / sum(seconds), rel=1e-3)
     assert best.value_ci95_low < best.value < best.value_ci95_high
     assert best.noise is not None and best.noise.repeats >= 3 and best.noise.earlier_df == 0
-    assert best.baseline_value == pytest.approx(sum(best.baseline_measurements) / len(best.baseline_measurements))
+    seconds = best.baseline_measurement_seconds
+    assert len(seconds) == len(best.baseline_measurements) and all(s is not None and s > 0 for s in seconds)
+    assert best.baseline_value == pytest.approx(
+        sum(v * s for v, s in zip(best.baseline_measurements, seconds)) / sum(seconds), rel=1e-3)
     saved = json.loads((Path(result.out_dir) / "best.json").read_text())
     assert saved["measurements"] == best.measurements and saved["noise"]["spread"] == best.noise.spread
     import csv
