@@ -111,7 +111,7 @@ def run_trial(
             break
         again = process(trial_dir / "processes" / str(len(parts) + 1), left)
         walls.append(again.wall_seconds)
-        if not again.ok or again.measurement is None:
+        if not again.ok or again.measurement is None or again.measurement.seconds <= 0:
             result.notes.append(f"process {len(parts) + 1} of the run failed and is left out: "
                                 f"{again.failure.reason if again.failure else 'it measured nothing'} "
                                 f"(its log: {again.log_path})")
