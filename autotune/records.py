@@ -464,6 +464,11 @@ class Measurement(BaseModel):
         return (self.ci95_high - self.ci95_low) / 2
 
     @property
+    def rel_half_width(self) -> float:
+        """The 95% interval's half-width as a fraction of the throughput."""
+        return self.ci95_half_width / self.throughput if self.throughput > 0 else float("inf")
+
+    @property
     def seconds(self) -> float:
         """The seconds of steady steps the figure was measured over."""
         return self.steps_measured * self.samples_per_step / self.throughput if self.throughput > 0 else 0.0

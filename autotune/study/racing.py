@@ -26,7 +26,7 @@ from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
 from autotune.measurement.noise import PRIOR_DF, RunNoise, Runs, ahead, shrunk
-from autotune.records import TrialResult
+from autotune.records import Measurement, TrialResult
 from autotune.trial_attrs import StudyAttrs, TrialAttrs
 
 if TYPE_CHECKING:
@@ -58,23 +58,20 @@ class Standing:
     flaky: bool
 
 
-def within(trial: Any) -> float | None:
-    """A trial's own 95% interval of its throughput, as a relative half-width (``None`` where it gave none)."""
+def measurement_of(trial: Any) -> Measurement | None:
+    """What a trial measured (``None`` where it measured nothing)."""
     told = TrialAttrs.of(trial)
-    if told.result is None:
-        return None
-    m = TrialResult.model_validate_json(told.result).measurement
-    if m is None or not m.throughput or m.ci95_low is None or m.ci95_high is None:
-        return None
-    return (m.ci95_high - m.ci95_low) / 2 / m.throughput
+    return None if told.result is None else TrialResult.model_validate_json(told.result).measurement
 
 
-def measured_seconds(trial: Any) -> float | None:
-    """The seconds of steady steps a trial measured (``None`` where it measured none)."""
-    told = TrialAttrs.of(trial)
-    if told.result is None:
-        return None
-    m = TrialResult.model_validate_json(told.result).measurement
+def within(m: Measurement | None) -> float | None:
+    """A measurement's own 95% interval of its throughput, as a relative half-width (``None`` where
+    there is none)."""
+    return m.rel_half_width if m is not None and m.throughput else None
+
+
+def steady_seconds(m: Measurement | None) -> float | None:
+    """The seconds of steady steps a measurement was made over (``None`` where there is none)."""
     return m.seconds if m is not None and m.seconds > 0 else None
 
 

@@ -21,7 +21,7 @@ from autotune.study.outlook import FROM_THROUGHPUT, search_outlook
 from autotune.study.options import EXIT_ALL_FAILED, EXIT_OK, StudyProgress, StudyResult
 from autotune.objectives import speedup
 from autotune.study.outputs import BestConfig, FrontPoint, Noise, TrialSummary
-from autotune.study.racing import Standing, measured_seconds, prior, standing, study_noise, within
+from autotune.study.racing import Standing, measurement_of, prior, standing, steady_seconds, study_noise, within
 from autotune.trial_attrs import StudyAttrs, TrialAttrs
 
 if TYPE_CHECKING:
@@ -158,10 +158,11 @@ def _fold(fold: Folded, t: optuna.trial.FrozenTrial, context: Context) -> None:
             and not _violates_numerics(told, fold.base_losses, context.attrs):
         group = fold.groups.setdefault(key, Group())
         group.standing = None
-        bisect.insort(group.runs, (t.number, value, measured_seconds(t) if context.timed else None))
+        m = measurement_of(t) if context.timed else None
+        bisect.insort(group.runs, (t.number, value, steady_seconds(m)))
         if not again and (group.first is None or t.number < group.first.number):
             group.first = t
-            group.within = within(t) if context.timed else None
+            group.within = within(m)
     elif again:
         group = fold.groups.setdefault(key, Group())
         group.flaky, group.standing = True, None
@@ -329,8 +330,8 @@ def best_config(study: optuna.Study, name: str, prov: dict[str, Any] | None = No
     )
 
 
-def _rounded(seconds: tuple[float | None, ...]) -> list[float | None]:
-    return [None if s is None else round(s, 3) for s in seconds]
+def _rounded(each: tuple[float | None, ...]) -> list[float | None]:
+    return [None if s is None else round(s, 3) for s in each]
 
 
 def noise_figure(measured: list[Standing], noise: RunNoise) -> Noise | None:
@@ -441,7 +442,7 @@ def _summary(t: optuna.trial.FrozenTrial, context: Context, base: list[float]) -
         started_at=result.started_at if result else None, ended_at=result.ended_at if result else None,
         numerics_violated=t.state.name == "COMPLETE" and _violates_numerics(attrs, base, stored),
         losses=result.losses[:5] if result else [],
-    ), within(t) if context.timed and value else None
+    ), within(m) if context.timed and value else None
 
 
 def _usd_per_million(stored: StudyAttrs, throughput: float | None) -> float | None:

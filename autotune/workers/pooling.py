@@ -55,7 +55,7 @@ def pooled(parts: Sequence[Measurement], protocol: MeasurementProtocol) -> Measu
     total = sum(seconds)
     samples = sum(m.throughput * s for m, s in zip(parts, seconds))
     throughput = samples / total
-    rel = [(m.ci95_high - m.ci95_low) / 2 / m.throughput for m in parts]
+    rel = [m.rel_half_width for m in parts]
     half = throughput * math.sqrt(sum((s * r) ** 2 for s, r in zip(seconds, rel))) / total
     logs = [math.log(m.throughput) for m in parts]
     between = math.expm1(t975(len(parts) - 1) * statistics.stdev(logs) / math.sqrt(len(parts)))
