@@ -15,7 +15,9 @@ loop and simulated clock as ``bench/search_bench.py`` (:func:`bench.lib.simulate
   ``--strategies``);
 * ``autotune``: what ``autotune run`` does by default (the baseline and the space's known-good
   configurations first, then :class:`autotune.search.strategy.AutotuneSampler`, measurements
-  stopped once clearly behind the best);
+  stopped once clearly behind the best). The known-good configurations of a recording of a
+  built-in space are that space's as the package has them now (:func:`study_starts`), so that a
+  change to them is measured here;
 * ``by-hand``: :class:`bench.lib.by_hand.ByHandSampler` from the baseline, one knob at a
   time in the space's order, each change kept when it helps (deterministic: one run; with
   ``--noise`` its runs are drawn too, so it runs every seed like the others).
@@ -82,6 +84,7 @@ for _var in ("OPENBLAS_NUM_THREADS", "OMP_NUM_THREADS", "MKL_NUM_THREADS"):
     os.environ.setdefault(_var, "1")
 
 import argparse  # noqa: E402
+import dataclasses  # noqa: E402
 import functools  # noqa: E402
 import math  # noqa: E402
 import sys  # noqa: E402
@@ -94,7 +97,7 @@ from typing import Any  # noqa: E402
 REPO = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(REPO))
 
-from search_bench import (  # noqa: E402  (beside this file: the strategies both benches compare)
+from bench.search_bench import (  # noqa: E402  (beside this file: the strategies both benches compare)
     PRUNED,
     SEEDS,
     Strategy,
@@ -106,9 +109,10 @@ from search_bench import (  # noqa: E402  (beside this file: the strategies both
     _tpe_default,
 )
 
-from autotune.landscapes.landscape import load_landscape  # noqa: E402
+from autotune.landscapes.landscape import Landscape, load_landscape  # noqa: E402
 from autotune.landscapes.surrogate import SurrogateLandscape, held_out_error  # noqa: E402
 from autotune.search.configurations import starting_points  # noqa: E402
+from autotune.space import builtin_space  # noqa: E402
 from bench.lib.simulate import simulate  # noqa: E402
 
 WITHIN = (0.05, 0.02)
@@ -167,6 +171,18 @@ def _kwargs(text: str) -> dict[str, Any]:
     return out
 
 
+def study_starts(land: Landscape) -> list[dict[str, Any]]:
+    """What autotune's study measures first on ``land``: the baseline, then the known-good
+    configurations. Those are the strategy's, not the landscape's: a recording of a built-in space
+    (``search_spaces/<target>.yaml``) starts from that space's known-good configurations as the
+    package has them now, which may have changed since it was recorded (the header keeps the
+    space as it was); a recording of a space of its own keeps its own."""
+    space = land.space
+    if Path(str(land.header.get("space_source", ""))).name == f"{space.target}.yaml":
+        space = dataclasses.replace(space, known_good=list(builtin_space(space.target).known_good))
+    return starting_points(space)
+
+
 @functools.lru_cache(maxsize=None)
 def surrogate(path: str) -> SurrogateLandscape:
     """One surrogate per landscape and process (fitted in a second; its best found once)."""
@@ -189,7 +205,7 @@ def _one(args: tuple[str, Strategy, int, int, bool, float]) -> Outcome:
     path, strategy, seed, max_trials, noise, race = args
     land = surrogate(path)
     best = land.best().figure
-    points = {"study": starting_points(land.space), "baseline": starting_points(land.space)[:1]}.get(strategy.start, [])
+    points = {"study": study_starts(land), "baseline": study_starts(land)[:1]}.get(strategy.start, [])
     trace = simulate(land, strategy.sampler(land.space, seed), starting_points=points, max_trials=max_trials,
                      stop_at=(1 - min(WITHIN)) * best, min_trials=max(AFTER), early_stop=strategy.early_stop,
                      noise_seed=seed if noise and land.run_sigma is not None else None, race=race)
@@ -231,7 +247,7 @@ def _earlier_study(spec: str, seed: int) -> list[tuple[dict[str, Any], float | N
     from autotune.search.strategy import AutotuneSampler
 
     land = _asked_on(spec)
-    trace = simulate(land, AutotuneSampler(land.space, seed=seed), starting_points=starting_points(land.space),
+    trace = simulate(land, AutotuneSampler(land.space, seed=seed), starting_points=study_starts(land),
                      max_trials=EARLIER_TRIALS, early_stop=PRUNED)
     return [(json.loads(step.key), step.value) for step in trace.steps]
 
@@ -246,7 +262,7 @@ def _warm_one(args: tuple[str, str, int, bool, int]) -> float:
     land = surrogate(path)
     best = land.best().figure
     sampler = AutotuneSampler(land.space, seed=seed)
-    points = starting_points(land.space)
+    points = study_starts(land)
     if warm:
         results = _earlier_study(earlier, seed + 1000)
         fits = best_of(results, land.space, get_target(land.space.target).check)
