@@ -26,7 +26,7 @@ from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
 from autotune.measurement.noise import PRIOR_DF, RunNoise, Runs, ahead, shrunk
-from autotune.records import Measurement, TrialResult
+from autotune.records import Measurement
 from autotune.trial_attrs import StudyAttrs, TrialAttrs
 
 if TYPE_CHECKING:
@@ -56,12 +56,6 @@ class Standing:
     trial: Any  # optuna.trial.FrozenTrial
     runs: Runs
     flaky: bool
-
-
-def measurement_of(trial: Any) -> Measurement | None:
-    """What a trial measured (``None`` where it measured nothing)."""
-    told = TrialAttrs.of(trial)
-    return None if told.result is None else TrialResult.model_validate_json(told.result).measurement
 
 
 def within(m: Measurement | None) -> float | None:

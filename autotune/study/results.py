@@ -21,7 +21,7 @@ from autotune.study.outlook import FROM_THROUGHPUT, search_outlook
 from autotune.study.options import EXIT_ALL_FAILED, EXIT_OK, StudyProgress, StudyResult
 from autotune.objectives import speedup
 from autotune.study.outputs import BestConfig, FrontPoint, Noise, TrialSummary
-from autotune.study.racing import Standing, measurement_of, prior, standing, steady_seconds, study_noise, within
+from autotune.study.racing import Standing, prior, standing, steady_seconds, study_noise, within
 from autotune.trial_attrs import StudyAttrs, TrialAttrs
 
 if TYPE_CHECKING:
@@ -45,12 +45,15 @@ def numerics_violated(study: optuna.Study, trial: optuna.trial.FrozenTrial, base
     return _violates_numerics(TrialAttrs.of(trial), _baseline_losses(study) if base is None else base, attrs)
 
 
-def _violates_numerics(told: TrialAttrs, base: list[float], attrs: StudyAttrs) -> bool:
+def _violates_numerics(told: TrialAttrs, base: list[float], attrs: StudyAttrs,
+                       result: TrialResult | None = None) -> bool:
+    """Whether the trial's first losses left the baseline's; ``result``: its result, where the
+    caller has read it already."""
     if attrs.numerics_guard is False or told.result is None or told.config_key == attrs.baseline_key:
         return False
     if not base:  # no baseline losses to leave
         return False
-    deviation = loss_deviation(TrialResult.model_validate_json(told.result).losses, base)
+    deviation = loss_deviation((result or TrialResult.model_validate_json(told.result)).losses, base)
     tolerance = attrs.loss_tolerance
     if tolerance is None:
         tolerance = JobConfig.model_fields["loss_tolerance"].default
@@ -154,16 +157,18 @@ def _fold(fold: Folded, t: optuna.trial.FrozenTrial, context: Context) -> None:
     key = told.config_key or f"#{t.number}"
     again = told.confirms is not None
     value = _value(t, context.index) if complete else None
-    if value is not None and not told.violated and not told.idle \
-            and not _violates_numerics(told, fold.base_losses, context.attrs):
-        group = fold.groups.setdefault(key, Group())
-        group.standing = None
-        m = measurement_of(t) if context.timed else None
-        bisect.insort(group.runs, (t.number, value, steady_seconds(m)))
-        if not again and (group.first is None or t.number < group.first.number):
-            group.first = t
-            group.within = within(m)
-    elif again:
+    if value is not None and not told.violated and not told.idle:
+        result = TrialResult.model_validate_json(told.result) if told.result is not None else None
+        if not _violates_numerics(told, fold.base_losses, context.attrs, result):
+            group = fold.groups.setdefault(key, Group())
+            group.standing = None
+            m = result.measurement if result is not None and context.timed else None
+            bisect.insort(group.runs, (t.number, value, steady_seconds(m)))
+            if not again and (group.first is None or t.number < group.first.number):
+                group.first = t
+                group.within = within(m)
+            return
+    if again:
         group = fold.groups.setdefault(key, Group())
         group.flaky, group.standing = True, None
 
@@ -440,7 +445,7 @@ def _summary(t: optuna.trial.FrozenTrial, context: Context, base: list[float]) -
         if result and result.compile_stage and result.ok else None,
         placement=result.placement if result else {},
         started_at=result.started_at if result else None, ended_at=result.ended_at if result else None,
-        numerics_violated=t.state.name == "COMPLETE" and _violates_numerics(attrs, base, stored),
+        numerics_violated=t.state.name == "COMPLETE" and _violates_numerics(attrs, base, stored, result),
         losses=result.losses[:5] if result else [],
     ), within(m) if context.timed and value else None
 
