@@ -32,7 +32,7 @@ def exec_(
     """
     from autotune.study.production import load_best, run_production
 
-    run_production(load_best(best, storage), command or [], lambda line: err.print(f"autotune: {line}", highlight=False))
+    run_production(load_best(best, storage), command or [], lambda line: err.print(f"autotune: {line}", highlight=False, soft_wrap=True))
 
 
 @app.command(context_settings=_ARGS)
