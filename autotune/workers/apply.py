@@ -182,7 +182,11 @@ def _runs_script(script: str) -> bool:
 def _is_launcher() -> bool:
     """torchrun's agent (``torchrun``, ``python -m torch.distributed.run``): its ranks run the script."""
     main = Path(sys.argv[0]).name if sys.argv else ""
-    return main in ("torchrun", "run.py", "launch.py") and "torch" in (sys.argv[0] or "")
+    if main in ("torchrun", "run.py", "launch.py") and "torch" in (sys.argv[0] or ""):
+        return True
+    # ``python -m torch.distributed.run``: while the interpreter starts, sys.argv[0] is only "-m".
+    orig = getattr(sys, "orig_argv", [])
+    return any(a == "-m" and b in ("torch.distributed.run", "torch.distributed.launch") for a, b in zip(orig, orig[1:]))
 
 
 def _processes_of_this_run() -> int:

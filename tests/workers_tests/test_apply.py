@@ -189,6 +189,7 @@ def test_exec_starts_the_measured_torchrun_launch(loop: Path, tmp_path: Path) ->
     assert (tmp_path / "seen.1.json").exists()
     assert "torch.distributed.run --standalone --nproc_per_node=2" in done.stderr
     assert done.stderr.count("applying study") == 1
+    assert "warning" not in done.stderr  # the launch it measured is the launch it runs
 
 
 def test_a_plain_python_run_of_a_torchrun_best_is_warned(loop: Path, tmp_path: Path) -> None:
