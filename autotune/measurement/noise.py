@@ -135,6 +135,8 @@ class Runs:
         known: for a throughput, all their samples over all their seconds, as the processes of one
         run are added up (:mod:`autotune.workers.pooling`). A run of 3 s measured before the study
         knew its host was noisy counts for a third of one of 10 s measured after."""
+        if self.n == 1:
+            return self.values[0]  # v x s / s can be one unit in the last place off v
         weights = [s for s in self.seconds if s is not None and s > 0]
         if len(weights) == self.n and self.n:
             return sum(v * s for v, s in zip(self.values, weights)) / sum(weights)
