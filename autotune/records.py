@@ -542,6 +542,10 @@ class HarnessReport(BaseModel):
     #: Each runtime knob of the plan that needs something of the script (:data:`INTERCEPTIONS`),
     #: and whether the harness found it (a DataLoader for the batch size, the model for a cast).
     knobs_applied: dict[str, bool] = Field(default_factory=dict)
+    #: What the script itself gave its DataLoaders for the loader's knobs (``batch_size``,
+    #: ``num_workers``; the DataLoader's default where it gave none), before the configuration
+    #: replaced it: each distinct value, over every DataLoader of every process.
+    script_loader: dict[str, list[int]] = Field(default_factory=dict)
     #: The configuration's env vars that the script replaced or removed itself
     #: (``os.environ["NEURON_CC_FLAGS"] = ...``), each with where it did so (``train.py:12``).
     env_overrides: dict[str, str] = Field(default_factory=dict)
@@ -607,6 +611,8 @@ class TrialResult(BaseModel):
     notes: list[str] = Field(default_factory=list)
     #: How each parameter reached the script and whether it took effect.
     knobs: list[KnobEffect] = Field(default_factory=list)
+    #: What the script itself gave its DataLoaders (:attr:`HarnessReport.script_loader`).
+    script_loader: dict[str, list[int]] = Field(default_factory=dict)
 
     @computed_field  # type: ignore[prop-decorator]
     @property

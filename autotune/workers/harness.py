@@ -138,7 +138,7 @@ class TrialRuntime:
     def _patch_dataloader(self, torch: Any) -> None:
         from torch.utils.data.dataloader import _BaseDataLoaderIter
 
-        runtime_knobs.patch_loader(self.knobs, self.applied)
+        runtime_knobs.patch_loader(self.knobs, self.applied, self.report.script_loader)
         orig_next = _BaseDataLoaderIter.__next__
         clock_batch = self._clock_batch
 

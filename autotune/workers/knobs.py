@@ -23,8 +23,21 @@ from autotune.records import CompileSpec, RuntimeKnobs, TraceSpec
 from autotune.workers.tensors import cast_floats, input_dtype, module_device_type
 
 
-def set_loader_arguments(arguments: dict[str, Any], knobs: RuntimeKnobs, applied: set[str]) -> None:
-    """A ``DataLoader(...)`` call's bound arguments with the configuration's batch size and workers."""
+#: The DataLoader's knobs, each with the value a DataLoader given none uses.
+LOADER_DEFAULTS = {"batch_size": 1, "num_workers": 0}
+
+
+def set_loader_arguments(arguments: dict[str, Any], knobs: RuntimeKnobs, applied: set[str],
+                         own: dict[str, list[int]] | None = None) -> None:
+    """A ``DataLoader(...)`` call's bound arguments with the configuration's batch size and
+    workers. ``own`` gathers what the script gave (:attr:`HarnessReport.script_loader`) first."""
+    if own is not None:
+        for name, default in LOADER_DEFAULTS.items():
+            value = arguments.get(name, default)
+            if name == "batch_size" and (arguments.get("batch_sampler") is not None or value is None):
+                continue  # the loader batches with a sampler of its own: no batch size of its own
+            if isinstance(value, int) and value not in own.setdefault(name, []):
+                own[name].append(value)
     if knobs.batch_size is not None and arguments.get("batch_sampler") is None:
         arguments["batch_size"] = knobs.batch_size
         applied.add("batch_size")
@@ -37,8 +50,9 @@ def set_loader_arguments(arguments: dict[str, Any], knobs: RuntimeKnobs, applied
             arguments.pop("persistent_workers", None)
 
 
-def patch_loader(knobs: RuntimeKnobs, applied: set[str]) -> None:
-    """Every ``DataLoader`` made from now on takes the configuration's batch size and workers."""
+def patch_loader(knobs: RuntimeKnobs, applied: set[str], own: dict[str, list[int]] | None = None) -> None:
+    """Every ``DataLoader`` made from now on takes the configuration's batch size and workers
+    (and tells ``own`` what the script gave it)."""
     from torch.utils.data import DataLoader
 
     orig_init = DataLoader.__init__
@@ -46,7 +60,7 @@ def patch_loader(knobs: RuntimeKnobs, applied: set[str]) -> None:
 
     def init(loader: Any, *args: Any, **kwargs: Any) -> None:
         bound = signature.bind(loader, *args, **kwargs)
-        set_loader_arguments(bound.arguments, knobs, applied)
+        set_loader_arguments(bound.arguments, knobs, applied, own)
         orig_init(*bound.args, **bound.kwargs)
 
     DataLoader.__init__ = init  # type: ignore[method-assign]

@@ -224,6 +224,7 @@ def _run_process(
         result.losses = report.losses
         result.metrics = report.metrics
         result.stopped_early = report.stopped_early
+        result.script_loader = report.script_loader
         result.notes.extend(report.notes)
     if watchdog is not None:
         watchdog.signal = "SIGKILL"

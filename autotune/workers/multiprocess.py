@@ -87,6 +87,9 @@ def combine(main: HarnessReport | None, ranks: list[HarnessReport]) -> HarnessRe
     for r in ranks:  # a knob was applied where any process found what it changes
         for knob, applied in r.knobs_applied.items():
             out.knobs_applied[knob] = out.knobs_applied.get(knob, False) or applied
+        for knob, values in r.script_loader.items():
+            seen = out.script_loader.setdefault(knob, [])
+            seen.extend(v for v in values if v not in seen)
         out.notes.extend(note for note in r.notes if note not in out.notes)
     failed = next((r for r in ranks if r.failure is not None), None)
     if out.failure is None and failed is not None and failed.failure is not None:

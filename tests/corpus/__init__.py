@@ -9,6 +9,8 @@ the files as published, ``SOURCE.md`` (repository, path, commit, licence), the l
 - ``batch_size``: the samples of one step of one process, which a trial must report as
   ``samples_per_step`` (each rank's, where the script trains in ``processes`` processes at once);
 - ``args``: arguments that keep it short (epochs, data sizes), the same for a trial and a plain run;
+- ``script_loader``: what it gives its DataLoaders itself under those arguments (each knob's
+  distinct values, sorted; ``{}`` where it makes none), as a trial must report it;
 - ``env``: environment variables a user of this torch needs for it (none where it runs as it is);
 - ``flags``: parameters the script takes as flags of its own, ``{batch_size = "--batch-size"}``,
   which a study gives it as its user would (``autotune run --arg batch_size=--batch-size``);
@@ -159,6 +161,8 @@ class Entry:
     data: tuple[DataSet, ...] = ()
     dirs: tuple[str, ...] = ()
     flags: dict[str, str] = field(default_factory=dict)
+    #: What the script gives its DataLoaders itself, each knob's distinct values sorted.
+    script_loader: dict[str, list[int]] = field(default_factory=dict)
 
     @classmethod
     def load(cls, folder: Path) -> Entry:
@@ -168,7 +172,7 @@ class Entry:
                    args=tuple(raw.get("args", ())),
                    figure=OwnFigure(**raw["figure"]), env=dict(raw.get("env", {})),
                    data=tuple(DataSet(**d) for d in raw.get("data", ())), dirs=tuple(raw.get("dirs", ())),
-                   flags=dict(raw.get("flags", {})))
+                   flags=dict(raw.get("flags", {})), script_loader=dict(raw["script_loader"]))
 
     @property
     def source(self) -> str:

@@ -52,6 +52,9 @@ def test_autotune_trial_measures_the_script(entry: Entry, tmp_path: Path) -> Non
     assert result.status == "ok", f"{result.failure}\n{result.log_tail[-2000:]}"
     assert result.measurement is not None
     assert result.measurement.samples_per_step == pytest.approx(entry.batch_size * entry.processes)
+    # What the script gave its DataLoaders itself: where every loader got one value, a study
+    # measures a configuration setting it so once, as its baseline.
+    assert {k: sorted(v) for k, v in result.script_loader.items()} == entry.script_loader
     if entry.processes > 1:
         assert len(result.ranks) == entry.processes
         for rank in result.ranks:

@@ -110,6 +110,8 @@ def test_batch_size_override_reaches_the_data_loader(plain_trial: TrialResult) -
     log = full_log(plain_trial)
     assert "loader batch_size=16 num_workers=0" in log
     assert "first batch: 16 samples from worker -1" in log
+    # What the script gave its DataLoader itself, before the configuration replaced it.
+    assert plain_trial.script_loader == {"batch_size": [8], "num_workers": [0]}
 
 
 def test_first_losses_are_recorded(plain_trial: TrialResult) -> None:
@@ -168,6 +170,7 @@ def test_num_workers_override(run_script: RunScript, plain_loop: Path) -> None:
     log = full_log(result)
     assert "loader batch_size=8 num_workers=2" in log
     assert re.search(r"first batch: 8 samples from worker [01]\b", log), log
+    assert result.script_loader == {"batch_size": [8], "num_workers": [0]}
 
 
 UNEVEN_WARMUP = """
