@@ -88,6 +88,30 @@ class SearchSpace:
         space.known_good = list(self.known_good)
         return space
 
+    def same_as_script(self, values: dict[str, Any]) -> SearchSpace:
+        """A copy of this space in which setting a parameter to the script's own value (``values``:
+        what a run of the script showed it uses, its DataLoader's ``batch_size``) is the same run
+        as leaving it unset (``unset_is``), so the two are measured once. Only a parameter left to
+        the script by default, set the target's way (not a flag of the script's, which may mean
+        something else), that knows no ``unset_is`` yet and that no ``when`` condition names
+        learns its value; one the space cannot take is ignored."""
+        named = {dep for p in self.parameters.values() for dep in p.when}
+        parameters = dict(self.parameters)
+        for name, value in values.items():
+            p = parameters.get(name)
+            if p is None or p.default is not None or p.arg is not None or p.unset_is is not None or name in named:
+                continue
+            try:
+                coerced = p.coerce(value)
+            except InvalidConfigError:
+                continue
+            if coerced is not None and (p.choices is None or coerced in p.choices):
+                parameters[name] = replace(p, unset_is=coerced)
+        if parameters == self.parameters:
+            return self
+        return SearchSpace(self.target, parameters, self.platform, self.description, dict(self.fixed),
+                           list(self.known_good), self.source)
+
     def with_flags(self, flags: dict[str, str]) -> SearchSpace:
         """A copy of this space whose named parameters are given to the script as these flags of
         its own (``--arg batch_size=--batch_size``), in place of the target's way. What leaving such

@@ -33,7 +33,7 @@ from autotune.execution.pool import TrialPool
 from autotune.objectives import Constraint, objective
 from autotune.records import TrialResult
 from autotune.search.samplers import make_sampler
-from autotune.space import SearchSpace
+from autotune.space import SearchSpace, config_key
 from autotune.space.processes import most_processes, with_processes
 from autotune.study.claims import Claims
 from autotune.study.costing import StudyCost
@@ -233,8 +233,11 @@ class Study:
                                self.target.check, self.notes)
         for told in study.get_trials(deepcopy=False, states=(optuna.trial.TrialState.COMPLETE,
                                                              optuna.trial.TrialState.FAIL)):
-            if TrialAttrs.of(told).idle:  # a resumed study: what its trials showed still holds
-                self._hold_idle_knobs(told.number, TrialResult.model_validate_json(TrialAttrs.of(told).result or ""))
+            attrs = TrialAttrs.of(told)
+            if attrs.idle:  # a resumed study: what its trials showed still holds
+                self._hold_idle_knobs(told.number, TrialResult.model_validate_json(attrs.result or ""))
+            if attrs.config_key == config_key(self.baseline_params) and attrs.result and attrs.duplicate_of is None:
+                self._learn_script_values(told.number, TrialResult.model_validate_json(attrs.result))
         optuna.storages.fail_stale_trials(study)
         enqueue_starting_points(study, self.space, self.baseline_params, self.warm, self.starting_points)
         pool, trials, done = self._pool(started_ray)
@@ -299,9 +302,15 @@ class Study:
             self.notes.append(f"{self.loop.stopped}. Every configuration would fail the same way, so the study asks "
                               "for no more trials; the same command continues it once the data is there")
         self._hold_idle_knobs(number, result)
+        self._learn_script_values(number, result)
 
     def _hold_idle_knobs(self, number: int, result: TrialResult) -> None:
         self.notes.extend(self.requests.hold_idle_knobs(number, result, self.baseline_params, self.study.sampler))
+
+    def _learn_script_values(self, number: int, result: TrialResult) -> None:
+        """The baseline's run shows what the script gives its DataLoaders when they are left unset."""
+        if result.ok and config_key(result.plan.params) == config_key(self.baseline_params):
+            self.notes.extend(self.requests.same_as_script(number, result, self.study.sampler))
 
     # -- results -----------------------------------------------------------------------------
     def result(self) -> StudyResult:

@@ -62,6 +62,27 @@ class TrialRequests:
                 + ("the script's own value" if held[name] is None else f"{name}={held[name]}")
                 for name, detail in idle.items()]
 
+    def same_as_script(self, number: int, result: TrialResult, sampler: optuna.samplers.BaseSampler) -> list[str]:
+        """Learn from trial ``number`` what the script gives its DataLoaders itself, where it gave
+        every one of them the same: setting a knob to that value is the same run as leaving it
+        unset, in the space and in ``sampler``, so the study measures it once (the two measured
+        apart would read as two configurations, and the better of them as noise). Returns what
+        the study's notes should say, once."""
+        own = {name: values[0] for name, values in result.script_loader.items() if len(values) == 1}
+        space = self.space.same_as_script(own)
+        if space is self.space:
+            return []
+        learned = {name: p.unset_is for name, p in space.parameters.items()
+                   if p.unset_is is not None and self.space.parameters[name].unset_is is None}
+        self.space = space
+        same = getattr(sampler, "same_as_unset", None)  # autotune's sampler; Optuna's are told duplicates
+        if same is not None:
+            same(learned)
+        shown = " and ".join(f"{name} {value}" for name, value in learned.items())
+        return [f"trial {number} shows the script's own DataLoader {shown}: a configuration that sets "
+                f"{'it' if len(learned) == 1 else 'them'} so is the same run as one that leaves "
+                f"{'it' if len(learned) == 1 else 'them'} unset, and is measured once"]
+
     def plan(self, params: dict[str, Any]) -> TrialPlan:
         """``params`` as a trial applies them in the caller's environment: the target adds its flags
         to the caller's (theirs kept, its own winning on the same flag) and keeps a device the caller

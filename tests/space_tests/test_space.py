@@ -440,3 +440,37 @@ def test_a_parameter_held_unset_takes_the_parameters_that_need_it_out_of_the_spa
         """), "space.yaml")
     held = space.restrict({"mode": None})
     assert set(held.parameters) == {"freezing"} and held.parameters["freezing"].when == {}
+
+
+LOADER_SPACE = """
+target: inductor
+parameters:
+  batch_size: {type: int, choices: [16, 32, 64]}
+  num_workers: {type: int, choices: [0, 1, 2]}
+  prefetch_factor: {type: int, choices: [2, 4], when: {num_workers: [1, 2]}}
+  mode: {type: categorical, choices: [eager, default], default: eager}
+"""
+
+
+def test_the_scripts_own_loader_values_are_the_same_run_as_leaving_them_unset() -> None:
+    space = parse_space(LOADER_SPACE, "space.yaml")
+    assert space.validate({"batch_size": 32}) == {"batch_size": 32}
+    learned = space.same_as_script({"batch_size": 32, "num_workers": 0, "mode": "eager", "threads": 4})
+    # The script's own batch size is leaving it unset; another is a configuration of its own.
+    assert learned.validate({"batch_size": 32, "mode": "eager"}) == learned.validate({"mode": "eager"})
+    assert learned.validate({"batch_size": 64}) == {"batch_size": 64}
+    # num_workers is named by prefetch_factor's condition: leaving it unset is not the same there.
+    assert learned.parameters["num_workers"].unset_is is None
+    # mode has a default of its own: the baseline sets it, so the script's value says nothing.
+    assert learned.parameters["mode"].unset_is is None
+    assert learned.defaults() == space.defaults()
+    assert len({config_key(c) for c in enumerate_space(learned)}) < len(enumerate_space(space))
+    # A value the space cannot take, or one it knows already, changes nothing.
+    assert space.same_as_script({"batch_size": 128}) is space
+    assert learned.same_as_script({"batch_size": 16}) is learned
+
+
+def test_a_batch_size_given_as_the_scripts_flag_learns_nothing_from_its_loader() -> None:
+    # The flag may mean a global batch that the script divides among its processes.
+    space = parse_space(LOADER_SPACE, "space.yaml").with_flags({"batch_size": "--batch-size"})
+    assert space.same_as_script({"batch_size": 32}) is space

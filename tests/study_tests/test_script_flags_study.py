@@ -130,6 +130,38 @@ def test_knobs_a_trial_shows_never_reached_the_script_are_not_searched_any_more(
     assert result.best.trial == 0, "a trial whose knobs never acted measured the baseline: never the best"
 
 
+LOADER_SPACE = """
+target: inductor
+parameters:
+  batch_size: {type: int, choices: [16, 32]}
+  num_workers: {type: int, choices: [0, 1]}
+  mode: {type: categorical, choices: [eager], default: eager}
+"""
+
+
+def test_the_scripts_own_loader_values_are_measured_once(tmp_path, monkeypatch) -> None:
+    # tiny_train.py gives its DataLoader batch_size 32 and no workers unless told otherwise: a
+    # configuration that sets them so is its baseline's run under another name. Of the 9 ways to
+    # name the two knobs, 4 are different runs.
+    monkeypatch.chdir(tmp_path)
+    (tmp_path / "space.yaml").write_text(LOADER_SPACE)
+    pool = InProcessPool(None)
+
+    result = tune_on(pool, SCRIPTS / "tiny_train.py", "--steps", "100000", trials=9, target="inductor",
+                     space="space.yaml", seed=0, race=0,
+                     protocol=MeasurementProtocol(max_measure_seconds=1.0, max_measure_steps=400))
+    ran = pool.results
+    assert ran[0].plan.params == {"mode": "eager"} and ran[0].script_loader == {"batch_size": [32], "num_workers": [0]}
+    for r in ran[1:]:
+        assert r.ok, r.failure
+        assert r.plan.params.get("batch_size") != 32 and r.plan.params.get("num_workers") != 0, r.plan.params
+    assert len({config_key(r.plan.params) for r in ran}) == len(ran) == 4, [r.plan.params for r in ran]
+    shown = [n for n in result.notes if "the script's own DataLoader" in n]
+    assert shown == ["trial 0 shows the script's own DataLoader batch_size 32 and num_workers 0: a configuration "
+                     "that sets them so is the same run as one that leaves them unset, and is measured once"]
+    assert result.outlook.verdict == "exhausted", result.outlook
+
+
 def test_only_a_trial_that_ran_shows_a_knob_never_reaches_the_script(tmp_path) -> None:
     # A script that failed may have failed before it made its DataLoader: that says nothing of
     # whether the batch size reaches it.
