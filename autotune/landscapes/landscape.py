@@ -139,10 +139,11 @@ class Landscape:
 
     def __post_init__(self) -> None:
         # A configuration measured more than once (--repeat) answers with the mean of its runs, as
-        # best() ranks it.
+        # best() ranks it; so do the records of what the space calls the same run (``unset_is``).
+        self._space = self._parse_space() if "space_yaml" in self.header else None
         runs: dict[str, list[ConfigRecord]] = {}
         for r in self.records:
-            runs.setdefault(r.key, []).append(r)
+            runs.setdefault(self._key(r.params), []).append(r)
         self.by_key = {}
         for key, rs in runs.items():
             ok = [r for r in rs if r.ok]
@@ -158,7 +159,19 @@ class Landscape:
 
     @property
     def space(self) -> SearchSpace:
-        return parse_space(self.header["space_yaml"], self.header.get("space_source", self.path))
+        """The recorded space; where the header has ``script_loader`` (what the baseline's run
+        showed the script gives its DataLoaders itself), setting a knob to that value is the same
+        run as leaving it unset (:meth:`~autotune.space.SearchSpace.same_as_script`)."""
+        if self._space is None:
+            raise AutotuneError(f"landscape {self.path} has no space in its header")
+        return self._space
+
+    def _key(self, params: dict[str, Any]) -> str:
+        return config_key(params if self._space is None else canonical(self._space, params))
+
+    def _parse_space(self) -> SearchSpace:
+        space = parse_space(self.header["space_yaml"], self.header.get("space_source", self.path))
+        return space.same_as_script(dict(self.header.get("script_loader") or {}))
 
     @property
     def compile_cache_persists(self) -> bool:
@@ -201,7 +214,7 @@ class Landscape:
         return ranked[0][0]
 
     def get(self, params: dict[str, Any]) -> ConfigRecord:
-        key = config_key(params)
+        key = self._key(params)
         try:
             return self.by_key[key]
         except KeyError:

@@ -107,12 +107,11 @@ def record(o: RecordOptions, on_config: Callable[[ConfigRecord, int], None] | No
     out.parent.mkdir(parents=True, exist_ok=True)
     cache_root = Path(o.cache) if o.cache else Path(".autotune") / "landscapes" / out.stem
     trials_dir = Path(o.trials_dir) if o.trials_dir else cache_root / "trials"
-    done: set[str] = set()
+    earlier: list[ConfigRecord] = []
     if out.exists() and out.stat().st_size:
         existing = load_landscape(out)
         _check_same_recording(existing.header, o, target.name)
-        # What the space calls the same run now (``unset_is``) was recorded once already.
-        done = {config_key(canonical(space, r.params)) for r in existing.records}
+        earlier = existing.records
         _drop_torn_line(out)
         header = dict(existing.header)
         if o.sample is not None and (existing.header.get("configurations") != len(configs)
@@ -141,12 +140,24 @@ def record(o: RecordOptions, on_config: Callable[[ConfigRecord, int], None] | No
         with open(out, "w") as fh:
             fh.write(json.dumps(header, sort_keys=True) + "\n")
     recorded = 0
+    space = space.same_as_script(dict(header.get("script_loader") or {}))
+    # What the space calls the same run now (``unset_is``) was recorded once already.
+    done = {config_key(canonical(space, r.params)) for r in earlier}
+    baseline = config_key(space.defaults())
 
     def run(index: int, params: dict[str, Any], run_name: str | None = None) -> None:
-        nonlocal recorded
+        nonlocal recorded, space
         plan = plan_for(target, space, params, cache_root=str(cache_root.resolve()))
         result = run_trial(plan, script, o.args, trial_dir=trials_dir / (run_name or f"{index:04d}"),
                            limits=TrialLimits(timeout_s=o.trial_timeout), protocol=o.protocol)
+        if result.ok and config_key(params) == baseline and "script_loader" not in header:
+            # What the script gives its DataLoaders itself: the same run as leaving them unset.
+            own = {name: values[0] for name, values in result.script_loader.items() if len(values) == 1}
+            if space.same_as_script(own) is not space:
+                header["script_loader"] = own
+                _rewrite_header(out, header)
+                space = space.same_as_script(own)
+        done.add(config_key(canonical(space, params)))
         rec = ConfigRecord.from_result(index, params, result)
         with open(out, "a") as fh:  # one line per configuration, written whole: a kill loses one trial
             fh.write(json.dumps(rec.to_json(), sort_keys=True) + "\n")
@@ -157,7 +168,7 @@ def record(o: RecordOptions, on_config: Callable[[ConfigRecord, int], None] | No
             on_config(rec, len(configs) + (o.refine or 0))
 
     for index, params in enumerate(configs):
-        if config_key(params) in done:
+        if config_key(canonical(space, params)) in done:
             continue
         if o.limit is not None and recorded >= o.limit:
             return load_landscape(out)

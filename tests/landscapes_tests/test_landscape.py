@@ -82,6 +82,26 @@ def test_a_recording_continues_where_it_stopped_and_keeps_failures(tmp_path, mon
         record(RecordOptions(script=TINY, target="inductor", space=other, out=out))
 
 
+@pytest.mark.slow
+def test_a_recording_runs_the_scripts_own_loader_values_once_and_keeps_them(tmp_path, monkeypatch) -> None:
+    # tiny_train.py batches by 32 unless told: after its baseline, batch_size 32 is that run again.
+    monkeypatch.chdir(tmp_path)
+    space_file = tmp_path / "space.yaml"
+    space_file.write_text("target: inductor\nparameters:\n  batch_size: {type: int, choices: [16, 32]}\n"
+                          "  mode: {type: categorical, choices: [eager], default: eager}\n")
+    out = tmp_path / "own.jsonl"
+    land = record(RecordOptions(script=TINY, target="inductor", space=space_file, out=out, args=["--steps", "3000"],
+                                trial_timeout=120, protocol=MeasurementProtocol(max_measure_seconds=1.0, min_windows=2)))
+    assert [r.params for r in land.records] == [{"mode": "eager"}, {"batch_size": 16, "mode": "eager"}]
+    assert land.header["script_loader"] == {"batch_size": 32, "num_workers": 0}
+    # Read back, the header's values are the space's: the unrecorded name answers with its run.
+    again = load_landscape(out)
+    assert again.get({"batch_size": 32, "mode": "eager"}) is again.get({"mode": "eager"})
+    assert again.space.parameters["batch_size"].unset_is == 32
+    assert len(record(RecordOptions(script=TINY, target="inductor", space=space_file, out=out,
+                                    args=["--steps", "3000"])).records) == 2, "continued: nothing left to run"
+
+
 WIDE = """\
 target: inductor
 parameters:
