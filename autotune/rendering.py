@@ -111,6 +111,9 @@ def render_trial(result: TrialResult, console: Console) -> None:
     knobs = {k: v for k, v in plan.knobs.model_dump().items() if v not in (None, False)}
     if knobs:
         t.add_row("runtime knobs", ", ".join(f"{k}={v}" for k, v in knobs.items()))
+    if result.script_loader:
+        t.add_row("script's DataLoader", ", ".join(f"{k} {' and '.join(str(v) for v in vs)}"
+                                                   for k, vs in result.script_loader.items()))
     if plan.launch:
         batch = plan.knobs.batch_size
         t.add_row("launch", plan.launch + (f"  (batch {batch} per process, {batch * plan.nproc_per_node} "

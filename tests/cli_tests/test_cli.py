@@ -63,6 +63,7 @@ def test_json_output_is_one_trial_result(tmp_path: Path) -> None:
     assert result.plan.params == {"batch_size": 16}
     assert result.measurement is not None and result.measurement.throughput > 0
     assert result.measurement.samples_per_step == 16
+    assert result.script_loader == {"batch_size": [32], "num_workers": [0]}, "the script's own, before the 16"
     assert result.stopped_early
     assert result.log_path == str(tmp_path / "trial" / "trial.log")
     assert "Traceback" not in proc.stderr
@@ -77,6 +78,7 @@ def test_human_output(tmp_path: Path, write_script) -> None:
     assert row(out, "status") == "ok"
     assert row(out, "target") == "inductor"
     assert row(out, "parameters") == "(the script's own)"
+    assert row(out, "script's DataLoader") == "batch_size 8, num_workers 0"
     throughput = row(out, "throughput")
     m = re.match(r"([\d,.]+) samples/s\s+\(95% CI ([\d,.]+) \.\. ([\d,.]+)", throughput)
     assert m, throughput
