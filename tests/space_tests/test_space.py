@@ -98,7 +98,7 @@ def test_inductor_space(inductor: SearchSpace) -> None:
     assert inductor.target == "inductor"
     assert inductor.parameters["mode"].choices[0] == "eager"
     assert inductor.defaults() == {"precision": "fp32"}
-    assert inductor.known_good == [{"mode": "default"}]
+    assert inductor.known_good == [{"mode": "default"}, {"batch_size": 64}]
 
 
 def test_unknown_builtin_space_lists_the_known_ones() -> None:
