@@ -2,7 +2,7 @@
 configuration of a space of at most ``max_enumerated``; of a larger one, ``RANDOM_CANDIDATES``
 random ones, the neighbours of the best measured and, with a trust region, the configurations two
 knobs from the best. Either way only those with the pinned parameters at their values
-(:meth:`AutotuneSampler.pin`)."""
+(:meth:`AutotuneSampler.pin`), each once in its unset form (:meth:`AutotuneSampler.same_as_unset`)."""
 
 from __future__ import annotations
 
@@ -21,14 +21,16 @@ RANDOM_CANDIDATES = 2000
 
 
 class Candidates:
-    """The candidates of one sampler: ``pinned`` is its own dict of pinned parameters, read at
+    """The candidates of one sampler: ``pinned`` is its own dict of pinned parameters and
+    ``unset_is`` of the values that are the same run as leaving their parameter unset, each read at
     each call; ``local_patience``: whether it keeps a trust region."""
 
-    def __init__(self, encoding: Encoding, pinned: dict[str, Any], *, max_enumerated: int,
-                 local_patience: int | None) -> None:
+    def __init__(self, encoding: Encoding, pinned: dict[str, Any], unset_is: dict[str, Any] | None = None, *,
+                 max_enumerated: int, local_patience: int | None) -> None:
         self.encoding = encoding
         self.space = encoding.space
         self.pinned = pinned
+        self.unset_is = {} if unset_is is None else unset_is
         self.max_enumerated = max_enumerated
         self.local_patience = local_patience
         self._enumerated: list[dict[str, Any]] | None = None
@@ -40,9 +42,12 @@ class Candidates:
             size = math.prod(self.encoding.sizes) if self.encoding.sizes else 1
             self._enumerated = enumerate_space(self.space) if size <= self.max_enumerated else []
         found = self._enumerated or self._sampled(history, rng, maximize)
-        if not self.pinned:
+        if self.pinned:
+            found = [c for c in found if all(c.get(k) == v for k, v in self.pinned.items())]
+        if not self.unset_is:
             return found
-        return [c for c in found if all(c.get(k) == v for k, v in self.pinned.items())]
+        unset = ({k: v for k, v in c.items() if self.unset_is.get(k, ...) != v} for c in found)
+        return list({config_key(c): c for c in unset}.values())
 
     def _sampled(self, history: list[Any], rng: np.random.Generator, maximize: bool) -> list[dict[str, Any]]:
         """A large space: random configurations, the neighbours of the best ones measured, and with

@@ -108,7 +108,7 @@ class AutotuneSampler(BaseSampler):
         self.pinned: dict[str, Any] = {}
         #: Parameters whose value here is the same run as leaving them unset, see :meth:`same_as_unset`.
         self.unset_is: dict[str, Any] = {}
-        self.candidates = Candidates(self.encoding, self.pinned, max_enumerated=MAX_ENUMERATED,
+        self.candidates = Candidates(self.encoding, self.pinned, self.unset_is, max_enumerated=MAX_ENUMERATED,
                                      local_patience=local_patience)
         #: Earlier studies' results (:meth:`warm`): configurations of this space and their values.
         self.prior: list[tuple[dict[str, Any], float]] = []
@@ -156,22 +156,8 @@ class AutotuneSampler(BaseSampler):
 
     def same_as_unset(self, values: dict[str, Any]) -> None:
         """Setting these parameters to these values is the same run as leaving them unset (the
-        study found them to be the script's own): a configuration is proposed in its unset form,
-        and one measured already under the other name is not proposed again."""
+        study found them to be the script's own): candidates take their unset form."""
         self.unset_is.update(values)
-
-    def _unset_form(self, config: dict[str, Any]) -> dict[str, Any]:
-        return {k: v for k, v in config.items() if k not in self.unset_is or v != self.unset_is[k]}
-
-    def _fresh(self, candidates: list[dict[str, Any]], taken: set[str]) -> list[dict[str, Any]]:
-        """The candidates not measured, running or picked already, each once, in their unset form."""
-        out: dict[str, dict[str, Any]] = {}
-        for c in candidates:
-            c = self._unset_form(c)
-            key = config_key(c)
-            if key not in taken:
-                out.setdefault(key, c)
-        return list(out.values())
 
     def warm(self, results: Sequence[tuple[dict[str, Any], float | None]],
              starts: Sequence[dict[str, Any]] = ()) -> None:
@@ -194,9 +180,8 @@ class AutotuneSampler(BaseSampler):
 
         maximize = study.direction == optuna.study.StudyDirection.MAXIMIZE
         history, in_flight = measured_history(study, self._read_of(study))
-        taken = {config_key(self._unset_form(c)) for c in [*(c for c, *_ in history), *self._picked.values()]} \
-            | in_flight
-        candidates = self._fresh(self.candidates.of(history, self.rng, maximize), taken)
+        taken = {config_key(c) for c, *_ in history} | {config_key(c) for c in self._picked.values()} | in_flight
+        candidates = [c for c in self.candidates.of(history, self.rng, maximize) if config_key(c) not in taken]
         if not candidates:
             done = [(c, v) for c, v, _ in history if v is not None]
             if done:
@@ -248,8 +233,8 @@ class AutotuneSampler(BaseSampler):
         X = self.encoding.encode([c for c, *_ in history])
         if ok.sum() < 2 and not self._prior_informs(X, ok, values, maximize):
             return None
-        taken = {config_key(self._unset_form(c)) for c, *_ in history} | in_flight
-        candidates = self._fresh(self.candidates.of(history, self.rng, maximize), taken)
+        taken = {config_key(c) for c, *_ in history} | in_flight
+        candidates = [c for c in self.candidates.of(history, self.rng, maximize) if config_key(c) not in taken]
         if not candidates:
             return 0.0
         Xc = self.encoding.encode(candidates)

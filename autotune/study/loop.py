@@ -233,11 +233,9 @@ class Study:
                                self.target.check, self.notes)
         for told in study.get_trials(deepcopy=False, states=(optuna.trial.TrialState.COMPLETE,
                                                              optuna.trial.TrialState.FAIL)):
-            attrs = TrialAttrs.of(told)
-            if attrs.idle:  # a resumed study: what its trials showed still holds
-                self._hold_idle_knobs(told.number, TrialResult.model_validate_json(attrs.result or ""))
-            if attrs.config_key == config_key(self.baseline_params) and attrs.result and attrs.duplicate_of is None:
-                self._learn_script_values(told.number, TrialResult.model_validate_json(attrs.result))
+            attrs = TrialAttrs.of(told)  # a resumed study: what its trials showed still holds
+            if attrs.idle or (attrs.config_key == config_key(self.baseline_params) and attrs.result):
+                self._learn_from(told.number, TrialResult.model_validate_json(attrs.result or ""), stored=True)
         optuna.storages.fail_stale_trials(study)
         enqueue_starting_points(study, self.space, self.baseline_params, self.warm, self.starting_points)
         pool, trials, done = self._pool(started_ray)
@@ -293,24 +291,17 @@ class Study:
             kept.write_prior(study)
         return Racing.of(self.o.race, self.o.trials, prior(study))
 
-    def _learn_from(self, number: int, result: TrialResult) -> None:
+    def _learn_from(self, number: int, result: TrialResult, stored: bool = False) -> None:
         """What a trial's result says of the study beyond its value: knobs that never reach the
-        script, or a script that cannot run here at all."""
-        if result.failure is not None and result.failure.category.stops_study \
+        script, the script's own DataLoader values (the baseline's), or a script that cannot run
+        here at all (``stored``: a trial of the study before this run, which stopped nothing)."""
+        if not stored and result.failure is not None and result.failure.category.stops_study \
                 and self.loop is not None and not self.loop.stopped:
             self.loop.stopped = f"trial {number} failed: {result.failure.reason}"
             self.notes.append(f"{self.loop.stopped}. Every configuration would fail the same way, so the study asks "
                               "for no more trials; the same command continues it once the data is there")
-        self._hold_idle_knobs(number, result)
-        self._learn_script_values(number, result)
-
-    def _hold_idle_knobs(self, number: int, result: TrialResult) -> None:
         self.notes.extend(self.requests.hold_idle_knobs(number, result, self.baseline_params, self.study.sampler))
-
-    def _learn_script_values(self, number: int, result: TrialResult) -> None:
-        """The baseline's run shows what the script gives its DataLoaders when they are left unset."""
-        if result.ok and config_key(result.plan.params) == config_key(self.baseline_params):
-            self.notes.extend(self.requests.same_as_script(number, result, self.study.sampler))
+        self.notes.extend(self.requests.same_as_script(number, result, self.baseline_params, self.study.sampler))
 
     # -- results -----------------------------------------------------------------------------
     def result(self) -> StudyResult:

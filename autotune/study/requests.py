@@ -8,7 +8,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from autotune.records import CompileRequest, MeasurementProtocol, TrialPlan, TrialRequest, TrialResult
-from autotune.space import SearchSpace, compile_key
+from autotune.space import SearchSpace, compile_key, config_key
 from autotune.study.compile_stage import compile_job
 from autotune.study.options import StudyOptions
 from autotune.targets import Target
@@ -62,12 +62,15 @@ class TrialRequests:
                 + ("the script's own value" if held[name] is None else f"{name}={held[name]}")
                 for name, detail in idle.items()]
 
-    def same_as_script(self, number: int, result: TrialResult, sampler: optuna.samplers.BaseSampler) -> list[str]:
-        """Learn from trial ``number`` what the script gives its DataLoaders itself, where it gave
-        every one of them the same: setting a knob to that value is the same run as leaving it
-        unset, in the space and in ``sampler``, so the study measures it once (the two measured
-        apart would read as two configurations, and the better of them as noise). Returns what
-        the study's notes should say, once."""
+    def same_as_script(self, number: int, result: TrialResult, baseline: dict[str, Any],
+                       sampler: optuna.samplers.BaseSampler) -> list[str]:
+        """Learn from trial ``number``, where it ran the ``baseline``, what the script gives its
+        DataLoaders itself, where it gave every one of them the same: setting a knob to that value
+        is the same run as leaving it unset, in the space and in ``sampler``, so the study measures
+        it once (the two measured apart would read as two configurations, and the better of them
+        as noise). Returns what the study's notes should say, once."""
+        if not result.ok or config_key(result.plan.params) != config_key(baseline):
+            return []
         own = {name: values[0] for name, values in result.script_loader.items() if len(values) == 1}
         space = self.space.same_as_script(own)
         if space is self.space:

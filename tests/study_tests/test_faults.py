@@ -99,13 +99,14 @@ def test_a_script_whose_data_is_missing_stops_the_study_at_its_first_trial(ray_c
                                           "data set is not where the script reads it")
     assert any("Every configuration would fail the same way" in note for note in result.notes)
     # Once the data is there, the same command continues the study, and the baseline the first
-    # run could not measure is measured now, not answered from its failure.
+    # run could not measure is measured now, not answered from its failure: after the two
+    # known-good configurations that were waiting (the baseline is queued again behind them).
     write_mnist(tmp_path / "data-that-is-not-here", train=512, test=64)
-    again = tune(SCRIPTS / "no_data.py", trials=2, target="inductor", workers=1, trial_timeout=60, seed=0,
+    again = tune(SCRIPTS / "no_data.py", trials=3, target="inductor", workers=1, trial_timeout=60, seed=0,
                  study="no-data")
     assert again.exit_code == 0 and again.baseline_value is not None and again.best is not None
     measured = [t for t in again.trials if t.state == "COMPLETE"]
-    assert len(measured) == 2 and all(t.duplicate_of is None for t in measured)
+    assert len(measured) == 3 and all(t.duplicate_of is None for t in measured)
     assert trial.params in [t.params for t in measured]
 
 

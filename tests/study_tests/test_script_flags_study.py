@@ -181,9 +181,9 @@ def test_only_a_trial_that_ran_shows_a_knob_never_reaches_the_script(tmp_path) -
     idle = [KnobEffect(param="batch_size", value=16, took_effect=False, detail="the script made no DataLoader")]
     failed = TrialResult(status="failed", plan=plan, knobs=idle,
                          failure=Failure(category=FailureCategory.crash, reason="died at start"))
-    study._hold_idle_knobs(1, failed)
+    study._learn_from(1, failed)
     assert "batch_size" in study.space.parameters and not study.notes
-    study._hold_idle_knobs(2, TrialResult(status="ok", plan=plan, knobs=idle))
+    study._learn_from(2, TrialResult(status="ok", plan=plan, knobs=idle))
     assert "batch_size" not in study.space.parameters
     assert study.study.sampler.pinned == {"batch_size": None}
     assert study.notes == ["batch_size never reached the script (trial 2: the script made no DataLoader); the rest "
