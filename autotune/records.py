@@ -614,6 +614,11 @@ class TrialResult(BaseModel):
     #: What the script itself gave its DataLoaders (:attr:`HarnessReport.script_loader`).
     script_loader: dict[str, list[int]] = Field(default_factory=dict)
 
+    @property
+    def script_loader_values(self) -> dict[str, int]:
+        """Each loader knob the script gave every one of its DataLoaders one value of, that value."""
+        return {name: values[0] for name, values in self.script_loader.items() if len(values) == 1}
+
     @computed_field  # type: ignore[prop-decorator]
     @property
     def warnings(self) -> list[str]:

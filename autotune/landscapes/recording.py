@@ -152,11 +152,11 @@ def record(o: RecordOptions, on_config: Callable[[ConfigRecord, int], None] | No
                            limits=TrialLimits(timeout_s=o.trial_timeout), protocol=o.protocol)
         if result.ok and config_key(params) == baseline and "script_loader" not in header:
             # What the script gives its DataLoaders itself: the same run as leaving them unset.
-            own = {name: values[0] for name, values in result.script_loader.items() if len(values) == 1}
-            if space.same_as_script(own) is not space:
-                header["script_loader"] = own
+            learned = space.same_as_script(result.script_loader_values)
+            if learned is not space:
+                header["script_loader"] = result.script_loader_values
                 _rewrite_header(out, header)
-                space = space.same_as_script(own)
+                space = learned
         done.add(config_key(canonical(space, params)))
         rec = ConfigRecord.from_result(index, params, result)
         with open(out, "a") as fh:  # one line per configuration, written whole: a kill loses one trial

@@ -71,8 +71,7 @@ class TrialRequests:
         as noise). Returns what the study's notes should say, once."""
         if not result.ok or config_key(result.plan.params) != config_key(baseline):
             return []
-        own = {name: values[0] for name, values in result.script_loader.items() if len(values) == 1}
-        space = self.space.same_as_script(own)
+        space = self.space.same_as_script(result.script_loader_values)
         if space is self.space:
             return []
         learned = {name: p.unset_is for name, p in space.parameters.items()
