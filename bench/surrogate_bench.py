@@ -20,7 +20,11 @@ loop and simulated clock as ``bench/search_bench.py`` (:func:`bench.lib.simulate
   change to them is measured here;
 * ``by-hand``: :class:`bench.lib.by_hand.ByHandSampler` from the baseline, one knob at a
   time in the space's order, each change kept when it helps (deterministic: one run; with
-  ``--noise`` its runs are drawn too, so it runs every seed like the others).
+  ``--noise`` its runs are drawn too, so it runs every seed like the others);
+* ``best-first``: not a strategy but a reference: autotune's study with the surrogate's 8 best
+  configurations, best first, in place of the baseline and the known-good ones. Without noise it
+  is at the best from its first trial; with ``--noise`` its best after 8 is what a study that had
+  found the best configurations reports after 8 trials, when the draws are as they fall.
 
 "The best" is the surrogate's over the space: the best it predicts over every configuration of a
 space of at most 20,000, else over a sample of 20,000 and a local search from the best of them
@@ -36,7 +40,12 @@ those small spaces only.
 The targets, for autotune's default on every surrogate: within 5% of the best in at most 12
 trials (median); at most half of default TPE's trials to within 5%; a better best than the
 by-hand method's after 8 trials (median), or the best itself where the by-hand method has found
-it by then (nothing is better than the best)::
+it by then (nothing is better than the best). With ``--noise`` and ``best-first`` run, "the best"
+there is ``best-first``'s median after 8 trials where that is lower: a study reports its best by
+what its runs read, and where the by-hand method reports what a study that measured the best
+configurations first reports, the target is for autotune to report that too. Under ``--noise`` it
+also prints, seed by seed, on how many seeds autotune's best after 8 is ahead of, level with and
+behind the by-hand method's, and both means::
 
     python bench/surrogate_bench.py                       # 30 seeds, every strategy
     python bench/surrogate_bench.py --seeds 5 --strategies random,tpe,autotune,by-hand
@@ -87,6 +96,7 @@ import argparse  # noqa: E402
 import dataclasses  # noqa: E402
 import functools  # noqa: E402
 import math  # noqa: E402
+import statistics  # noqa: E402
 import sys  # noqa: E402
 import time  # noqa: E402
 from concurrent.futures import ProcessPoolExecutor  # noqa: E402
@@ -146,6 +156,9 @@ STRATEGIES = [
     Strategy("gp", _gp_default),
     Strategy("autotune", _autotune(), start="study", early_stop=PRUNED),
     Strategy("by-hand", _by_hand, start="baseline", seeded=False),
+    # Not a strategy: no search knows where the best configurations are. Under noise it says what
+    # a study that had found them reports after 8 trials, the most a target can ask of one.
+    Strategy("best-first", _autotune(), start="best", early_stop=PRUNED),
 ]
 
 
@@ -191,6 +204,13 @@ def surrogate(path: str) -> SurrogateLandscape:
     return land
 
 
+@functools.lru_cache(maxsize=None)
+def _best_first(path: str) -> list[dict[str, Any]]:
+    """The surrogate's ``AFTER[0]`` best configurations, best first: the ``best-first`` reference
+    measures them in place of the baseline and the known-good configurations."""
+    return [dict(r.params) for r in surrogate(path).ranked()[:AFTER[0]]]
+
+
 @dataclass
 class Outcome:
     #: Per level of WITHIN: (trials, simulated seconds) to a configuration that close to the best.
@@ -205,7 +225,8 @@ def _one(args: tuple[str, Strategy, int, int, bool, float]) -> Outcome:
     path, strategy, seed, max_trials, noise, race = args
     land = surrogate(path)
     best = land.best().figure
-    points = {"study": study_starts(land), "baseline": study_starts(land)[:1]}.get(strategy.start, [])
+    points = {"study": study_starts(land), "baseline": study_starts(land)[:1],
+              "best": _best_first(path) if strategy.start == "best" else []}.get(strategy.start, [])
     trace = simulate(land, strategy.sampler(land.space, seed), starting_points=points, max_trials=max_trials,
                      stop_at=(1 - min(WITHIN)) * best, min_trials=max(AFTER), early_stop=strategy.early_stop,
                      noise_seed=seed if noise and land.run_sigma is not None else None, race=race)
@@ -414,9 +435,21 @@ def main() -> int:
                            a["trials0.05"] <= t / 2))
         if "by-hand" in med:
             h = med["by-hand"]["after8"]
-            if h >= AT_THE_BEST:  # nothing is better than the best: the target is to reach it too
-                checks.append((f"by-hand is at the best after 8 trials; autotune too: {a['after8']:.3f} >= {h:.3f}",
-                               a["after8"] >= AT_THE_BEST))
+            # Nothing is better than the best: where by-hand is at it, the target is to reach it too.
+            # Without noise that is the best itself; with noise, what a study that had found the best
+            # configurations reports after 8 trials (best-first's median), where best-first was run.
+            at = min(AT_THE_BEST, med["best-first"]["after8"]) if "best-first" in med else AT_THE_BEST
+            if args.noise:
+                pairs = list(zip((o.after[AFTER[0]] for o in table[(path, "autotune")]),
+                                 (o.after[AFTER[0]] for o in table[(path, "by-hand")])))
+                print(f"  autotune against by-hand after {AFTER[0]} trials, seed by seed: ahead on "
+                      f"{sum(x > y for x, y in pairs)}, level on {sum(x == y for x, y in pairs)}, behind on "
+                      f"{sum(x < y for x, y in pairs)}; means {statistics.fmean(x for x, _ in pairs):.3f} and "
+                      f"{statistics.fmean(y for _, y in pairs):.3f}")
+            if h >= at:
+                where = "the best" if at == AT_THE_BEST else "best-first's"
+                checks.append((f"by-hand is at {where} after 8 trials; autotune too: {a['after8']:.3f} >= {at:.3f}",
+                               a["after8"] >= at))
             else:
                 checks.append((f"autotune's best after 8 trials above by-hand's: {a['after8']:.3f} > {h:.3f}",
                                a["after8"] > h))
