@@ -34,13 +34,17 @@ parameters:
 
 
 def driver(tmp_path: Path, name: str, url: str, address: str, trials: int, study: str = "shared") -> subprocess.Popen:
-    """``autotune run`` in a folder of its own (its outputs and its cache root), on the shared study."""
+    """``autotune run`` in a folder of its own (its outputs and its cache root), on the shared study,
+    racing off."""
     cwd = tmp_path / name
     cwd.mkdir(exist_ok=True)
     (tmp_path / "space.yaml").write_text(SPACE)
     cmd = [sys.executable, "-m", "autotune.cli", "run", str(SCRIPTS / "tiny_train.py"), "--trials", str(trials),
            "--target", "inductor", "--space", str(tmp_path / "space.yaml"), "--study", study, "--storage", url,
-           "--ray-address", address, "--seed", "0", "--json"]
+           "--ray-address", address, "--seed", "0", "--json",
+           # No re-measurements: a driver measuring a configuration again holds no running trial,
+           # and the kill below needs each driver to hold one at the same moment.
+           "--race", "0"]
     env = {**os.environ, "XDG_CACHE_HOME": str(cwd / "cache")}
     return subprocess.Popen(cmd, cwd=cwd, env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
 
