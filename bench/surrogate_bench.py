@@ -211,6 +211,17 @@ def _best_first(path: str) -> list[dict[str, Any]]:
     return [dict(r.params) for r in surrogate(path).ranked()[:AFTER[0]]]
 
 
+def _starts(path: str, land: Landscape, start: str) -> list[dict[str, Any]]:
+    """What a strategy's study measures first (:attr:`Strategy.start`), each computed only for it."""
+    if start == "study":
+        return study_starts(land)
+    if start == "baseline":
+        return study_starts(land)[:1]
+    if start == "best":
+        return _best_first(path)
+    return []
+
+
 @dataclass
 class Outcome:
     #: Per level of WITHIN: (trials, simulated seconds) to a configuration that close to the best.
@@ -225,8 +236,7 @@ def _one(args: tuple[str, Strategy, int, int, bool, float]) -> Outcome:
     path, strategy, seed, max_trials, noise, race = args
     land = surrogate(path)
     best = land.best().figure
-    points = {"study": study_starts(land), "baseline": study_starts(land)[:1],
-              "best": _best_first(path) if strategy.start == "best" else []}.get(strategy.start, [])
+    points = _starts(path, land, strategy.start)
     trace = simulate(land, strategy.sampler(land.space, seed), starting_points=points, max_trials=max_trials,
                      stop_at=(1 - min(WITHIN)) * best, min_trials=max(AFTER), early_stop=strategy.early_stop,
                      noise_seed=seed if noise and land.run_sigma is not None else None, race=race)
