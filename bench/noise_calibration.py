@@ -14,7 +14,11 @@ configuration (what a user who ran that configuration again would read), for
 
 Target: ``combined`` covers at least 90%. It prints, per example and overall, both fractions, the
 between-run spread measured over all the example's configurations (``RunNoise.spread``, its
-degrees of freedom), and each configuration's runs::
+degrees of freedom), and each configuration's runs. The spread is also split in two (:func:`rounds`):
+a factor per round, a load that came and went on the machine for every configuration alike, and
+the spread left within a round. The first is what a slow drift of a shared machine adds; a study
+compares configurations measured minutes apart, so the two say how much of the spread a
+comparison meets::
 
     OMP_NUM_THREADS=1 python bench/noise_calibration.py --out bench/results/noise_calibration.json
     python bench/noise_calibration.py --from bench/results/noise_calibration.json   # recompute
@@ -28,6 +32,7 @@ from __future__ import annotations
 import argparse
 import datetime
 import json
+import math
 import os
 import statistics
 import sys
@@ -134,7 +139,30 @@ def coverage(configs: list[dict[str, Any]]) -> dict[str, Any]:
             combined += figure.low <= others <= figure.high
     spread = RunNoise.of(groups)
     return {"runs": judged, "within": within, "combined": combined,
-            "spread": spread.spread, "sigma": spread.sigma, "df": spread.df}
+            "spread": spread.spread, "sigma": spread.sigma, "df": spread.df, **rounds(configs)}
+
+
+def rounds(configs: list[dict[str, Any]]) -> dict[str, Any]:
+    """The spread split in two, over the rounds in which every configuration ran (the runs
+    alternate, so a round is a stretch of time): each round's factor (the geometric mean over its
+    runs of each run over its configuration's mean), a load that came and went on the machine for
+    all configurations alike; and ``sigma_in_round``, what is left of a run's log figure once its
+    round's factor is taken out (the residual of configurations and rounds as two additive effects
+    on the logarithms, ``df`` (configurations - 1) x (rounds - 1)). A study compares configurations
+    measured minutes apart: a load that drifts over the calibration counts in ``sigma``, not here."""
+    whole = [i for i in range(min(len(c["runs"]) for c in configs))
+             if all("throughput" in c["runs"][i] for c in configs)]
+    k, n = len(configs), len(whole)
+    if k < 2 or n < 2:
+        return {"round_factors": None, "sigma_in_round": None, "df_in_round": 0}
+    logs = [[math.log(c["runs"][i]["throughput"]) for i in whole] for c in configs]
+    config_mean = [statistics.fmean(row) for row in logs]
+    grand = statistics.fmean(config_mean)
+    round_effect = [statistics.fmean(row[j] for row in logs) - grand for j in range(n)]
+    squares = sum((logs[c][j] - config_mean[c] - round_effect[j]) ** 2 for c in range(k) for j in range(n))
+    df = (k - 1) * (n - 1)
+    return {"round_factors": [math.exp(e) for e in round_effect], "sigma_in_round": math.sqrt(squares / df),
+            "df_in_round": df}
 
 
 def report(data: dict[str, Any]) -> dict[str, Any]:
@@ -168,6 +196,10 @@ def render(data: dict[str, Any], result: dict[str, Any]) -> None:
         spread = f"+-{100 * c['spread']:.1f}% (sigma of a run's log {c['sigma']:.3f}, df {c['df']})" \
             if c["spread"] is not None else "unknown (no configuration measured twice)"
         print(f"  between-run spread: {spread}")
+        if c["sigma_in_round"] is not None:
+            factors = ", ".join(f"x{f:.2f}" for f in c["round_factors"])
+            print(f"    of it, round by round (a load on every configuration alike): {factors}; "
+                  f"within a round: sigma {c['sigma_in_round']:.3f} (df {c['df_in_round']})")
         print(f"  covers the mean of the other runs: within-run {_pct(c['within'], c['runs'])}, "
               f"combined {_pct(c['combined'], c['runs'])}")
     t = result["overall"]

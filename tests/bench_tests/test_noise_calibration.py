@@ -41,6 +41,11 @@ def test_the_combined_interval_takes_the_spread_from_the_other_configurations(tm
     a = json.loads(done.stdout)["examples"]["a"]
     assert (a["runs"], a["within"], a["combined"]) == (6, 2, 6)
     assert a["df"] == 4 and 0.3 < a["spread"] < 0.5  # runs 10% apart, over 4 degrees of freedom
+    # Both configurations read 1.0, 1.1 and 0.9 times their speed round by round: all of the
+    # spread is the rounds', none is left within a round.
+    middle = (1.0 * 1.1 * 0.9) ** (1 / 3)
+    assert [round(f, 6) for f in a["round_factors"]] == [round(x / middle, 6) for x in (1.0, 1.1, 0.9)]
+    assert a["sigma_in_round"] < 1e-9 and a["df_in_round"] == 2
     text = _calibrate("--from", str(_saved(tmp_path, [ONE, TWO]))).stdout
     assert "within-run 2/6 (33%), combined 6/6 (100%)" in text and "failed (crash)" in text
 
@@ -51,3 +56,14 @@ def test_a_configuration_alone_has_no_spread_to_borrow(tmp_path) -> None:
     assert done.returncode == 1
     a = json.loads(done.stdout)["examples"]["a"]
     assert (a["runs"], a["within"], a["combined"]) == (3, 1, 1)
+
+
+def test_runs_that_part_within_a_round_keep_their_spread_and_a_round_with_a_failure_is_left_out(tmp_path) -> None:
+    # The second configuration reads high where the first reads low: no load common to both.
+    other = [_run(220, 10), _run(200, 10), _run(200, 8), _run(200, 8)]
+    done = _calibrate("--from", str(_saved(tmp_path, [ONE, other])), "--json")
+    a = json.loads(done.stdout)["examples"]["a"]
+    assert len(a["round_factors"]) == 3, "the fourth round, where the first configuration failed, is left out"
+    assert a["df_in_round"] == 2 and a["sigma_in_round"] > 0.05
+    text = _calibrate("--from", str(_saved(tmp_path, [ONE, other]))).stdout
+    assert "round by round" in text and f"within a round: sigma {a['sigma_in_round']:.3f} (df 2)" in text
