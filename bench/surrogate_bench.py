@@ -67,6 +67,12 @@ shows in the runs and the simulated wall time to within 5%::
     python bench/surrogate_bench.py --noise --strategies tpe,autotune,by-hand
     python bench/surrogate_bench.py --noise --race 0.25 --strategies tpe,autotune,by-hand
 
+``--race-cost`` prints instead what racing costs (``--race``, 0.1 unless given): for each
+landscape, autotune's default for 20 trials with its runs drawn with the landscape's noise, its
+re-measurements a study and its simulated minutes against the same seeds at ``--race 0``::
+
+    python bench/surrogate_bench.py --race-cost --seeds 10
+
 ``--warm-start`` compares instead, on pairs of landscapes, autotune's default started cold with the
 same warm-started from an earlier study of the pair's first landscape (autotune's default, 20
 trials, its own seed), as ``autotune run`` warm-starts from the earlier studies of the same script
@@ -142,6 +148,8 @@ WARM_PAIRS = [("landscapes/whole/inductor.jsonl", "landscapes/inductor-vit.jsonl
 WARM_PAIRS_FEWER = 2
 #: Trials of the earlier study that a warm start reads.
 EARLIER_TRIALS = 20
+#: Trials of the studies whose cost of racing ``--race-cost`` prints.
+COST_TRIALS = 20
 
 
 def _by_hand(space: Any, seed: int) -> Any:
@@ -349,6 +357,37 @@ def warm_start(seeds: int, jobs: int, max_trials: int) -> bool:
     return ok
 
 
+def _cost_one(args: tuple[str, int, float]) -> tuple[int, float]:
+    """Re-measurements and simulated seconds of a study of autotune's default for COST_TRIALS
+    trials, its runs drawn with the landscape's noise, at ``--race``."""
+    path, seed, race = args
+    land = surrogate(path)
+    trace = simulate(land, _autotune()(land.space, seed), starting_points=study_starts(land),
+                     max_trials=COST_TRIALS, early_stop=PRUNED,
+                     noise_seed=seed if land.run_sigma is not None else None, race=race)
+    return len(trace.steps) - len({s.key for s in trace.steps}), trace.steps[-1].clock if trace.steps else 0.0
+
+
+def race_cost(paths: list[str], seeds: int, jobs: int, race: float) -> None:
+    """Print what racing costs a study of COST_TRIALS trials on each landscape: its
+    re-measurements and its simulated time, against the same seeds with ``--race 0``."""
+    work = [(p, seed, r) for p in paths for r in (0.0, race) for seed in range(seeds)]
+    with ProcessPoolExecutor(max_workers=jobs) as pool:
+        done = dict(zip(work, pool.map(_cost_one, work, chunksize=1)))
+    print(f"What --race {race:g} costs autotune's default, {COST_TRIALS} trials, its runs drawn with each landscape's "
+          f"between-run noise (mean of {seeds} seeds, simulated clock)\n")
+    for p in paths:
+        land = surrogate(p)
+        sigma = land.run_sigma
+        off = [done[(p, seed, 0.0)] for seed in range(seeds)]
+        on = [done[(p, seed, race)] for seed in range(seeds)]
+        before, after = statistics.fmean(s for _, s in off), statistics.fmean(s for _, s in on)
+        noise = f"sigma {sigma:.3f}" if sigma is not None else "within each run's recorded interval"
+        print(f"  {land.name} ({noise}): {statistics.fmean(n for n, _ in on):.1f} re-measurements a study "
+              f"(--race 0: {statistics.fmean(n for n, _ in off):.1f}); {after / 60:.1f} instead of {before / 60:.1f} "
+              f"minutes ({after / before - 1:+.0%})")
+
+
 def run(paths: list[str], strategies: list[Strategy], seeds: int, jobs: int,
         max_trials: int, noise: bool = False, race: float = 0.0) -> dict[tuple[str, str], list[Outcome]]:
     work = [(p, s, seed, max_trials, noise, race)
@@ -380,11 +419,17 @@ def main() -> int:
     parser.add_argument("--jobs", type=int, default=os.cpu_count() or 1)
     parser.add_argument("--warm-start", action="store_true",
                         help="compare warm-started studies with cold ones on pairs of landscapes instead")
+    parser.add_argument("--race-cost", action="store_true",
+                        help=f"print instead what --race (0.1 unless given) costs a {COST_TRIALS}-trial study of "
+                             "autotune's default under each landscape's noise: re-measurements and simulated time")
     args = parser.parse_args()
     if args.warm_start:
         return 0 if warm_start(args.seeds, args.jobs, args.max_trials) else 1
     paths = args.landscapes or [str(p) for folder in (REPO / "landscapes" / "whole", REPO / "landscapes")
                                 for p in sorted(folder.glob("*.jsonl"))]
+    if args.race_cost:
+        race_cost(paths, args.seeds, args.jobs, args.race or 0.1)
+        return 0
     by_name = {s.name: s for s in STRATEGIES}
     names = _split_names(args.strategies)
     for n in names:

@@ -55,3 +55,14 @@ def test_best_first_measures_the_surrogates_best_configurations_best_first() -> 
     outcome = _one((str(SMALL), best_first, 0, 20, False, 0.0))
     assert outcome.reach[0.05][0] == 1.0
     assert outcome.after[AFTER[0]] == 1.0
+
+
+def test_race_cost_counts_the_re_measurements_and_the_time_they_add() -> None:
+    from bench.surrogate_bench import _cost_one
+
+    small_xla = str(WHOLE.parents[1] / "xla-vit.jsonl")
+    off_runs, off_seconds = _cost_one((small_xla, 1, 0.0))
+    on_runs, on_seconds = _cost_one((small_xla, 1, 0.1))
+    assert off_runs == 0, "--race 0 measures nothing again"
+    # The noise measured early (two more runs of one configuration) and at least one race or final run.
+    assert on_runs >= 3 and on_seconds > off_seconds, (on_runs, on_seconds, off_seconds)
