@@ -25,7 +25,7 @@ from autotune.study import pruning
 from autotune.study.claims import Claims, over_budget
 from autotune.study.record import TrialRecorder
 from autotune.study.requests import TrialRequests
-from autotune.study.results import noise_of
+from autotune.study.results import noise_of, standings
 from autotune.trial_attrs import TrialAttrs, write
 
 if TYPE_CHECKING:
@@ -91,9 +91,13 @@ class Dispatch:
         if measuring.min_measure_seconds > protocol.min_measure_seconds and not self._said_noisy:
             self._said_noisy = True
             spread = spread_text(noise_of(self.study).spread or 0.0)
-            self.told.notes.append(f"one run here reads within {spread} of its configuration's mean: each run from "
-                                   f"now on measures at least {measuring.min_measure_seconds:.0f} s after warm-up, "
-                                   "so that it averages over the host's ups and downs")
+            # Said early, on the first repeats: the study's own figure (its noise line) comes later,
+            # on more runs, and is often far narrower than one said on two.
+            repeats = sum(s.runs.n for s in standings(self.study) if s.runs.n > 1)
+            basis = f"on the {repeats} runs measured so far" if repeats else "as earlier studies here measured it"
+            self.told.notes.append(f"one run here reads within {spread} of its configuration's mean ({basis}): each "
+                                   f"run from now on measures at least {measuring.min_measure_seconds:.0f} s after "
+                                   "warm-up, so that it averages over the host's ups and downs")
         return measuring
 
     def __call__(self, trial: optuna.Trial) -> Outcome:

@@ -142,6 +142,10 @@ def test_a_replayed_study_measures_its_noise_races_and_reports_the_best_as_a_mea
     assert best.value == pytest.approx(sum(v * s for v, s in zip(best.measurements, seconds)) / sum(seconds), rel=1e-3)
     assert best.value_ci95_low < best.value < best.value_ci95_high
     assert best.noise is not None and best.noise.repeats >= 3 and best.noise.earlier_df == 0
+    # The host proved noisy on the first repeat: the note says on how few runs, since its figure is
+    # the early one and the noise line's comes from more.
+    said = [n for n in result.notes if "each run from now on" in n]
+    assert len(said) == 1 and "(on the 2 runs measured so far)" in said[0], result.notes
     seconds = best.baseline_measurement_seconds
     assert len(seconds) == len(best.baseline_measurements) and all(s is not None and s > 0 for s in seconds)
     assert best.baseline_value == pytest.approx(
