@@ -359,12 +359,12 @@ def warm_start(seeds: int, jobs: int, max_trials: int) -> bool:
 
 def _cost_one(args: tuple[str, int, float]) -> tuple[int, float]:
     """Re-measurements and simulated seconds of a study of autotune's default for COST_TRIALS
-    trials, its runs drawn with the landscape's noise, at ``--race``."""
+    trials, its runs drawn with the landscape's noise (within each run's recorded interval where
+    the landscape records none), at ``--race``."""
     path, seed, race = args
     land = surrogate(path)
     trace = simulate(land, _autotune()(land.space, seed), starting_points=study_starts(land),
-                     max_trials=COST_TRIALS, early_stop=PRUNED,
-                     noise_seed=seed if land.run_sigma is not None else None, race=race)
+                     max_trials=COST_TRIALS, early_stop=PRUNED, noise_seed=seed, race=race)
     return len(trace.steps) - len({s.key for s in trace.steps}), trace.steps[-1].clock if trace.steps else 0.0
 
 
