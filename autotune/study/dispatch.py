@@ -25,7 +25,7 @@ from autotune.study import pruning
 from autotune.study.claims import Claims, over_budget
 from autotune.study.record import TrialRecorder
 from autotune.study.requests import TrialRequests
-from autotune.study.results import noise_of, standings
+from autotune.study.results import noise_figure, noise_of, standings
 from autotune.trial_attrs import TrialAttrs, write
 
 if TYPE_CHECKING:
@@ -90,10 +90,12 @@ class Dispatch:
         measuring = pruning.measuring(protocol, self.study)
         if measuring.min_measure_seconds > protocol.min_measure_seconds and not self._said_noisy:
             self._said_noisy = True
-            spread = spread_text(noise_of(self.study).spread or 0.0)
             # Said early, on the first repeats: the study's own figure (its noise line) comes later,
             # on more runs, and is often far narrower than one said on two.
-            repeats = sum(s.runs.n for s in standings(self.study) if s.runs.n > 1)
+            measured = standings(self.study)
+            figure = noise_figure(measured, noise_of(self.study, measured))
+            spread = spread_text(figure.spread if figure is not None else 0.0)
+            repeats = figure.repeats if figure is not None else 0
             basis = f"on the {repeats} runs measured so far" if repeats else "as earlier studies here measured it"
             self.told.notes.append(f"one run here reads within {spread} of its configuration's mean ({basis}): each "
                                    f"run from now on measures at least {measuring.min_measure_seconds:.0f} s after "
