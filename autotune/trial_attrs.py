@@ -7,7 +7,7 @@ read them: the names are a storage format and stay as they are.
 
 from __future__ import annotations
 
-from dataclasses import dataclass, fields
+from dataclasses import dataclass, fields, replace
 from typing import Any
 
 
@@ -25,6 +25,8 @@ class TrialAttrs:
     #: The earlier trial of the same configuration that answered this one.
     duplicate_of: int | None = None
     #: It counts towards ``--trials``: a measurement, or a result remembered from an earlier one.
+    #: Written before the trial is told; a trial failed for lost between the two (its driver killed
+    #: there, its heartbeats stale) does not count (:meth:`of`).
     counted: bool = False
     #: A re-measurement: the number of the trial it measures again, and why it was measured again
     #: (``noise``: the between-run noise early in the study; ``race``: the incumbent raced against
@@ -54,7 +56,10 @@ class TrialAttrs:
     def of(cls, trial: Any) -> TrialAttrs:
         """The attributes of an Optuna trial (frozen or running)."""
         attrs = trial.user_attrs
-        return cls(**{name: attrs[name] for name in _TRIAL if name in attrs})
+        kept = cls(**{name: attrs[name] for name in _TRIAL if name in attrs})
+        if kept.counted and _lost(trial, kept):
+            return replace(kept, counted=False)
+        return kept
 
 
 @dataclass(frozen=True)
@@ -98,6 +103,13 @@ class StudyAttrs:
     def of(cls, study: Any) -> StudyAttrs:
         attrs = study.user_attrs
         return cls(**{name: attrs[name] for name in _STUDY if name in attrs})
+
+
+def _lost(trial: Any, attrs: TrialAttrs) -> bool:
+    """Failed with ``counted`` written but never told: every failure a driver tells has its
+    category written first, so one without a category was failed by another driver, for lost."""
+    state = getattr(trial, "state", None)  # a running ``optuna.Trial`` has none
+    return state is not None and state.name == "FAIL" and attrs.category is None
 
 
 _TRIAL = frozenset(f.name for f in fields(TrialAttrs))

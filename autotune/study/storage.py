@@ -136,11 +136,32 @@ class Heartbeats:
                     pass
 
 
+#: What a trial queued again for a lost one takes of its attributes: which configuration it is and
+#: where it came from. Not what the lost one's driver wrote of its measurement before it was killed
+#: (``counted``, ``result``, ...): the new trial measures, or is answered, on its own.
+REQUEUED_ATTRS = ("config_key", "enqueued_key", "result_key", "provenance")
+
+
+def requeue_lost(max_retry: int) -> Any:
+    """Optuna's ``RetryHeartbeatStaleTrialCallback``, whose new trial takes only
+    :data:`REQUEUED_ATTRS` of the lost one's attributes."""
+    import copy
+
+    from optuna.storages import RetryHeartbeatStaleTrialCallback
+
+    class _Requeue(RetryHeartbeatStaleTrialCallback):
+        def __call__(self, study: Any, trial: Any) -> None:
+            trial = copy.copy(trial)
+            trial.user_attrs = {k: v for k, v in trial.user_attrs.items() if k in REQUEUED_ATTRS}
+            super().__call__(study, trial)
+
+    return _Requeue(max_retry=max_retry)
+
+
 def open_storage(url: str) -> TrialCache:
     """The study database at ``url``, its trials kept in this process (:mod:`autotune.study.trial_cache`):
     every study opened on it shares one copy, read from the database only where it changed."""
     import optuna
-    from optuna.storages import RetryHeartbeatStaleTrialCallback
 
     from autotune.study.trial_cache import TrialCache
 
@@ -149,7 +170,7 @@ def open_storage(url: str) -> TrialCache:
         warnings.filterwarnings("ignore", category=optuna.exceptions.ExperimentalWarning)  # heartbeat_interval
         return TrialCache(rdb_storage(
             url, heartbeat_interval=HEARTBEAT_S, grace_period=GRACE_S,
-            heartbeat_stale_trial_callback=RetryHeartbeatStaleTrialCallback(max_retry=2),
+            heartbeat_stale_trial_callback=requeue_lost(max_retry=2),
         ))
     except Exception as exc:  # SQLAlchemy raises many types for a bad URL or a corrupt file
         first = str(exc).strip().splitlines()[0][:200] if str(exc).strip() else type(exc).__name__

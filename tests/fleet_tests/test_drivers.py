@@ -14,6 +14,7 @@ import pytest
 
 from autotune.study.options import StudyResult
 from autotune.study.storage import rdb_storage
+from autotune.trial_attrs import TrialAttrs
 
 SCRIPTS = Path(__file__).resolve().parents[1] / "scripts"
 
@@ -88,7 +89,7 @@ def test_two_drivers_share_one_study_and_a_killed_one_loses_nothing(ray_fleet, p
 
     result = finished(second)  # it waits for the killed driver's trial to go stale, then runs it
     trials = study_trials(postgres_url)
-    counted = [t for t in trials if t.user_attrs.get("counted")]
+    counted = [t for t in trials if TrialAttrs.of(t).counted]
     assert len(counted) == 5, "--trials 5 is five trials for the study, whichever driver ran them"
     measured = [t.user_attrs["config_key"] for t in counted if t.user_attrs.get("result")]
     assert len(measured) == len(set(measured)) == 5, "no configuration was measured twice"
@@ -97,7 +98,8 @@ def test_two_drivers_share_one_study_and_a_killed_one_loses_nothing(ray_fleet, p
     # Optuna's retry of a stale trial is a new trial naming the failed one.
     killed = [trials[t.system_attrs["failed_trial"]] for t in trials if "failed_trial" in t.system_attrs]
     assert killed, "the killed driver's running trial was failed by its stale heartbeat and queued again"
-    assert all(t.state.name == "FAIL" and not t.user_attrs.get("counted") for t in killed)
+    # Killed while it measured, or after it wrote its result and before it told it: never counted.
+    assert all(t.state.name == "FAIL" and not TrialAttrs.of(t).counted for t in killed)
     assert all(t.user_attrs["config_key"] in measured for t in killed), "and its configuration measured again"
 
     again = finished(driver(tmp_path, "a", postgres_url, ray_fleet.address, trials=5))
