@@ -299,6 +299,12 @@ class MeasurementProtocol(BaseModel):
     #: seconds at a time), a run that short reads whichever second it fell in. Set by the study
     #: from the between-run noise measured here (:func:`autotune.measurement.noise.measure_seconds`).
     min_measure_seconds: float = 0.0
+    #: The between-run spread measured here so far (:class:`autotune.measurement.noise.RunNoise`: the
+    #: squared deviations of runs' log figures from their configuration's mean, and their degrees of
+    #: freedom). A run made of several processes (:mod:`autotune.workers.pooling`) weighs its
+    #: processes' spread with it, not on their own one or two degrees of freedom. Set by the study.
+    noise_squares: float = 0.0
+    noise_df: int = 0
     #: Warm-up ends after this many consecutive steps without a new compile.
     quiet_steps: int = 2
     #: Losses recorded from the first training steps.

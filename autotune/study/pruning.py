@@ -52,11 +52,16 @@ def trial_protocol(protocol: MeasurementProtocol, study: optuna.Study, *, prune:
 
 def under_noise(protocol: MeasurementProtocol, noise: RunNoise) -> MeasurementProtocol:
     """``protocol`` with the seconds each run measures at least under ``noise``
-    (:func:`autotune.measurement.noise.measure_seconds`); ``protocol`` itself where it asks as many."""
+    (:func:`autotune.measurement.noise.measure_seconds`), and ``noise`` itself, which a run made of
+    several processes weighs their spread with; ``protocol`` itself where it asks as many seconds
+    and ``noise`` is unknown."""
+    update: dict[str, float | int] = {}
     seconds = measure_seconds(noise)
-    if seconds <= protocol.min_measure_seconds:
-        return protocol
-    return protocol.model_copy(update={"min_measure_seconds": seconds})
+    if seconds > protocol.min_measure_seconds:
+        update["min_measure_seconds"] = seconds
+    if noise.known:
+        update.update(noise_squares=noise.squares, noise_df=noise.df)
+    return protocol.model_copy(update=update) if update else protocol
 
 
 def measuring(protocol: MeasurementProtocol, study: optuna.Study) -> MeasurementProtocol:

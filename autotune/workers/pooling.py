@@ -14,9 +14,9 @@ reason). Measured beside a neighbour that burns a core 1-4 s at a time, the exam
 from __future__ import annotations
 
 import math
-import statistics
 from typing import Sequence
 
+from autotune.measurement.noise import RunNoise
 from autotune.measurement.windows import t975
 from autotune.records import Measurement, MeasurementProtocol
 
@@ -46,7 +46,8 @@ def pooled(parts: Sequence[Measurement], protocol: MeasurementProtocol) -> Measu
     The throughput is all their samples over all their seconds. The 95% interval adds each
     process's own as independent errors (as the phases of one run are added up,
     :func:`autotune.measurement.windows.estimate`), and is at least as wide as the spread of the
-    processes' figures says a mean of them is uncertain. Step times are the processes' averaged by
+    processes' figures, with the study's between-run spread (``protocol.noise_squares``), says a
+    mean of them is uncertain. Step times are the processes' averaged by
     their seconds; warm-up and the model's figures are the first process's (the later ones took
     their graphs from the compile cache)."""
     if len(parts) == 1:
@@ -57,8 +58,11 @@ def pooled(parts: Sequence[Measurement], protocol: MeasurementProtocol) -> Measu
     throughput = samples / total
     rel = [m.rel_half_width for m in parts]
     half = throughput * math.sqrt(sum((s * r) ** 2 for s, r in zip(seconds, rel))) / total
-    logs = [math.log(m.throughput) for m in parts]
-    between = math.expm1(t975(len(parts) - 1) * statistics.stdev(logs) / math.sqrt(len(parts)))
+    # The processes' spread, weighed with the between-run spread the study measured so far: two
+    # processes alone give one degree of freedom, a t of 12.7, and an interval of x100 either way
+    # where a neighbour slowed one of them.
+    noise = RunNoise.of([[m.throughput for m in parts]]) + RunNoise(protocol.noise_squares, protocol.noise_df)
+    between = math.expm1(t975(noise.df) * (noise.sigma or 0.0) / math.sqrt(len(parts)))
     half = max(half, throughput * between)
 
     def weighed(values: Sequence[float | None]) -> float | None:
