@@ -167,12 +167,6 @@ class BestConfig(BaseModel):
     space: str | None = None
     baseline_params: dict[str, Any] | None = None
 
-    def relative_spread(self) -> float | None:
-        """Half the width of the first measurement's 95% interval over its throughput."""
-        if self.ci95_low is None or self.ci95_high is None or not self.throughput:
-            return None
-        return (self.ci95_high - self.ci95_low) / 2 / self.throughput
-
     @computed_field  # type: ignore[prop-decorator]
     @property
     def global_batch_size(self) -> int | None:

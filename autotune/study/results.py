@@ -11,7 +11,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from autotune.config import JobConfig
-from autotune.measurement.noise import RunNoise, Runs
+from autotune.measurement.noise import RunNoise, Runs, spread_text
 from autotune.pricing import Cost, Price, Utilisation, utilisation
 from autotune.records import ApplySpec, TrialResult
 from autotune.space import SearchSpace
@@ -499,11 +499,15 @@ def study_result(study: optuna.Study, *, name: str, storage: str, target: str, o
         broken = sorted({c for t in infeasible for c in t.violated})
         notes.append(f"every configuration measured breaks a constraint ({', '.join(broken)}): there is no "
                      "best; loosen the bound or search other configurations")
-    spread = best.relative_spread() if best is not None and len(best.measurements) < 2 else None
-    if best is not None and spread is not None and spread > WIDE_INTERVAL:
-        notes.append(f"trial {best.trial}'s 95% interval is {best.ci95_low:,.1f} .. {best.ci95_high:,.1f} "
-                     f"(±{spread:.0%}): one measurement may be a lucky draw; --confirm 2 measures the "
-                     "two best configurations again")
+    # The interval the best line shows (with the between-run noise where the study measured it),
+    # and its upper side: on the logarithms it is wider upwards.
+    low, high = (best.value_ci95_low, best.value_ci95_high) if best is not None and len(best.measurements) < 2 \
+        else (None, None)
+    if best is not None and low is not None and high is not None and best.value and \
+            high / best.value - 1 > WIDE_INTERVAL:
+        notes.append(f"trial {best.trial}'s 95% interval is {low:,.1f} .. {high:,.1f} "
+                     f"({spread_text(high / best.value - 1)}): one measurement may be a lucky draw; --confirm 2 "
+                     "measures the two best configurations again")
     hit_rate = cache_hit_rate(trials)
     if hit_rate is not None and hit_rate < 1:
         notes.append(f"the compile cache answered {hit_rate:.0%} of the measure jobs' graphs: the others were "

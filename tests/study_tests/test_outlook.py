@@ -8,6 +8,7 @@ import io
 import optuna
 from rich.console import Console
 
+from autotune.records import Measurement, TrialPlan, TrialResult
 from autotune.rendering import render_study
 from autotune.space import parse_space
 from autotune.study.outlook import search_outlook
@@ -137,3 +138,32 @@ def test_a_first_trial_that_nothing_beat_is_not_called_an_improvement() -> None:
     assert o.verdict == "more_likely" and o.trials_since_improvement == 1
     assert "no trial beat the first one beyond the noise in the 1 trial after it" in o.line
     assert "improved beyond the noise 1 trial ago" not in o.line
+
+
+def test_a_best_measured_once_with_a_wide_interval_is_noted_with_the_interval_the_best_line_shows(tmp_path) -> None:
+    # The best line shows the interval on the logarithms (wider upwards); the note once printed the
+    # run's own, symmetric one beside it: 671.4 .. 909.8 in the line, 671.4 .. 891.7 in the note.
+    study = optuna.create_study(direction="maximize")
+    dist = {"batch_size": optuna.distributions.CategoricalDistribution([16, 64])}
+    for bs, value, rel in ((16, 208.9, 0.04), (64, 781.5, 0.141)):
+        measured = TrialResult(status="ok", plan=TrialPlan(target="xla", params={"batch_size": bs}),
+                               measurement=Measurement(
+                                   throughput=value, ci95_low=value * (1 - rel), ci95_high=value * (1 + rel),
+                                   step_time_median=bs / value, step_time_p90=bs / value, samples_per_step=bs,
+                                   steps_measured=100, windows=5, converged=False, warmup_steps=3,
+                                   warmup_seconds=1.0))
+        study.add_trial(optuna.trial.create_trial(
+            params={"batch_size": bs}, distributions=dist, value=value,
+            user_attrs=trial_attrs(config_key=f'{{"batch_size":{bs}}}', counted=True,
+                                   result=measured.model_dump_json())))
+    result = study_result(study, name="s", storage="memory", target="xla", out=tmp_path, provenance={}, notes=[],
+                          ran=2, reused=0)
+    best = result.best
+    assert best is not None and best.trial == 1
+    low, high = best.value_ci95_low, best.value_ci95_high
+    assert low is not None and high is not None and high / best.value - 1 > 0.141
+    note = next(n for n in result.notes if "may be a lucky draw" in n)
+    assert note.startswith(f"trial 1's 95% interval is {low:,.1f} .. {high:,.1f} (-14% to +16%)"), note
+    out = io.StringIO()
+    render_study(result, Console(file=out, width=300))
+    assert f"[{low:,.1f}, {high:,.1f}]" in out.getvalue()
