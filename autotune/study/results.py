@@ -500,14 +500,12 @@ def study_result(study: optuna.Study, *, name: str, storage: str, target: str, o
         notes.append(f"every configuration measured breaks a constraint ({', '.join(broken)}): there is no "
                      "best; loosen the bound or search other configurations")
     # The interval the best line shows (with the between-run noise where the study measured it),
-    # and its upper side: on the logarithms it is wider upwards.
-    low, high = (best.value_ci95_low, best.value_ci95_high) if best is not None and len(best.measurements) < 2 \
-        else (None, None)
-    if best is not None and low is not None and high is not None and best.value and \
-            high / best.value - 1 > WIDE_INTERVAL:
-        notes.append(f"trial {best.trial}'s 95% interval is {low:,.1f} .. {high:,.1f} "
-                     f"({spread_text(high / best.value - 1)}): one measurement may be a lucky draw; --confirm 2 "
-                     "measures the two best configurations again")
+    # by its upper side: on the logarithms it is wider upwards.
+    low, high = (best.value_ci95_low, best.value_ci95_high) if best is not None else (None, None)
+    upper = high / best.value - 1 if best is not None and high is not None and best.value else None
+    if best is not None and len(best.measurements) < 2 and upper is not None and upper > WIDE_INTERVAL:
+        notes.append(f"trial {best.trial}'s 95% interval is {low:,.1f} .. {high:,.1f} ({spread_text(upper)}): one "
+                     "measurement may be a lucky draw; --confirm 2 measures the two best configurations again")
     hit_rate = cache_hit_rate(trials)
     if hit_rate is not None and hit_rate < 1:
         notes.append(f"the compile cache answered {hit_rate:.0%} of the measure jobs' graphs: the others were "
