@@ -20,9 +20,7 @@ from __future__ import annotations
 
 import argparse
 import json
-import multiprocessing
 import os
-import random
 import statistics
 import subprocess
 import sys
@@ -31,21 +29,15 @@ import time
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[1]
+sys.path.insert(0, str(ROOT))
+
+from bench.lib.neighbour import beside_a_neighbour  # noqa: E402
+
 SCRIPT = ROOT / "examples" / "vit_xla_train.py"
 
 
 def say(text: str) -> None:
     print(f"[{time.strftime('%H:%M:%S')}] {text}", file=sys.stderr, flush=True)
-
-
-def burn(seed: int) -> None:
-    """One core busy, then idle, 1-4 s each at random, until killed."""
-    rng = random.Random(seed)
-    while True:
-        end = time.monotonic() + rng.uniform(1, 4)
-        while time.monotonic() < end:
-            pass
-        time.sleep(rng.uniform(1, 4))
 
 
 def autotune(*args: str, env: dict[str, str]) -> dict:
@@ -107,14 +99,8 @@ def main() -> None:
     work = a.workdir or Path(tempfile.mkdtemp(prefix="autotune-next-run-"))
     work.mkdir(parents=True, exist_ok=True)
     env = {**os.environ, "PJRT_DEVICE": os.environ.get("PJRT_DEVICE", "CPU"), "AWS_EC2_METADATA_DISABLED": "true"}
-    neighbour = multiprocessing.Process(target=burn, args=(1,), daemon=True) if a.neighbour else None
-    if neighbour is not None:
-        neighbour.start()
-    try:
+    with beside_a_neighbour(a.neighbour):
         rows = [study(i, work, a.trials, a.repeats, a.race, env) for i in range(1, a.studies + 1)]
-    finally:
-        if neighbour is not None:
-            neighbour.kill()
     out: dict = {"trials": a.trials, "repeats": a.repeats, "race": a.race, "neighbour": a.neighbour, "studies": rows}
     if len(rows) == 2 and all(r["repeats"] for r in rows):
         from autotune.measurement.noise import RunNoise, Runs, ahead

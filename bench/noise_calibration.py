@@ -25,6 +25,14 @@ comparison meets::
 
 Defaults (3 configurations of each example, 5 runs each, measurements capped at 5 s after warm-up:
 30 trials) take about 15 minutes on 2 cores. Exit code 0 when the target holds, 1 otherwise.
+
+``--example xla-small`` measures the setting of the small xla landscape (``landscapes/xla-vit.jsonl``:
+one epoch, its baseline, known-good and best recorded configuration) instead, the figure its
+header's ``run_noise`` is taken from; ``--neighbour`` measures beside a process that burns one core
+on and off (busy and idle for 1-4 s at random), the shared host of ``bench/next_run.py``::
+
+    OMP_NUM_THREADS=1 python bench/noise_calibration.py --example xla-small --out quiet.json
+    OMP_NUM_THREADS=1 python bench/noise_calibration.py --example xla-small --neighbour --out neighbour.json
 """
 
 from __future__ import annotations
@@ -46,6 +54,7 @@ REPO = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(REPO))
 
 from autotune.measurement.noise import RunNoise, Runs  # noqa: E402
+from bench.lib.neighbour import beside_a_neighbour  # noqa: E402
 
 TARGET = 0.90
 
@@ -67,10 +76,16 @@ EXAMPLES = (
     # Three epochs, as its landscapes were recorded: one is too few steps at batch 64 to measure.
     Example("inductor", "examples/vit_train.py", "inductor", ("--epochs", "3"),
             ({}, {"mode": "default"}, {"batch_size": 64}, {"batch_size": 64, "mode": "default"})),
+    # The small xla landscape's setting (landscapes/xla-vit.jsonl: one epoch, OMP_NUM_THREADS=1):
+    # its baseline, its known-good and its best recorded configuration.
+    Example("xla-small", "examples/vit_xla_train.py", "xla", ("--epochs", "1"),
+            ({}, {"batch_size": 64}, {"batch_size": 64, "precision": "bf16_autocast"}, {"batch_size": 32})),
 )
+#: What a run measures by default: the README's main job and the inductor example.
+DEFAULT_EXAMPLES = ("xla", "inductor")
 
 
-def measure(repeats: int, configs: int, max_seconds: float) -> dict[str, Any]:
+def measure(examples: list[Example], repeats: int, configs: int, max_seconds: float) -> dict[str, Any]:
     """Every run of every configuration, alternating the configurations round by round."""
     from autotune.records import MeasurementProtocol
     from autotune.trial import prepare_trial, run_prepared
@@ -79,9 +94,9 @@ def measure(repeats: int, configs: int, max_seconds: float) -> dict[str, Any]:
     protocol = MeasurementProtocol(max_measure_seconds=max_seconds)
     limits = TrialLimits(timeout_s=600, memory_bytes=None)
     started = time.monotonic()
-    examples: dict[str, Any] = {}
+    runs_of: dict[str, Any] = {}
     with tempfile.TemporaryDirectory(prefix="autotune-noise-") as tmp:
-        for ex in EXAMPLES:
+        for ex in examples:
             chosen = ex.configs[:configs]
             # A cache of this bench's own: the first run compiles, the later ones load the graphs
             # as a study's re-measurement of a compiled configuration does.
@@ -102,7 +117,7 @@ def measure(repeats: int, configs: int, max_seconds: float) -> dict[str, Any]:
                     runs[i].append(run)
                     print(f"[{time.monotonic() - started:6.0f} s] {ex.name} {json.dumps(params)} run {r + 1}/{repeats}: "
                           f"{said}", file=sys.stderr, flush=True)
-            examples[ex.name] = {
+            runs_of[ex.name] = {
                 "script": ex.script, "target": ex.target, "args": list(ex.args),
                 "configs": [{"params": p, "runs": rs} for p, rs in zip(chosen, runs)],
             }
@@ -112,7 +127,7 @@ def measure(repeats: int, configs: int, max_seconds: float) -> dict[str, Any]:
         "env": {k: os.environ[k] for k in ("OMP_NUM_THREADS",) if k in os.environ},
         "max_measure_seconds": max_seconds,
         "repeats": repeats,
-        "examples": examples,
+        "examples": runs_of,
     }
 
 
@@ -184,7 +199,8 @@ def _pct(part: int, whole: int) -> str:
 
 def render(data: dict[str, Any], result: dict[str, Any]) -> None:
     env = " ".join(f"{k}={v}" for k, v in data.get("env", {}).items()) or "no thread settings"
-    print(f"measured until {data['date']}, {data['cpu_count']} cores, {env}, "
+    beside = ", beside a neighbour burning a core on and off" if data.get("neighbour") else ""
+    print(f"measured until {data['date']}, {data['cpu_count']} cores, {env}{beside}, "
           f"{data['repeats']} runs per configuration, at most {data['max_measure_seconds']:g} s measured each")
     for name, ex in data["examples"].items():
         c = result["examples"][name]
@@ -215,6 +231,11 @@ def main(argv: list[str] | None = None) -> int:
                         help=f"configurations of each example (default 3, at most {min(len(e.configs) for e in EXAMPLES)})")
     parser.add_argument("--max-seconds", type=float, default=5.0,
                         help="cap on each run's measurement after warm-up (default 5)")
+    parser.add_argument("--example", action="append", choices=[e.name for e in EXAMPLES],
+                        help=f"measure this example (repeatable; default: {', '.join(DEFAULT_EXAMPLES)}); xla-small "
+                             "is the small xla landscape's setting (one epoch)")
+    parser.add_argument("--neighbour", action="store_true",
+                        help="measure beside a process that burns one core on and off, as on a shared host")
     parser.add_argument("--json", action="store_true", help="print the figures as one JSON object")
     parser.add_argument("--out", type=Path, help="save the raw runs here")
     parser.add_argument("--from", dest="source", type=Path, help="recompute from runs saved with --out")
@@ -225,7 +246,10 @@ def main(argv: list[str] | None = None) -> int:
         if args.repeats < 2 or not 1 <= args.configs <= min(len(e.configs) for e in EXAMPLES):
             parser.error("--repeats must be at least 2 and --configs between 1 and "
                          f"{min(len(e.configs) for e in EXAMPLES)}")
-        data = measure(args.repeats, args.configs, args.max_seconds)
+        chosen = [e for e in EXAMPLES if e.name in (args.example or DEFAULT_EXAMPLES)]
+        with beside_a_neighbour(args.neighbour):
+            data = measure(chosen, args.repeats, args.configs, args.max_seconds)
+        data["neighbour"] = args.neighbour
         if args.out is not None:
             args.out.parent.mkdir(parents=True, exist_ok=True)
             args.out.write_text(json.dumps(data, indent=1) + "\n")
