@@ -27,12 +27,18 @@ Defaults (3 configurations of each example, 5 runs each, measurements capped at 
 30 trials) take about 15 minutes on 2 cores. Exit code 0 when the target holds, 1 otherwise.
 
 ``--example xla-small`` measures the setting of the small xla landscape (``landscapes/xla-vit.jsonl``:
-one epoch, its baseline, known-good and best recorded configuration) instead, the figure its
+one epoch, its baseline, its known-good and the best of its surrogate) instead, the figure its
 header's ``run_noise`` is taken from; ``--neighbour`` measures beside a process that burns one core
 on and off (busy and idle for 1-4 s at random), the shared host of ``bench/next_run.py``::
 
     OMP_NUM_THREADS=1 python bench/noise_calibration.py --example xla-small --out quiet.json
     OMP_NUM_THREADS=1 python bench/noise_calibration.py --example xla-small --neighbour --out neighbour.json
+
+``--min-seconds 10`` measures each run as a study does on a host whose runs it found to vary
+(:data:`autotune.measurement.noise.NOISY_MEASURE_S`): at least 10 s after warm-up, in up to 5
+processes where the script ends sooner (:mod:`autotune.workers.pooling`)::
+
+    OMP_NUM_THREADS=1 python bench/noise_calibration.py --neighbour --min-seconds 10
 """
 
 from __future__ import annotations
@@ -77,7 +83,7 @@ EXAMPLES = (
     Example("inductor", "examples/vit_train.py", "inductor", ("--epochs", "3"),
             ({}, {"mode": "default"}, {"batch_size": 64}, {"batch_size": 64, "mode": "default"})),
     # The small xla landscape's setting (landscapes/xla-vit.jsonl: one epoch, OMP_NUM_THREADS=1):
-    # its baseline, its known-good and its best recorded configuration.
+    # its baseline, its known-good and the best of its surrogate (the third fastest recorded).
     Example("xla-small", "examples/vit_xla_train.py", "xla", ("--epochs", "1"),
             ({}, {"batch_size": 64}, {"batch_size": 64, "precision": "bf16_autocast"}, {"batch_size": 32})),
 )
@@ -85,13 +91,14 @@ EXAMPLES = (
 DEFAULT_EXAMPLES = ("xla", "inductor")
 
 
-def measure(examples: list[Example], repeats: int, configs: int, max_seconds: float) -> dict[str, Any]:
+def measure(examples: list[Example], repeats: int, configs: int, max_seconds: float,
+            min_seconds: float = 0.0) -> dict[str, Any]:
     """Every run of every configuration, alternating the configurations round by round."""
     from autotune.records import MeasurementProtocol
     from autotune.trial import prepare_trial, run_prepared
     from autotune.workers.launcher import TrialLimits
 
-    protocol = MeasurementProtocol(max_measure_seconds=max_seconds)
+    protocol = MeasurementProtocol(max_measure_seconds=max(max_seconds, min_seconds), min_measure_seconds=min_seconds)
     limits = TrialLimits(timeout_s=600, memory_bytes=None)
     started = time.monotonic()
     runs_of: dict[str, Any] = {}
@@ -105,8 +112,12 @@ def measure(examples: list[Example], repeats: int, configs: int, max_seconds: fl
             runs: list[list[dict[str, Any]]] = [[] for _ in chosen]
             for r in range(repeats):
                 for i, (params, prep) in enumerate(zip(chosen, prepared)):
+                    # A run made of several processes (--min-seconds) weighs their spread with the
+                    # between-run noise measured so far, as a study's runs do with the study's.
+                    noise = RunNoise.of([x["throughput"] for x in rs if "throughput" in x] for rs in runs)
+                    asked = protocol.model_copy(update={"noise_squares": noise.squares, "noise_df": noise.df})
                     result = run_prepared(prep, list(ex.args), trial_dir=f"{tmp}/{ex.name}-{i}-{r}",
-                                          limits=limits, protocol=protocol)
+                                          limits=limits, protocol=asked)
                     m = result.measurement
                     if result.ok and m is not None:
                         run = {"throughput": m.throughput, "ci95_low": m.ci95_low, "ci95_high": m.ci95_high}
@@ -125,7 +136,8 @@ def measure(examples: list[Example], repeats: int, configs: int, max_seconds: fl
         "date": datetime.datetime.now(datetime.timezone.utc).isoformat(timespec="seconds"),
         "cpu_count": os.cpu_count(),
         "env": {k: os.environ[k] for k in ("OMP_NUM_THREADS",) if k in os.environ},
-        "max_measure_seconds": max_seconds,
+        "max_measure_seconds": protocol.max_measure_seconds,
+        "min_measure_seconds": min_seconds,
         "repeats": repeats,
         "examples": runs_of,
     }
@@ -200,8 +212,11 @@ def _pct(part: int, whole: int) -> str:
 def render(data: dict[str, Any], result: dict[str, Any]) -> None:
     env = " ".join(f"{k}={v}" for k, v in data.get("env", {}).items()) or "no thread settings"
     beside = ", beside a neighbour burning a core on and off" if data.get("neighbour") else ""
+    least, most = data.get("min_measure_seconds") or 0, data["max_measure_seconds"]
+    seconds = f"{most:g} s" if least >= most else f"at least {least:g} s and at most {most:g} s" if least \
+        else f"at most {most:g} s"
     print(f"measured until {data['date']}, {data['cpu_count']} cores, {env}{beside}, "
-          f"{data['repeats']} runs per configuration, at most {data['max_measure_seconds']:g} s measured each")
+          f"{data['repeats']} runs per configuration, {seconds} measured each after warm-up")
     for name, ex in data["examples"].items():
         c = result["examples"][name]
         print(f"\n{name}: {ex['script']} {' '.join(ex['args'])} (target {ex['target']})")
@@ -234,6 +249,9 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--example", action="append", choices=[e.name for e in EXAMPLES],
                         help=f"measure this example (repeatable; default: {', '.join(DEFAULT_EXAMPLES)}); xla-small "
                              "is the small xla landscape's setting (one epoch)")
+    parser.add_argument("--min-seconds", type=float, default=0.0,
+                        help="each run measures at least this long after warm-up, in up to 5 processes where the "
+                             "script ends sooner, as a study's runs do on a host it found noisy (10); default 0")
     parser.add_argument("--neighbour", action="store_true",
                         help="measure beside a process that burns one core on and off, as on a shared host")
     parser.add_argument("--json", action="store_true", help="print the figures as one JSON object")
@@ -248,7 +266,7 @@ def main(argv: list[str] | None = None) -> int:
                          f"{min(len(e.configs) for e in EXAMPLES)}")
         chosen = [e for e in EXAMPLES if e.name in (args.example or DEFAULT_EXAMPLES)]
         with beside_a_neighbour(args.neighbour):
-            data = measure(chosen, args.repeats, args.configs, args.max_seconds)
+            data = measure(chosen, args.repeats, args.configs, args.max_seconds, args.min_seconds)
         data["neighbour"] = args.neighbour
         if args.out is not None:
             args.out.parent.mkdir(parents=True, exist_ok=True)

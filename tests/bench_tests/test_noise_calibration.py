@@ -67,3 +67,15 @@ def test_runs_that_part_within_a_round_keep_their_spread_and_a_round_with_a_fail
     assert a["df_in_round"] == 2 and a["sigma_in_round"] > 0.05
     text = _calibrate("--from", str(_saved(tmp_path, [ONE, other]))).stdout
     assert "round by round" in text and f"within a round: sigma {a['sigma_in_round']:.3f} (df 2)" in text
+
+
+def test_it_says_how_the_runs_were_measured(tmp_path) -> None:
+    path = _saved(tmp_path, [ONE, TWO])
+    assert "at least" not in _calibrate("--from", str(path)).stdout.splitlines()[0]
+    data = json.loads(path.read_text())
+    path.write_text(json.dumps({**data, "neighbour": True, "min_measure_seconds": 10.0, "max_measure_seconds": 10.0}))
+    first = _calibrate("--from", str(path)).stdout.splitlines()[0]
+    assert "beside a neighbour burning a core on and off" in first
+    assert "3 runs per configuration, 10 s measured each after warm-up" in first
+    path.write_text(json.dumps({**data, "min_measure_seconds": 10.0, "max_measure_seconds": 30.0}))
+    assert "at least 10 s and at most 30 s measured each" in _calibrate("--from", str(path)).stdout
