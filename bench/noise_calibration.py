@@ -261,6 +261,8 @@ def main(argv: list[str] | None = None) -> int:
     if args.source is not None:
         data = json.loads(args.source.read_text())
     else:
+        if args.min_seconds < 0 or args.max_seconds <= 0:
+            parser.error("--min-seconds must be at least 0 and --max-seconds above 0")
         if args.repeats < 2 or not 1 <= args.configs <= min(len(e.configs) for e in EXAMPLES):
             parser.error("--repeats must be at least 2 and --configs between 1 and "
                          f"{min(len(e.configs) for e in EXAMPLES)}")

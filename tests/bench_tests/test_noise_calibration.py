@@ -79,3 +79,8 @@ def test_it_says_how_the_runs_were_measured(tmp_path) -> None:
     assert "3 runs per configuration, 10 s measured each after warm-up" in first
     path.write_text(json.dumps({**data, "min_measure_seconds": 10.0, "max_measure_seconds": 30.0}))
     assert "at least 10 s and at most 30 s measured each" in _calibrate("--from", str(path)).stdout
+
+
+def test_a_negative_number_of_seconds_is_refused_before_anything_runs() -> None:
+    done = _calibrate("--min-seconds", "-1")
+    assert done.returncode == 2 and "--min-seconds must be at least 0" in done.stderr
