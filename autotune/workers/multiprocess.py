@@ -164,10 +164,32 @@ def failed_ranks(log: str) -> list[tuple[int, int, int]]:
     return [(int(m.group(1)), int(m.group(2)), int(m.group(3))) for m in _FAILED_RANK.finditer(log)]
 
 
+#: The prefix ``--tee`` puts before each piece of a rank's output it copies to the log.
+_RANK_PREFIX = re.compile(r"\[default(\d+)\]:")
+
+
 def rank_log(log: str, local_rank: int) -> str:
-    """The lines of one local rank in a log written with ``--tee``, their prefix removed."""
-    prefix = f"[default{local_rank}]:"
-    return "\n".join(line[len(prefix):] for line in log.splitlines() if line.startswith(prefix))
+    """The lines of one local rank in a log written with ``--tee``, their prefix removed.
+
+    torchrun copies what it has read of each rank's output, so a line a rank wrote in two pieces can
+    reach the log with another rank's line between them: ``[default1]:[Gloo] Rank [default0]:...``,
+    then ``[default1]:1 is connected``. Each piece goes to its own rank, and a rank's pieces are joined
+    until its newline."""
+    lines: list[str] = []
+    pending = ""
+    pieces = _RANK_PREFIX.split(log)  # text, rank, piece, rank, piece, ...
+    for rank, piece in zip(pieces[1::2], pieces[2::2]):
+        if int(rank) != local_rank:
+            continue
+        own, newline, _ = piece.partition("\n")  # after its newline: torchrun's own lines
+        if not newline:
+            pending += own
+            continue
+        lines.append(pending + own)
+        pending = ""
+    if pending:
+        lines.append(pending)
+    return "\n".join(lines)
 
 
 def spec_for_ranks(spec: TrialSpec, rank_env: list[dict[str, str]], rendezvous_s: float) -> TrialSpec:

@@ -8,7 +8,7 @@ import pytest
 from autotune.measurement.ranks import combined_estimate, combined_windows, common_span
 from autotune.measurement.windows import Window
 from autotune.records import HarnessReport, Measurement, TimedWindow
-from autotune.workers.multiprocess import combine, combined_measurement, failed_ranks
+from autotune.workers.multiprocess import combine, combined_measurement, failed_ranks, rank_log
 
 
 def steady(rate: float, start: float, count: int, seconds: float = 1.0, jitter: float = 0.0) -> list[Window]:
@@ -102,3 +102,17 @@ Root Cause (first observed failure):
 def test_torchruns_summary_names_every_failed_rank() -> None:
     assert failed_ranks(TORCHRUN_SUMMARY) == [(1, 1, 3), (0, 0, 1)]
     assert failed_ranks("rank 0 steady-state throughput: 10.0 samples/s") == []
+
+
+def test_a_ranks_lines_are_cut_out_of_the_log_even_where_another_rank_broke_into_one() -> None:
+    # As torchrun --tee wrote it in a CI run: rank 1's Gloo line arrived in two pieces, rank 0's between.
+    log = ("[default0]:rank 0 starts\n"
+           "[default1]:[Gloo] Rank [default0]:[Gloo] Rank 0 is connected to 1 peer ranks.\n"
+           "[default1]:1 is connected to 1 peer ranks.\n"
+           "E1126 torchrun's own line\n"
+           "[default1]:rank 1 fails by crash\n"
+           "[default1]:no newline at the end")
+    assert rank_log(log, 1).splitlines() == [
+        "[Gloo] Rank 1 is connected to 1 peer ranks.", "rank 1 fails by crash", "no newline at the end"]
+    assert rank_log(log, 0).splitlines() == ["rank 0 starts", "[Gloo] Rank 0 is connected to 1 peer ranks."]
+    assert rank_log(log, 2) == ""
