@@ -14,6 +14,7 @@ from pathlib import Path
 import pytest
 
 from autotune.records import FailureCategory as C, TrialResult
+from autotune.workers.multiprocess import rank_log
 
 from .conftest import RunScript
 from .test_launcher import dies_soon
@@ -23,10 +24,15 @@ pytestmark = pytest.mark.slow
 SCRIPTS = Path(__file__).resolve().parents[1] / "scripts"
 
 
+def own_lines(result: TrialResult, local_rank: int) -> str:
+    """One rank's lines in the trial's log."""
+    return rank_log(Path(result.log_path or "").read_text(), local_rank)
+
+
 def printed_throughput(result: TrialResult) -> dict[str, float]:
     """Each rank's last own figure in the trial's log."""
-    found = re.findall(r"\[default\d\]:rank (\d+) steady-state throughput: ([\d.]+)",
-                       Path(result.log_path or "").read_text())
+    found = [m for i in range(2)
+             for m in re.findall(r"^rank (\d+) steady-state throughput: ([\d.]+)", own_lines(result, i), re.M)]
     return {rank: float(value) for rank, value in found}
 
 
@@ -34,8 +40,7 @@ def test_gloo_ranks_add_up_and_stop_together(run_script: RunScript) -> None:
     result = run_script(SCRIPTS / "ranks_train.py", sets={"batch_size": 16}, nproc_per_node=2,
                         args=["--mode", "gloo", "--steps", "100000"])
     assert result.ok, f"{result.failure}\n{result.log_tail}"
-    log = Path(result.log_path or "").read_text()
-    assert "[default0]:rank 0 batch 16" in log and "[default1]:rank 1 batch 16" in log
+    assert "rank 0 batch 16" in own_lines(result, 0) and "rank 1 batch 16" in own_lines(result, 1)
     assert result.plan.launch == "torchrun --nproc_per_node=2"
     # Stopped once measured, both ranks at one step: no rank left waiting for the other.
     assert result.stopped_early and [r.rank for r in result.ranks] == [0, 1]
@@ -53,9 +58,8 @@ def test_xla_ranks_under_torchrun(run_script: RunScript) -> None:
     result = run_script(SCRIPTS / "ranks_train.py", target="xla", sets={"batch_size": 16}, nproc_per_node=2,
                         args=["--mode", "xla"])
     assert result.ok, f"{result.failure}\n{result.log_tail}"
-    log = Path(result.log_path or "").read_text()
     # torch-xla on CPU numbers every process's replica 0: the prefix tells the ranks apart.
-    assert "[default0]:rank 0 batch 16" in log and "[default1]:rank 0 batch 16" in log
+    assert "rank 0 batch 16" in own_lines(result, 0) and "rank 0 batch 16" in own_lines(result, 1)
     assert [r.rank for r in result.ranks] == [0, 1]
     assert all(r.measurement is not None for r in result.ranks)
     assert result.measurement is not None and result.measurement.samples_per_step == 32
