@@ -175,21 +175,10 @@ def rank_log(log: str, local_rank: int) -> str:
     reach the log with another rank's line between them: ``[default1]:[Gloo] Rank [default0]:...``,
     then ``[default1]:1 is connected``. Each piece goes to its own rank, and a rank's pieces are joined
     until its newline."""
-    lines: list[str] = []
-    pending = ""
     pieces = _RANK_PREFIX.split(log)  # text, rank, piece, rank, piece, ...
-    for rank, piece in zip(pieces[1::2], pieces[2::2]):
-        if int(rank) != local_rank:
-            continue
-        own, newline, _ = piece.partition("\n")  # after its newline: torchrun's own lines
-        if not newline:
-            pending += own
-            continue
-        lines.append(pending + own)
-        pending = ""
-    if pending:
-        lines.append(pending)
-    return "\n".join(lines)
+    # Up to and with its newline; after it come torchrun's own lines.
+    own = (piece.partition("\n")[:2] for rank, piece in zip(pieces[1::2], pieces[2::2]) if int(rank) == local_rank)
+    return "".join(text + newline for text, newline in own).removesuffix("\n")
 
 
 def spec_for_ranks(spec: TrialSpec, rank_env: list[dict[str, str]], rendezvous_s: float) -> TrialSpec:
