@@ -27,7 +27,7 @@ from typing import Any, Iterator
 
 from autotune.atomic_file import write_atomic
 from autotune.errors import AutotuneError
-from autotune.measurement.noise import RunNoise
+from autotune.measurement.noise import RUN_SECONDS, RunNoise
 from autotune.published import PUBLISHED_DIR, Published
 from autotune.records import PROTOCOL_VERSION, FailureCategory, TrialResult
 from autotune.targets import all_targets, get_target
@@ -78,8 +78,10 @@ def artifact_key(*, model: dict[str, Any], environment: dict[str, Any], target: 
 def noise_key(provenance: dict[str, Any], target: str) -> str:
     """The key of the between-run noise of a script (its provenance's :func:`model_of`) on a machine
     (:func:`environment_of`) and target: the same script on the same machine varies alike whatever
-    its configuration."""
-    doc = {"model": model_of(provenance), "environment": environment_of(provenance), "target": target}
+    its configuration. The spread is kept for a run of ``RUN_SECONDS`` (an older entry, kept for a
+    run of any length, is not read)."""
+    doc = {"model": model_of(provenance), "environment": environment_of(provenance), "target": target,
+           "run_seconds": RUN_SECONDS}
     return hashlib.sha256(json.dumps(doc, sort_keys=True, default=str).encode()).hexdigest()
 
 

@@ -172,13 +172,11 @@ def render_trials(study: str, trials: list, baseline: float | None, best, consol
     unit = objective(metric).unit
     value_col = f"{metric} ({unit})" if unit else metric
     priced = any(t.usd_per_million_samples is not None for t in trials)
-    # The interval of a run as the next run would read it, where the study measured the noise
-    # between runs; else the run's own, which is the throughput's whatever the objective.
-    between = any(t.value_ci95_low is not None for t in trials)
-    ci_col = "95% CI" if metric == "throughput" or between else "throughput 95% CI"
+    ci_col = "95% CI"
     flops = any(t.flops_per_second is not None for t in trials)
     mfu = any(t.mfu is not None for t in trials)
-    for col in ("trial", value_col, ci_col, "speedup", *(["$ / 1M samples"] if priced else []),
+    # Each row is a configuration: its figure is the mean over its runs.
+    for col in ("trial", value_col, ci_col, "runs", "speedup", *(["$ / 1M samples"] if priced else []),
                 *(["model FLOP/s"] if flops else []), *(["MFU"] if mfu else []), "parameters"):
         table.add_column(col, justify="left" if col in (ci_col, "parameters") else "right")
     rows = sorted(trials, key=lambda t: t.number) if all_trials else ok[:top]
@@ -205,7 +203,8 @@ def render_trials(study: str, trials: list, baseline: float | None, best, consol
         cost = [fmt_usd(t.usd_per_million_samples)] if priced else []
         compute = ([f"{fmt_flops(t.flops_per_second)}/s" if t.flops_per_second is not None else ""]
                    if flops else []) + ([f"{t.mfu:.1%}" if t.mfu is not None else ""] if mfu else [])
-        table.add_row(str(t.number), value, ci, speed, *cost, *compute, Text(params))  # no markup: "[same as trial 3]"
+        table.add_row(str(t.number), value, ci, str(t.runs) if t.runs else "", speed, *cost, *compute,
+                      Text(params))  # no markup: "[same as trial 3]"
     print_whole(table, console)
     failed = [t for t in trials if t.state == "FAIL" and t.duplicate_of is None and t.category]
     if failed:
@@ -241,25 +240,28 @@ def render_trials(study: str, trials: list, baseline: float | None, best, consol
 
 def best_line(best) -> str:
     """``trial 14, 1,164.0 samples/s [1,090.2, 1,238.4] over 4 runs (1,171.3, ...; 2.90x the baseline, 3 runs)``."""
-    runs = len(best.measurements)
+    runs = len(best.runs)
     interval = f" [{best.value_ci95_low:,.1f}, {best.value_ci95_high:,.1f}]" \
         if best.value_ci95_low is not None and best.value_ci95_high is not None else ""
     over = f" over {runs} runs" if runs > 1 else " (one run)"
-    said = [", ".join(f"{v:,.1f}" for v in best.measurements)] if runs > 1 else []
+    said = [", ".join(f"{r.value:,.1f}" for r in best.runs)] if runs > 1 else []
     if best.speedup:
-        base = len(best.baseline_measurements)
+        base = len(best.baseline_runs)
         said.append(f"{best.speedup:.2f}x the baseline" + (f", {base} runs" if base > 1 else ""))
     return f"trial {best.trial}, {format_value(best.value, best.metric)}{interval}{over}" \
         + (f" ({'; '.join(said)})" if said else "")
 
 
 def noise_line(noise) -> str:
-    """``one run of a configuration here reads within ±9% of its mean, 95% of the time (measured on 6 runs)``."""
-    earlier = " and by earlier studies here" if noise.earlier_df else ""
+    """``one run of 10 s here reads within ±9% of its configuration's mean, 95% of the time (measured
+    on 6 runs)``; where too few runs were measured again for a spread, what they read."""
+    if noise.spread is None:
+        return f"too few runs measured again to say how far runs vary here: {noise.seen}"
     from autotune.measurement.noise import spread_text
 
-    return (f"one run of a configuration here reads within {spread_text(noise.spread)} of its mean, 95% of the time "
-            f"(measured on {noise.repeats} runs{earlier})")
+    earlier = " and by earlier studies here" if noise.earlier_df else ""
+    return (f"one run of {noise.run_seconds:.0f} s here reads {spread_text(noise.spread)} of its configuration's "
+            f"mean, 95% of the time (measured on {noise.repeats} runs{earlier})")
 
 
 def print_whole(table: Table, console: Console) -> None:

@@ -59,7 +59,7 @@ def study(i: int, work: Path, trials: int, repeats: int, race: float | None, env
     seconds = time.monotonic() - started
     best = result["best"]
     again = [t for t in result["trials"] if t.get("confirms") is not None]
-    say(f"study {i}: best trial {best['trial']}, {best['value']:,.1f} samples/s over {len(best['measurements'])} "
+    say(f"study {i}: best trial {best['trial']}, {best['value']:,.1f} samples/s over {len(best['runs'])} "
         f"runs, {len(again)} re-measurements, {seconds:.0f} s")
     sets = [f"{k}={v}" for k, v in best["params"].items() if v is not None]
     runs = []
@@ -76,12 +76,11 @@ def study(i: int, work: Path, trials: int, repeats: int, race: float | None, env
     low, high = best.get("value_ci95_low"), best.get("value_ci95_high")
     return {
         "study": i, "seconds": round(seconds, 1), "best_trial": best["trial"], "params": best["params"],
-        "value": best["value"], "measurements": best["measurements"], "ci95": [low, high],
-        "within_ci95": [best.get("ci95_low"), best.get("ci95_high")], "noise": best.get("noise"),
+        "value": best["value"], "throughput": best.get("throughput"), "runs": [r["value"] for r in best["runs"]],
+        "run_seconds": [r["seconds"] for r in best["runs"]], "ci95": [low, high], "noise": best.get("noise"),
         "re_measurements": len(again), "repeats": runs, "repeats_mean": mean,
         "covers": None if mean is None or low is None else low <= mean <= high,
-        "within_covers": None if mean is None or best.get("ci95_low") is None
-        else best["ci95_low"] <= mean <= best["ci95_high"],
+        "width": None if low is None or high is None or not low else high / low,
         "off_by": None if mean is None else best["value"] / mean - 1,
     }
 
@@ -117,12 +116,14 @@ def main() -> None:
     for r in rows:
         low, high = r["ci95"]
         interval = f"[{low:,.1f}, {high:,.1f}]" if low is not None else "(no interval)"
-        print(f"study {r['study']}: best trial {r['best_trial']}: {r['value']:,.1f} samples/s {interval} over "
-              f"{len(r['measurements'])} runs ({r['re_measurements']} re-measurements, {r['seconds']:.0f} s)")
+        width = f", high/low {r['width']:.2f}" if r["width"] else ""
+        print(f"study {r['study']}: best trial {r['best_trial']}: {r['value']:,.1f} samples/s {interval}{width} over "
+              f"{len(r['runs'])} runs of {', '.join(f'{s:.1f}' if s else '?' for s in r['run_seconds'])} s "
+              f"({r['re_measurements']} re-measurements, study {r['seconds']:.0f} s)")
         if r["repeats_mean"] is not None:
             print(f"  {len(r['repeats'])} runs afterwards: {', '.join(f'{v:,.1f}' for v in r['repeats'])} "
-                  f"(mean {r['repeats_mean']:,.1f}); interval covers it: {r['covers']} "
-                  f"(the first run's own interval: {r['within_covers']}); best.json reads {r['off_by']:+.1%}")
+                  f"(mean {r['repeats_mean']:,.1f}); interval covers it: {r['covers']}; best.json reads "
+                  f"{r['off_by']:+.1%} (its throughput {r['throughput']:,.1f})")
     if "agree" in out:
         g = out["agree"]
         print(f"two studies: same configuration {g['same_configuration']}; re-measured, within their combined "

@@ -70,8 +70,8 @@ def measuring_here(prepared: PreparedTrial, args: list[str], cache: CacheRoot,
     measured = under_noise(protocol, noise)
     if measured.min_measure_seconds <= protocol.min_measure_seconds:
         return measured, None
-    return (measured, f"one run of {prepared.script.name} here reads within {spread_text(noise.spread or 0.0)} of "
-                      f"the mean of its runs (as studies here measured): each run measures at least "
+    return (measured, f"one run of {prepared.script.name} here reads {spread_text(noise.spread or 0.0)} of the mean "
+                      f"of its runs (as studies here measured): each run measures at least "
                       f"{measured.min_measure_seconds:.0f} s after warm-up")
 
 

@@ -6,10 +6,13 @@ seconds, the clock a core boosts to, where memory was placed. Only the same conf
 several processes says that. Those repeats give :class:`RunNoise`, a spread pooled over every
 configuration measured more than once (as pyperf reports the spread across its worker processes).
 
-A configuration's figure over its runs (:class:`Runs`) then has an interval that includes that
-spread, and two configurations are told apart (:func:`ahead`) only beyond it. Figures are compared
-on their logarithms: a speed's spread is relative, 1,000 samples/s varies by tens where 10,000
-varies by hundreds.
+A run's spread shrinks as it measures longer (it averages over a neighbour's turns), up to a
+point. So the spread is kept for a run of :data:`RUN_SECONDS`: a run of ``s`` seconds counts as
+``min(1, s / RUN_SECONDS)`` of one (:meth:`Runs.weights`), in the spread measured from it and in
+the interval of a mean it is part of. A configuration's figure over its runs (:class:`Runs`) then
+has an interval that includes that spread, and two configurations are told apart (:func:`ahead`)
+only beyond it. Figures are compared on their logarithms: a speed's spread is relative, 1,000
+samples/s varies by tens where 10,000 varies by hundreds.
 
 Pure functions over plain numbers, like :mod:`.windows`.
 """
@@ -31,27 +34,134 @@ _Z975 = 1.96
 #: as much as history soon.
 PRIOR_DF = 6
 
+#: Fewer degrees of freedom than this give no interval and no percentage: two runs of one
+#: configuration give one, and a t of 12.7 (an interval of x100 where a neighbour slowed one run).
+MIN_DF = 2
+
+#: The length of run the between-run spread is kept for, in seconds of steady steps, and what a
+#: decisive run measures at least: the runs of the figures a study reports (its best and its
+#: baseline), and every run on a noisy host. A neighbour that takes a core for 1 to 4 s at a
+#: time splits runs of a second or two into two speeds; over 10 s a run averages over a few of its
+#: turns (docs/results/noise.md).
+RUN_SECONDS = 10.0
+
+#: A host whose runs of :data:`RUN_SECONDS` vary by more than this (the standard deviation of one
+#: run's log figure: about +-10% 95% of the time) is noisy: each run there measures at least
+#: :data:`RUN_SECONDS`.
+NOISY_SIGMA = 0.05
+
+
+@dataclass(frozen=True)
+class Runs:
+    """What the runs of one configuration read: each run's figure, each run's own 95% interval as
+    a relative half-width (``None`` where the run gave none), and the seconds of steady steps each
+    run measured (``None`` where unknown)."""
+
+    values: tuple[float, ...]
+    within: tuple[float | None, ...] = field(default=())
+    seconds: tuple[float | None, ...] = field(default=())
+    #: A figure that is a price over a rate (a cost per sample): its mean is the rate's mean
+    #: turned over, as all the runs' seconds over all their samples.
+    turned: bool = False
+
+    @property
+    def n(self) -> int:
+        return len(self.values)
+
+    def run_seconds(self) -> tuple[float | None, ...]:
+        """Each run's seconds of steady steps (``None`` where unknown)."""
+        return self.seconds if len(self.seconds) == self.n else (None,) * self.n
+
+    def _within(self) -> tuple[float | None, ...]:
+        return self.within if len(self.within) == self.n else (None,) * self.n
+
+    def weights(self) -> list[float]:
+        """How much of one run of :data:`RUN_SECONDS` each run counts for: its seconds over
+        those, at most 1 (a run of unknown length counts whole)."""
+        return [1.0 if s is None else max(min(1.0, s / RUN_SECONDS), 1e-3) for s in self.run_seconds()]
+
+    def _shares(self) -> list[float]:
+        """Each run's share of :attr:`mean`: its seconds over all the runs' where every run's are
+        known, else an equal share."""
+        seconds = self.run_seconds()
+        if all(s is not None and s > 0 for s in seconds) and self.n > 1:
+            total = sum(s for s in seconds if s is not None)
+            return [s / total for s in seconds if s is not None]
+        return [1 / self.n] * self.n
+
+    @property
+    def mean(self) -> float:
+        """The mean over the runs, each weighed by the seconds it measured where every run's are
+        known: for a throughput, all their samples over all their seconds, as the processes of one
+        run are added up (:mod:`autotune.workers.pooling`). A run of 3 s counts for a third of
+        one of 9 s."""
+        if self.n == 1:
+            return self.values[0]  # v x s / s can be one unit in the last place off v
+        if self.turned:
+            return 1 / sum(w / v for v, w in zip(self.values, self._shares()))
+        return sum(v * w for v, w in zip(self.values, self._shares()))
+
+    def plus(self, value: float, within: float | None = None, seconds: float | None = None) -> Runs:
+        """These runs and one more."""
+        return Runs(self.values + (value,), self._within() + (within,), self.run_seconds() + (seconds,), self.turned)
+
+    def run_variances(self, noise: RunNoise) -> tuple[list[float], float]:
+        """The variance of each run's log figure, and the 97.5% quantile that goes with them: the
+        between-run spread for a run of its length, or the run's own interval where that is wider
+        (a run measured poorly is less certain than the repeats the spread was measured on)."""
+        sigma = noise.sigma
+        out, t = [], _Z975
+        for w, u in zip(self._within(), self.weights()):
+            # On the logarithms the run's interval is widened to its longer side, so that it still
+            # holds the run's own interval whole.
+            own = (-math.log1p(-min(w, 0.99)) / _Z975) ** 2 if w is not None and math.isfinite(w) else None
+            between = sigma ** 2 / u if sigma is not None else None
+            if between is not None and (own is None or between >= own):
+                out.append(between)
+                t = t975(noise.df)
+            else:
+                out.append(own if own is not None else math.inf)
+        return out, t
+
+    def log_variance(self, noise: RunNoise) -> tuple[float, float]:
+        """The variance of the log of :attr:`mean`, and its 97.5% quantile."""
+        variances, t = self.run_variances(noise)
+        return sum(s * s * v for s, v in zip(self._shares(), variances)), t
+
+    def figure(self, noise: RunNoise) -> Figure:
+        """The mean over the runs, with the interval of :class:`Figure`."""
+        variance, t = self.log_variance(noise)
+        mean = self.mean
+        if not math.isfinite(variance):
+            return Figure(mean, None, None, self.n)
+        half = t * math.sqrt(variance)
+        return Figure(mean, mean * math.exp(-half), mean * math.exp(half), self.n)
+
 
 @dataclass(frozen=True)
 class RunNoise:
-    """The between-run spread pooled over configurations: the squared deviations of each run's log
-    figure from its configuration's mean log, summed, and their degrees of freedom (runs less
-    configurations). Nothing measured more than once: ``df`` 0, the spread unknown."""
+    """The between-run spread pooled over configurations, for a run of :data:`RUN_SECONDS`: the
+    squared deviations of each run's log figure from its configuration's mean log, each weighed
+    by how much of such a run it counts for (:meth:`Runs.weights`), summed, and their degrees of
+    freedom (runs less configurations). Nothing measured more than once: ``df`` 0, the spread
+    unknown."""
 
     squares: float = 0.0
     df: int = 0
 
     @classmethod
-    def of(cls, groups: Iterable[Sequence[float]]) -> RunNoise:
-        """The spread of ``groups``: each the figures of one configuration's runs."""
+    def of(cls, groups: Iterable[Runs | Sequence[float]]) -> RunNoise:
+        """The spread of ``groups``: each the runs of one configuration (plain figures: runs of
+        unknown length)."""
         squares, df = 0.0, 0
-        for runs in groups:
-            logs = [math.log(v) for v in runs if v > 0]
-            if len(logs) < 2:
+        for group in groups:
+            runs = group if isinstance(group, Runs) else Runs(tuple(group))
+            kept = [(math.log(v), u) for v, u in zip(runs.values, runs.weights()) if v > 0]
+            if len(kept) < 2:
                 continue
-            mean = statistics.fmean(logs)
-            squares += sum((x - mean) ** 2 for x in logs)
-            df += len(logs) - 1
+            mean = sum(x * u for x, u in kept) / sum(u for _, u in kept)
+            squares += sum(u * (x - mean) ** 2 for x, u in kept)
+            df += len(kept) - 1
         return cls(squares, df)
 
     def __add__(self, other: RunNoise) -> RunNoise:
@@ -65,154 +175,86 @@ class RunNoise:
 
     @property
     def known(self) -> bool:
-        return self.df > 0
+        """Whether enough runs were measured again to give an interval (:data:`MIN_DF`)."""
+        return self.df >= MIN_DF
 
     @property
     def sigma(self) -> float | None:
-        """The standard deviation of one run's log figure (``None`` while unknown)."""
-        return math.sqrt(self.squares / self.df) if self.df else None
+        """The standard deviation of the log figure of one run of :data:`RUN_SECONDS` (``None``
+        while unknown)."""
+        return math.sqrt(self.squares / self.df) if self.known else None
 
     @property
     def spread(self) -> float | None:
-        """How far one run reads from its configuration's mean, 95% of the time, as a fraction
-        (0.09: one run lies within +-9% of the mean)."""
+        """How far one run of :data:`RUN_SECONDS` reads from its configuration's mean, 95% of the
+        time, as a fraction (0.09: one run lies within +-9% of the mean)."""
         sigma = self.sigma
         return None if sigma is None else math.exp(t975(self.df) * sigma) - 1
+
+    @property
+    def noisy(self) -> bool:
+        """Whether runs vary here by more than :data:`NOISY_SIGMA`."""
+        return self.sigma is not None and self.sigma > NOISY_SIGMA
 
 
 def spread_text(spread: float) -> str:
     """``spread`` (:attr:`RunNoise.spread`, the upper side) as a reader meets it: ``±9%``, or both
-    sides where they differ (``-61% to +156%``: a spread on the logarithms is wider upwards)."""
+    sides where they differ (``-21% to +27%``: a spread on the logarithms is wider upwards), or a
+    factor where it is that wide (``within a factor of 2.4``)."""
+    if spread >= 1:
+        return f"within a factor of {1 + spread:.1f}"
     lower = spread / (1 + spread)
-    return f"±{spread:.0%}" if round(lower * 100) == round(spread * 100) else f"-{lower:.0%} to +{spread:.0%}"
-
-
-#: A host whose runs vary by more than this (the standard deviation of one run's log figure: about
-#: +-10% 95% of the time) is noisy: each run there measures at least :data:`NOISY_MEASURE_S`.
-NOISY_SIGMA = 0.05
-
-#: Seconds of steady windows a run measures at least on a noisy host. A neighbour that takes a
-#: core for 1 to 4 s at a time splits runs of a second or two into two speeds 40% apart; over
-#: 10 s a run averages over a few of its turns (bench/next_run.py --neighbour).
-NOISY_MEASURE_S = 10.0
+    return f"within ±{spread:.0%}" if round(lower * 100) == round(spread * 100) \
+        else f"within -{lower:.0%} to +{spread:.0%}"
 
 
 def measure_seconds(noise: RunNoise) -> float:
     """The seconds each run measures at least under ``noise``: 0 (the interval alone decides)
     unless the host is noisy."""
-    sigma = noise.sigma
-    return NOISY_MEASURE_S if sigma is not None and sigma > NOISY_SIGMA else 0.0
+    return RUN_SECONDS if noise.noisy else 0.0
 
 
 @dataclass(frozen=True)
 class Figure:
     """A configuration's figure over its runs: their mean, and a 95% interval for the mean of
-    more runs of it, which includes the between-run noise."""
+    more runs of it, which includes the between-run noise (``None`` where nothing says how far
+    it may be)."""
 
     mean: float
-    low: float
-    high: float
+    low: float | None
+    high: float | None
     runs: int
-
-
-@dataclass(frozen=True)
-class Runs:
-    """What the runs of one configuration read: each run's figure, each run's own 95% interval as
-    a relative half-width (``None`` where the run gave none), and the seconds of steady steps each
-    run measured (``None`` where unknown)."""
-
-    values: tuple[float, ...]
-    within: tuple[float | None, ...] = field(default=())
-    seconds: tuple[float | None, ...] = field(default=())
-
-    @property
-    def n(self) -> int:
-        return len(self.values)
-
-    @property
-    def mean(self) -> float:
-        """The mean over the runs, each weighed by the seconds it measured where every run's are
-        known: for a throughput, all their samples over all their seconds, as the processes of one
-        run are added up (:mod:`autotune.workers.pooling`). A run of 3 s measured before the study
-        knew its host was noisy counts for a third of one of 10 s measured after."""
-        if self.n == 1:
-            return self.values[0]  # v x s / s can be one unit in the last place off v
-        weights = [s for s in self.seconds if s is not None and s > 0]
-        if len(weights) == self.n and self.n:
-            return sum(v * s for v, s in zip(self.values, weights)) / sum(weights)
-        return statistics.fmean(self.values)
-
-    def _log_mean(self) -> float:
-        return statistics.fmean(math.log(v) for v in self.values)
-
-    def _variance(self, noise: RunNoise) -> tuple[float, float]:
-        """The variance of one run's log figure and the 97.5% quantile that goes with it: the
-        between-run spread, or the runs' own intervals where those are wider (a short run is less
-        certain than the repeats the spread was measured on)."""
-        known = [w for w in self.within if w is not None and math.isfinite(w)]
-        # On the logarithms the run's interval is widened to its longer side, so that it still
-        # holds the run's own interval whole.
-        within = statistics.fmean((-math.log1p(-min(w, 0.99)) / _Z975) ** 2 for w in known) if known else None
-        between = noise.sigma ** 2 if noise.sigma is not None else None
-        if between is not None and (within is None or between >= within):
-            return between, t975(noise.df)
-        if within is not None:
-            return within, _Z975
-        return math.inf, math.inf
-
-    def figure(self, noise: RunNoise) -> Figure:
-        """The mean over the runs, with the interval of :class:`Figure`."""
-        variance, t = self._variance(noise)
-        mean = self.mean
-        if not math.isfinite(variance):
-            return Figure(mean, 0.0, math.inf, self.n)
-        half = t * math.sqrt(variance / self.n)
-        return Figure(mean, mean * math.exp(-half), mean * math.exp(half), self.n)
-
-    def plus(self, value: float, within: float | None = None, seconds: float | None = None) -> Runs:
-        """These runs and one more."""
-        return Runs(self.values + (value,), self._within() + (within,), self.run_seconds() + (seconds,))
-
-    def _within(self) -> tuple[float | None, ...]:
-        return self.within if len(self.within) == self.n else (None,) * self.n
-
-    def run_seconds(self) -> tuple[float | None, ...]:
-        """Each run's seconds of steady steps (``None`` where unknown)."""
-        return self.seconds if len(self.seconds) == self.n else (None,) * self.n
 
 
 def ahead(a: Runs, b: Runs, noise: RunNoise, *, maximize: bool = True) -> int:
     """1 where ``a`` is ahead of ``b`` beyond the noise, -1 where ``b`` is ahead of ``a``, 0 where
-    the runs cannot tell them apart (Welch's comparison of the mean logs, each run's variance from
-    :meth:`Runs.figure`'s rule)."""
-    va, ta = a._variance(noise)
-    vb, tb = b._variance(noise)
+    the runs cannot tell them apart (Welch's comparison of the logs of their means, each mean's
+    variance from :meth:`Runs.log_variance`)."""
+    va, ta = a.log_variance(noise)
+    vb, tb = b.log_variance(noise)
     if not (math.isfinite(va) and math.isfinite(vb)):
         return 0
-    d = a._log_mean() - b._log_mean()
-    half = max(ta, tb) * math.sqrt(va / a.n + vb / b.n)
+    d = math.log(a.mean) - math.log(b.mean)
+    half = max(ta, tb) * math.sqrt(va + vb)
     if abs(d) <= half:
         return 0
     return (1 if d > 0 else -1) * (1 if maximize else -1)
 
 
 def shrunk(configurations: Sequence[Runs], noise: RunNoise) -> list[float]:
-    """What each configuration's mean log figure says of its speed, once its luck is allowed for:
-    the mean log drawn toward the mean over the configurations by as much as its runs are
-    uncertain (empirical Bayes, as Efron and Morris shrink batting averages).
+    """What each configuration's mean says of its speed (on the logarithms), once its luck is
+    allowed for: the log of its mean drawn toward the mean over the configurations by as much as
+    its runs are uncertain (empirical Bayes, as Efron and Morris shrink batting averages).
 
     Among many configurations measured once, the highest read is the luckiest draw as much as the
-    fastest configuration: the more a configuration's runs vary (one run of it, on a noisy host)
-    against how far the configurations lie apart, the less of its distance from the others is its
-    own. Each mean log ``m`` becomes ``mu + w * (m - mu)``, with ``w = tau2 / (tau2 + v / n)``:
-    ``v / n`` the variance of the mean of its ``n`` runs (:meth:`Runs.figure`'s rule), ``tau2``
-    the variance of the configurations' own speeds (the spread of their mean logs less what the
-    noise adds to it), ``mu`` the mean of the mean logs. A quiet host (``v`` small against
-    ``tau2``) leaves each mean as it is; where the configurations lie no further apart than the
-    noise (``tau2`` 0), each is ``mu``: nothing tells them apart. Without a known spread (no run
-    measured again, no run's own interval) the mean logs are returned as they are."""
-    logs = [r._log_mean() for r in configurations]
-    variances = [r._variance(noise)[0] / r.n for r in configurations]
+    fastest configuration. Each log mean ``m`` becomes ``mu + w * (m - mu)``, with
+    ``w = tau2 / (tau2 + v)``: ``v`` the variance of ``m`` (:meth:`Runs.log_variance`), ``tau2``
+    the variance of the configurations' own speeds (the spread of their log means less what the
+    noise adds to it), ``mu`` the mean of the log means. A quiet host leaves each mean as it is;
+    where the configurations lie no further apart than the noise, each is ``mu``. Without a known
+    spread the log means are returned as they are."""
+    logs = [math.log(r.mean) for r in configurations]
+    variances = [r.log_variance(noise)[0] for r in configurations]
     if len(logs) < 2 or not all(math.isfinite(v) for v in variances):
         return logs
     mu = statistics.fmean(logs)
@@ -221,10 +263,22 @@ def shrunk(configurations: Sequence[Runs], noise: RunNoise) -> list[float]:
 
 
 def margin(leader: Runs, noise: RunNoise) -> float | None:
-    """How far below ``leader``'s mean (a fraction) one run of a challenger may read and still
-    not be behind it beyond the noise: the bar under which a measurement cannot win. ``None``
-    while the noise and the leader's own intervals are unknown."""
-    variance, t = leader._variance(noise)
-    if not math.isfinite(variance):
+    """How far below ``leader``'s mean (a fraction) one run of a challenger, of
+    :data:`RUN_SECONDS` or more, may read and still not be behind it beyond the noise: the bar
+    under which a measurement cannot win. ``None`` while the noise and the leader's own intervals
+    are unknown."""
+    variance, t = leader.log_variance(noise)
+    one = noise.sigma ** 2 if noise.sigma is not None else statistics.fmean(leader.run_variances(noise)[0])
+    if not math.isfinite(variance + one):
         return None
-    return 1 - math.exp(-t * math.sqrt(variance / leader.n + variance))
+    return 1 - math.exp(-t * math.sqrt(variance + one))
+
+
+def seen_text(values: Sequence[float], unit: str = "") -> str:
+    """What runs read, where they are too few for a spread: ``one run read 1,320.0`` or
+    ``two runs read 1,320.0 and 3,825.0``."""
+    figures = [f"{v:,.1f}{unit}" for v in values]
+    if len(figures) == 1:
+        return f"one run read {figures[0]}"
+    words = {2: "two", 3: "three", 4: "four"}.get(len(figures), str(len(figures)))
+    return f"{words} runs read {', '.join(figures[:-1])} and {figures[-1]}"

@@ -13,7 +13,7 @@ from typing import Any
 from pydantic import BaseModel, Field
 
 from autotune.study.outputs import BestConfig, TrialSummary
-from autotune.study.results import baseline_value, best_config, study_summaries
+from autotune.study.results import baseline_value, best_config, pareto_front, study_summaries
 from autotune.trial_attrs import StudyAttrs
 
 
@@ -89,7 +89,7 @@ def study_report(study: Any, name: str) -> StudyReport:
     directions = [d.name.lower() for d in study.directions]
     trials = study_summaries(study)
     importances, note = _importances(study)
-    front = [t.number for t in study.best_trials] if len(directions) > 1 else []
+    front = sorted(t.number for t, _ in pareto_front(study)) if len(directions) > 1 else []
     best = best_config(study, name) if len(directions) == 1 else None
     return StudyReport(study=name, target=attrs.target, metric=attrs.metric or "throughput", directions=directions,
                        script=attrs.script, trials=trials,

@@ -16,6 +16,7 @@ from typing import Any
 
 from pydantic import BaseModel, Field
 
+from autotune.measurement.noise import Runs
 from autotune.pricing import Price, file_price, instance_rate, resolve_price
 from autotune.study.database import ShownURL
 from autotune.study.options import default_storage
@@ -87,9 +88,9 @@ def _row(name: str, storage: str, prices: Path | None) -> ComparisonRow:
     if best is None:
         return row
     row.trial, row.configuration, row.trial_samples_per_second = best.trial, best.params, best.throughput
-    measurement = _measurement(study, best.trial)
-    row.latency_ms = {k: v * 1e3 for k in LATENCIES if isinstance(v := measurement.get(k), (int, float))}
-    row.step_time_ms = {k: v * 1e3 for k in STEP_TIMES if isinstance(v := measurement.get(k), (int, float))}
+    measured = _measurements(study, {r.trial: r.seconds for r in best.runs})
+    row.latency_ms = {k: v * 1e3 for k in LATENCIES if (v := _mean(measured, k)) is not None}
+    row.step_time_ms = {k: v * 1e3 for k in STEP_TIMES if (v := _mean(measured, k)) is not None}
     price = _price(stored, instance, prices)
     cost = study_cost(stored, best.throughput, price)
     if cost is not None:
@@ -112,13 +113,21 @@ def _price(stored: StudyAttrs, instance: str | None, prices: Path | None) -> Pri
     return resolve_price(instance)
 
 
-def _measurement(study: Any, number: int) -> dict[str, Any]:
-    """The best trial's measurement as stored (JSON), with any figure a newer autotune added."""
+def _measurements(study: Any, runs: dict[int, float | None]) -> list[tuple[dict[str, Any], float | None]]:
+    """The measurement of each of ``runs`` (trial numbers, with their seconds) as stored (JSON, with
+    any figure a newer autotune added)."""
+    out = []
     for t in study.get_trials(deepcopy=False):
         result = TrialAttrs.of(t).result
-        if t.number == number and result is not None:
-            return json.loads(result).get("measurement") or {}
-    return {}
+        if t.number in runs and result is not None:
+            out.append((json.loads(result).get("measurement") or {}, runs[t.number]))
+    return out
+
+
+def _mean(measured: list[tuple[dict[str, Any], float | None]], name: str) -> float | None:
+    """``name``'s mean over the runs that recorded it, weighed as the configuration's figure is."""
+    kept = [(m[name], s) for m, s in measured if isinstance(m.get(name), (int, float))]
+    return Runs(tuple(v for v, _ in kept), seconds=tuple(s for _, s in kept)).mean if kept else None
 
 
 CSV_FIELDS = ["study", "instance_type", "target", "trial", "instance_samples_per_second", "trial_samples_per_second",

@@ -17,7 +17,7 @@ from typing import TYPE_CHECKING, Any
 from autotune.cache import CacheRoot
 from autotune.errors import InvalidConfigError
 from autotune.execution.pool import TrialPool
-from autotune.measurement.noise import spread_text
+from autotune.measurement.noise import RUN_SECONDS, spread_text
 from autotune.records import MeasurementProtocol, TrialPlan, TrialResult
 from autotune.search.samplers import suggest
 from autotune.space import config_key
@@ -82,8 +82,9 @@ class Dispatch:
         compared with the whole of other runs), its files under ``trials/<name>``. Its compiled
         graphs are in the compile cache, and no remembered result answers it: it runs."""
         params = TrialResult.model_validate_json(TrialAttrs.of(original).result or "").plan.params
-        self.pool.submit(self.requests.request(params, self.out / "trials" / name, self._measuring(self.o.protocol)),
-                         tag=tag)
+        self._measuring(self.o.protocol)  # where a repeat is the first to find the host noisy, its note
+        self.pool.submit(self.requests.request(params, self.out / "trials" / name,
+                                               pruning.measuring_again(self.o.protocol, self.study)), tag=tag)
 
     def _measuring(self, protocol: MeasurementProtocol) -> MeasurementProtocol:
         """:func:`pruning.measuring`, said once in the study's notes when the host proves noisy."""
@@ -91,15 +92,16 @@ class Dispatch:
         if measuring.min_measure_seconds > protocol.min_measure_seconds and not self._said_noisy:
             self._said_noisy = True
             # Said early, on the first repeats: the study's own figure (its noise line) comes later,
-            # on more runs, and is often far narrower than one said on two.
+            # on more runs, and is often far narrower than one said on a few.
             measured = standings(self.study)
             figure = noise_figure(measured, noise_of(self.study, measured))
-            spread = spread_text(figure.spread if figure is not None else 0.0)
-            repeats = figure.repeats if figure is not None else 0
-            basis = f"on the {repeats} runs measured so far" if repeats else "as earlier studies here measured it"
-            self.told.notes.append(f"one run here reads within {spread} of its configuration's mean ({basis}): each "
-                                   f"run from now on measures at least {measuring.min_measure_seconds:.0f} s after "
-                                   "warm-up, so that it averages over the host's ups and downs")
+            basis = f"on the {figure.repeats} runs measured so far" if figure is not None and figure.repeats \
+                else "as earlier studies here measured it"
+            spread = spread_text(figure.spread) if figure is not None and figure.spread is not None else "far"
+            self.told.notes.append(f"one run of {RUN_SECONDS:.0f} s here reads {spread} of its configuration's mean "
+                                   f"({basis}): each run from now on measures at least "
+                                   f"{measuring.min_measure_seconds:.0f} s after warm-up, so that it averages over "
+                                   "the host's ups and downs")
         return measuring
 
     def __call__(self, trial: optuna.Trial) -> Outcome:

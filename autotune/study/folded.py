@@ -33,17 +33,17 @@ T = TypeVar("T")
 
 @dataclass
 class Group:
-    """One configuration's runs: its first trial (not a re-measurement) and that trial's own
-    interval where the objective is timed by the harness, each run as (trial number, value, its
-    seconds of steady steps where the harness timed it), and
-    whether a re-measurement of it failed."""
+    """One configuration's runs: its first trial (not a re-measurement), what each run measured
+    (``autotune.study.outputs.RunFigure``, in trial order), and whether a re-measurement of it
+    failed."""
 
     first: Any = None  # optuna.trial.FrozenTrial
-    within: float | None = None
-    runs: list[tuple[int, float, float | None]] = field(default_factory=list)
+    runs: list[Any] = field(default_factory=list)
     flaky: bool = False
-    #: Its :class:`autotune.study.racing.Standing`, made again only after it changed.
+    #: Its :class:`autotune.study.racing.Standing`, made again only after it changed, and its
+    #: figures (``autotune.study.results.Headline``) with the standing and the noise they were made with.
     standing: Any = None
+    head: Any = None
 
 
 @dataclass(frozen=True)

@@ -289,7 +289,7 @@ class Study:
         kept = self._kept_noise()
         if kept is not None:
             kept.write_prior(study)
-        return Racing.of(self.o.race, self.o.trials, prior(study))
+        return Racing.of(self.o.race, self.o.trials, prior(study), config_key(self.baseline_params))
 
     def _learn_from(self, number: int, result: TrialResult, stored: bool = False) -> None:
         """What a trial's result says of the study beyond its value: knobs that never reach the

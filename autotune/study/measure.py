@@ -22,7 +22,7 @@ from autotune.study.budget import Budget
 from autotune.study.dispatch import Dispatch, Outcome
 from autotune.study.options import StudyOptions
 from autotune.study.racing import CONFIRM, RACE, Racing, Repeat, trial_key
-from autotune.study.results import _ranked_configurations, maximizes, standings, trial_counts
+from autotune.study.results import maximizes, noise_of, ranked_trials, standings, trial_counts
 from autotune.study.storage import HEARTBEAT_S, Heartbeats
 from autotune.trial_attrs import TrialAttrs
 
@@ -148,7 +148,9 @@ class AskTell:
             self._raced = sum(TrialAttrs.of(t).again == RACE for t in self.study.get_trials(deepcopy=False))
         spent = self._raced + sum(r.why == RACE for r in again.values())
         busy = {trial_key(r.trial) for r in again.values()}
-        repeat = self.racing.next(measured, spent, busy, maximize=maximizes(self.study), finishing=finishing)
+        repeat = self.racing.next(measured, spent, busy, maximize=maximizes(self.study), finishing=finishing,
+                                  decisive=pruning.decisive_seconds(noise_of(self.study, measured)),
+                                  ran=self.told.ran > 0)
         if repeat is None:
             return False
         runs = next(s.runs.n for s in measured if s.trial.number == repeat.trial.number)
@@ -190,7 +192,7 @@ class AskTell:
         """Measure the best ``confirm`` configurations once more, unpruned (each at most once per
         study: a resumed study measures only those not measured again yet). ``request(params,
         name, protocol)`` is the request of a re-measurement whose files go under ``trials/<name>``."""
-        todo = _ranked_configurations(self.study)[:self.o.confirm]
+        todo = ranked_trials(self.study)[:self.o.confirm]
         done = {TrialAttrs.of(t).confirms for t in self.study.get_trials(deepcopy=False)}
         todo = [t for t in todo if t.number not in done]
         in_flight: dict[Hashable, optuna.trial.FrozenTrial] = {}
@@ -199,8 +201,8 @@ class AskTell:
                 original = todo.pop(0)
                 params = TrialResult.model_validate_json(TrialAttrs.of(original).result or "").plan.params
                 tag = ("confirm", original.number)
-                pool.submit(request(params, f"{original.number:04d}-again", pruning.measuring(self.o.protocol, self.study)),
-                            tag=tag)
+                pool.submit(request(params, f"{original.number:04d}-again",
+                                    pruning.measuring_again(self.o.protocol, self.study)), tag=tag)
                 in_flight[tag] = original
             if not in_flight:
                 break

@@ -20,25 +20,59 @@ from autotune.records import APPLY_ENV, ApplySpec, CompileStage
 from autotune.workers.multiprocess import HOOK_DIR
 
 
+#: The version of best.json's layout: 2 gives one figure per configuration (the mean over its
+#: runs) under every name, and each run's own figure only in ``runs`` (docs/reference/outputs.md).
+SCHEMA_VERSION = 2
+
+
+class RunFigure(BaseModel):
+    """One run of a configuration: its first trial, or a re-measurement of it."""
+
+    #: The trial that measured it.
+    trial: int
+    #: The preferred objective's value this run measured.
+    value: float
+    #: Samples per second this run measured, and the 95% interval of that one process (or of the
+    #: processes of one run, added up): how well the run was measured, not where the next run reads.
+    throughput: float | None = None
+    ci95_low: float | None = None
+    ci95_high: float | None = None
+    #: Seconds of steady steps it measured (``None`` where the harness did not time it).
+    seconds: float | None = None
+    #: Why it was measured again (``noise``, ``race``, ``final``, ``confirm``); ``None`` for the
+    #: configuration's first trial.
+    again: str | None = None
+    #: Every objective's value this run measured, by name.
+    values: dict[str, float] = Field(default_factory=dict)
+
+
 class TrialSummary(BaseModel):
     number: int
     state: str  # COMPLETE, FAIL, RUNNING, WAITING, PRUNED
     params: dict[str, Any]
-    #: The preferred objective's value (``--prefer``; the only one in a single-objective study).
+    #: The figure of this trial's configuration: the preferred objective's mean over every run of
+    #: it (``--prefer``; the only objective of a single-objective study), the same in each of its
+    #: trials; this trial's own run is ``run``.
     value: float | None = None
-    #: Every objective's value, by name.
+    #: Every objective's mean over the configuration's runs, by name.
     values: dict[str, float] = Field(default_factory=dict)
+    #: How many runs ``value`` is the mean of.
+    runs: int = 0
+    #: What this trial itself measured (``None`` where it measured nothing: a failure, a duplicate).
+    run: RunFigure | None = None
     #: The ``--constraint`` bounds its result breaks: measured, but never the best.
     violated: list[str] = Field(default_factory=list)
     #: The parameters it set that never reached the script: it measured the script's own value of
     #: each (its figure is another configuration's), so it is never the best.
     idle: list[str] = Field(default_factory=list)
+    #: The configuration's samples per second (the mean over its runs) and its 95% interval.
     throughput: float | None = None
     ci95_low: float | None = None
     ci95_high: float | None = None
-    #: US dollars per 1e6 samples on the study's instance, where its price is known (see ``BestConfig.cost``).
+    #: US dollars per 1e6 samples at ``throughput`` on the study's instance, where its price is
+    #: known (see ``BestConfig.cost``).
     usd_per_million_samples: float | None = None
-    #: The model's FLOPs per sample, the FLOP/s of its throughput, and their share of the devices'
+    #: The model's FLOPs per sample, the FLOP/s at ``throughput``, and their share of the devices'
     #: peak where one is known (see ``BestConfig.utilisation``).
     flops_per_sample: float | None = None
     flops_per_second: float | None = None
@@ -55,8 +89,8 @@ class TrialSummary(BaseModel):
     #: measured again: ``noise``, ``race`` or ``confirm`` (:mod:`autotune.study.racing`).
     confirms: int | None = None
     again: str | None = None
-    #: The 95% interval of ``value`` as the next run of this configuration would read it: the
-    #: run's own interval (``ci95_low``/``ci95_high``), widened to the between-run noise measured here.
+    #: The 95% interval of ``value``: where the mean of more runs of the configuration would lie,
+    #: the between-run noise measured here included.
     value_ci95_low: float | None = None
     value_ci95_high: float | None = None
     cached: bool = False  # answered from a result remembered in the cache root
@@ -79,19 +113,22 @@ class TrialSummary(BaseModel):
 
 
     def interval(self) -> tuple[float | None, float | None]:
-        """The 95% interval a reader is shown: the one that includes the between-run noise where
-        the study measured it, else the run's own."""
-        if self.value_ci95_low is not None and self.value_ci95_high is not None:
-            return self.value_ci95_low, self.value_ci95_high
-        return self.ci95_low, self.ci95_high
+        """The 95% interval of ``value`` a reader is shown."""
+        return self.value_ci95_low, self.value_ci95_high
 
 
 class Noise(BaseModel):
     """How far one run of a configuration reads from the next on the study's machine
     (:class:`autotune.measurement.noise.RunNoise`)."""
 
-    #: One run lies within +-``spread`` (a fraction) of its configuration's mean, 95% of the time.
-    spread: float
+    #: One run of ``run_seconds`` lies within +-``spread`` (a fraction) of its configuration's
+    #: mean, 95% of the time; ``None`` while too few runs were measured again to say (then
+    #: ``seen`` says what they read).
+    spread: float | None = None
+    #: The length of run ``spread`` is for, in seconds of steady steps: a shorter run varies more.
+    run_seconds: float = 10.0
+    #: Where ``spread`` is unknown: what the runs measured again read, in words.
+    seen: str | None = None
     #: The study's runs of configurations it measured more than once, and the degrees of freedom
     #: of the estimate: those runs' and, weighed as a few, earlier studies' here.
     repeats: int
@@ -111,6 +148,8 @@ class FrontPoint(BaseModel):
 class BestConfig(BaseModel):
     """The tuned configuration, in the form a training job uses directly."""
 
+    #: The layout of this file (:data:`SCHEMA_VERSION`).
+    schema_version: int = SCHEMA_VERSION
     study: str
     trial: int
     target: str
@@ -127,37 +166,38 @@ class BestConfig(BaseModel):
     #: own (``--arg``); ``None``: the script runs with the arguments it was tuned with.
     script_args: list[str] | None = None
     metric: str = "throughput"
-    #: The mean of the configuration's runs (each listed in ``measurements``, the first trial's
-    #: first), each weighed by its seconds of steady steps (``measurement_seconds``, where every run's
-    #: are known: all the runs' samples over all their seconds), and a 95% interval for it that
-    #: includes the between-run noise (``noise``): where the mean of more runs of it would lie.
+    #: The configuration's figure: the mean of ``metric`` over its runs (each in ``runs``), each
+    #: run weighed by its seconds of steady steps where every run's are known (all the runs'
+    #: samples over all their seconds), and a 95% interval for it that includes the between-run
+    #: noise (``noise``): where the mean of more runs of it would lie.
     value: float
-    measurements: list[float] = Field(default_factory=list)
-    measurement_seconds: list[float | None] = Field(default_factory=list)
     value_ci95_low: float | None = None
     value_ci95_high: float | None = None
-    noise: Noise | None = None
-    #: The first measurement's throughput and its own interval (how well that one process was measured).
+    #: The configuration's samples per second, the same mean over its runs, and its 95% interval
+    #: (``value`` and its interval where ``metric`` is throughput).
     throughput: float | None = None
     ci95_low: float | None = None
     ci95_high: float | None = None
-    #: The baseline's mean over its runs (weighed as ``value``'s), and each run's figure.
+    #: Each run of the configuration, the first trial's first: what that run alone measured.
+    runs: list[RunFigure] = Field(default_factory=list)
+    noise: Noise | None = None
+    #: The baseline's figure (the same mean over its runs), and each of its runs.
     baseline_value: float | None = None
-    baseline_measurements: list[float] = Field(default_factory=list)
-    baseline_measurement_seconds: list[float | None] = Field(default_factory=list)
+    baseline_runs: list[RunFigure] = Field(default_factory=list)
+    #: ``value`` over ``baseline_value`` (the inverse where less is better).
     speedup: float | None = None
-    #: Every objective's value at this configuration, and the constraints every best keeps.
+    #: Every objective's mean over the configuration's runs, and the constraints every best keeps.
     objectives: dict[str, float] = Field(default_factory=dict)
     constraints: list[str] = Field(default_factory=list)
     #: A multi-objective study's Pareto front; this configuration is its point best in ``metric``.
     front: list[FrontPoint] = Field(default_factory=list)
     provenance: dict[str, Any] = Field(default_factory=dict)
-    #: What a million samples cost at the first measurement's throughput, with the price used and
-    #: where it came from; ``None`` where no price is known.
+    #: What a million samples cost at ``throughput``, with the price used and where it came from;
+    #: ``None`` where no price is known.
     cost: Cost | None = None
-    #: The model's FLOPs per sample, the FLOP/s achieved at the first measurement's throughput, and
-    #: the model FLOPs utilisation against the devices' peak, with where that peak came from (or why
-    #: none is known: a CPU); ``None`` where the FLOPs could not be counted.
+    #: The model's FLOPs per sample, the FLOP/s achieved at ``throughput``, and the model FLOPs
+    #: utilisation against the devices' peak, with where that peak came from (or why none is
+    #: known: a CPU); ``None`` where the FLOPs could not be counted.
     utilisation: Utilisation | None = None
     #: What a production run applies (``source best.env``, ``autotune exec``): every knob as the
     #: trial applied it, by the hook of :mod:`autotune.workers.apply`.
@@ -220,18 +260,22 @@ def _shell_value(v: Any) -> str:
     return str(v)
 
 
-CSV_FIELDS = ["number", "state", "value", "value_ci95_low", "value_ci95_high", "throughput", "ci95_low", "ci95_high",
-              "usd_per_million_samples", "flops_per_sample", "flops_per_second", "mfu", "pruned",
+CSV_FIELDS = ["number", "state", "value", "value_ci95_low", "value_ci95_high", "runs", "throughput", "ci95_low",
+              "ci95_high", "usd_per_million_samples", "flops_per_sample", "flops_per_second", "mfu", "pruned",
               "speedup", "category", "reason", "numerics_violated", "violated", "wall_seconds", "compile_seconds",
               "duplicate_of", "confirms", "again", "values", "params"]
+#: The trial's own run (``TrialSummary.run``), after the configuration's figures.
+RUN_FIELDS = ["value", "throughput", "ci95_low", "ci95_high", "seconds"]
 
 
 def trials_csv(trials: list[TrialSummary], baseline: float | None, maximize: bool = True) -> str:
     buf = io.StringIO()
-    w = csv.DictWriter(buf, fieldnames=CSV_FIELDS)
+    w = csv.DictWriter(buf, fieldnames=CSV_FIELDS + [f"run_{f}" for f in RUN_FIELDS])
     w.writeheader()
     for t in trials:
         row = t.model_dump(include=set(CSV_FIELDS))
+        if t.run is not None:
+            row.update({f"run_{f}": getattr(t.run, f) for f in RUN_FIELDS})
         ratio = speedup(t.value, baseline, maximize)
         row["speedup"] = f"{ratio:.4f}" if ratio is not None else ""
         row["params"] = json.dumps(t.params, sort_keys=True)

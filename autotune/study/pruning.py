@@ -11,7 +11,7 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING
 
-from autotune.measurement.noise import RunNoise, margin, measure_seconds
+from autotune.measurement.noise import RUN_SECONDS, RunNoise, margin, measure_seconds
 from autotune.measurement.windows import PRUNE_MARGIN
 from autotune.objectives import Constraint, Objective
 from autotune.records import MeasurementProtocol, TrialResult
@@ -65,9 +65,24 @@ def under_noise(protocol: MeasurementProtocol, noise: RunNoise) -> MeasurementPr
 
 
 def measuring(protocol: MeasurementProtocol, study: optuna.Study) -> MeasurementProtocol:
-    """:func:`under_noise` of the study's between-run noise: a new trial's and a re-measurement's
-    alike, so that the runs a best's mean is taken over are measured as the runs it is raced with."""
+    """:func:`under_noise` of the study's between-run noise: what a new trial measures."""
     return under_noise(protocol, noise_of(study))
+
+
+def decisive_seconds(noise: RunNoise) -> float:
+    """The seconds a decisive run measures at least: a re-measurement, and the best's and the
+    baseline's runs before a study ends (:mod:`.racing`)."""
+    return RUN_SECONDS
+
+
+def measuring_again(protocol: MeasurementProtocol, study: optuna.Study) -> MeasurementProtocol:
+    """What a re-measurement measures: :func:`measuring`, and at least :func:`decisive_seconds`."""
+    noise = noise_of(study)
+    measured = under_noise(protocol, noise)
+    seconds = decisive_seconds(noise)
+    if seconds > measured.min_measure_seconds:
+        measured = measured.model_copy(update={"min_measure_seconds": seconds})
+    return measured
 
 
 def answers(remembered: TrialResult, *, prune: bool) -> bool:

@@ -15,6 +15,12 @@ A leader measured once is raced too, or measured again before the study ends whe
 beyond the noise: its one run may be the luckiest draw among configurations of one speed, and the
 best a study reports is a mean over runs.
 
+Every re-measurement measures at least :data:`~autotune.measurement.noise.RUN_SECONDS` of steady
+steps, on a quiet host too: the runs a study reports are measured as long as the noisiest host
+asks, and the noise is measured on runs of that length. Before the study ends, the best and the
+baseline (the two figures of the headline speedup) are measured once more where neither has such
+a run yet (``final``).
+
 A re-measurement reuses the configuration's compiled graphs (the compile cache), never counts
 towards ``--trials``, and the sampler does not learn from it (:meth:`TrialRecorder.tell_confirmation`).
 """
@@ -25,8 +31,9 @@ import math
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
-from autotune.measurement.noise import PRIOR_DF, RunNoise, Runs, ahead, shrunk
+from autotune.measurement.noise import PRIOR_DF, RUN_SECONDS, RunNoise, Runs, ahead, shrunk
 from autotune.records import Measurement
+from autotune.study.outputs import RunFigure
 from autotune.trial_attrs import StudyAttrs, TrialAttrs
 
 if TYPE_CHECKING:
@@ -45,17 +52,29 @@ FINAL_RUNS = 3
 #: intervals still include the noise that earlier studies here measured.
 RACE_MIN_TRIALS = 4
 
-#: Why a configuration is measured again: the noise early in the study, a race, ``--confirm``.
-NOISE, RACE, CONFIRM = "noise", "race", "confirm"
+#: Why a configuration is measured again: the noise early in the study, a race, the best's or the
+#: baseline's run of :data:`~autotune.measurement.noise.RUN_SECONDS` before the study ends,
+#: ``--confirm``.
+NOISE, RACE, FINAL, CONFIRM = "noise", "race", "final", "confirm"
 
 
 @dataclass(frozen=True)
 class Standing:
-    """One measured configuration: its first trial, its runs, and whether a re-measurement failed."""
+    """One measured configuration: its first trial, its runs, whether a re-measurement failed, and
+    what each run measured (``figures``, in the order of ``runs``)."""
 
     trial: Any  # optuna.trial.FrozenTrial
     runs: Runs
     flaky: bool
+    figures: tuple[RunFigure, ...] = ()
+    #: Its configuration's key (read from its trial where not given).
+    config_key: str | None = None
+
+    def measured_long(self, seconds: float) -> bool:
+        """Whether a run of it measured ``seconds`` or more (a run of unknown length counts), or
+        it was measured again to that end already (a script that ends sooner runs once)."""
+        return seconds <= 0 or any(s is None or s >= seconds for s in self.runs.run_seconds()) \
+            or any(f.again == FINAL for f in self.figures)
 
 
 def within(m: Measurement | None) -> float | None:
@@ -77,7 +96,7 @@ def prior(study: optuna.Study) -> RunNoise:
 
 def study_noise(measured: list[Standing], kept: RunNoise) -> RunNoise:
     """The between-run noise a study's figures are judged with: its own repeats pooled with ``kept``."""
-    return RunNoise.of(s.runs.values for s in measured) + kept
+    return RunNoise.of(s.runs for s in measured) + kept
 
 
 def standing(measured: list[Standing], noise: RunNoise, *, maximize: bool) -> list[Standing]:
@@ -112,28 +131,32 @@ class Racing:
     ``kept``: the noise measured here before (:func:`prior`).
     """
 
-    def __init__(self, budget: int, kept: RunNoise) -> None:
+    def __init__(self, budget: int, kept: RunNoise, baseline_key: str | None = None) -> None:
         self.budget = budget
         self.kept = kept
+        self.baseline_key = baseline_key
         #: The two configurations being raced (their keys), and the one measured last.
         self.pair: tuple[str, str] | None = None
         self.last: str | None = None
 
     @staticmethod
-    def of(fraction: float, trials: int, kept: RunNoise) -> Racing:
-        return Racing(math.ceil(fraction * trials) if fraction > 0 and trials >= RACE_MIN_TRIALS else 0, kept)
+    def of(fraction: float, trials: int, kept: RunNoise, baseline_key: str | None = None) -> Racing:
+        return Racing(math.ceil(fraction * trials) if fraction > 0 and trials >= RACE_MIN_TRIALS else 0, kept,
+                      baseline_key)
 
     def next(self, measured: list[Standing], spent: int, busy: set[str], *, maximize: bool,
-             finishing: bool = False) -> Repeat | None:
+             finishing: bool = False, decisive: float = RUN_SECONDS, ran: bool = True) -> Repeat | None:
         """The repeat to run now. ``measured``: the study's configurations (:func:`standing`'s
         input); ``spent``: race repeats run or running; ``busy``: the keys measured now (a
         configuration is not measured twice at once); ``finishing``: the study asks for no more
-        trials."""
+        trials; ``decisive``: the seconds the best's and the baseline's runs measure at least;
+        ``ran``: this run of the study measured a trial (one that measured none, a study run again
+        once it holds its trials, measures nothing for the best and the baseline)."""
         # A study answered wholly from remembered results runs nothing: the next run of a study
         # measures nothing, as before.
         if self.budget <= 0 or all(TrialAttrs.of(s.trial).cached for s in measured):
             return None
-        own = RunNoise.of(s.runs.values for s in measured)
+        own = RunNoise.of(s.runs for s in measured)
         # One configuration in more processes: 3 runs where nothing is known of this machine, 2
         # where an earlier study measured it (this study's own repeat updates it). Once two
         # configurations are measured (the baseline and the first known-good), the better of
@@ -151,17 +174,11 @@ class Racing:
                 return None
             if pick.runs.n < wanted:
                 return None if key(pick) in busy else Repeat(pick.trial, NOISE)
-        if spent >= self.budget + (FINAL_RUNS - 1 if finishing else 0):
-            return None
         noise = own + self.kept
         order = standing(measured, noise, maximize=maximize)
-        if len(order) < 2 or order[0].flaky:
-            return None
         if finishing:
-            # The last re-measurement is kept for the best the study ends with, measured once; a
-            # few more where measuring it again hands the lead to another measured once.
-            return Repeat(order[0].trial, RACE) if order[0].runs.n == 1 and key(order[0]) not in busy else None
-        if spent >= self.budget - 1:
+            return self._final(order, spent, busy, decisive if ran else 0.0)
+        if spent >= self.budget - 1 or len(order) < 2 or order[0].flaky:
             return None
         by_key = {key(s): s for s in order}
         if self.pair is not None and all(k in by_key for k in self.pair):
@@ -185,6 +202,21 @@ class Racing:
         self.pair = (key(runner), key(leader))
         return self._measure(leader, runner, busy) if leader.runs.n == 1 else self._measure(runner, leader, busy)
 
+    def _final(self, order: list[Standing], spent: int, busy: set[str], decisive: float) -> Repeat | None:
+        """Before the study ends: the best measured once is raced once more (a few more where
+        measuring it again hands the lead to another measured once), kept from the race budget;
+        then the best and the baseline each get a run of ``decisive`` seconds where they have none."""
+        if not order or order[0].flaky:
+            return None
+        best = order[0]
+        if best.runs.n == 1 and len(order) > 1 and spent < self.budget + FINAL_RUNS - 1:
+            return Repeat(best.trial, RACE) if key(best) not in busy else None
+        baseline = next((s for s in order if key(s) == self.baseline_key), None)
+        for s in (best, baseline):
+            if s is not None and not s.measured_long(decisive) and key(s) not in busy:
+                return Repeat(s.trial, FINAL)
+        return None
+
     def _measure(self, a: Standing, b: Standing, busy: set[str]) -> Repeat | None:
         """Of a race's two, the one with fewer runs; on a tie the one not measured last."""
         one = a if a.runs.n < b.runs.n or (a.runs.n == b.runs.n and self.last != key(a)) else b
@@ -195,7 +227,7 @@ class Racing:
 
 
 def key(s: Standing) -> str:
-    return trial_key(s.trial)
+    return s.config_key or trial_key(s.trial)
 
 
 def trial_key(trial: Any) -> str:

@@ -5,13 +5,12 @@ numerics guard's verdict, and a summary of every trial. Read by the study as it 
 from __future__ import annotations
 
 import bisect
-import math
 from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from autotune.config import JobConfig
-from autotune.measurement.noise import RunNoise, Runs, spread_text
+from autotune.measurement.noise import RUN_SECONDS, Figure, RunNoise, Runs, seen_text, spread_text
 from autotune.pricing import Cost, Price, Utilisation, utilisation
 from autotune.records import ApplySpec, TrialResult
 from autotune.space import SearchSpace
@@ -20,8 +19,8 @@ from autotune.study.numerics import loss_deviation
 from autotune.study.outlook import FROM_THROUGHPUT, search_outlook
 from autotune.study.options import EXIT_ALL_FAILED, EXIT_OK, StudyProgress, StudyResult
 from autotune.objectives import speedup
-from autotune.study.outputs import BestConfig, FrontPoint, Noise, TrialSummary
-from autotune.study.racing import Standing, prior, standing, steady_seconds, study_noise, within
+from autotune.study.outputs import BestConfig, FrontPoint, Noise, RunFigure, TrialSummary
+from autotune.study.racing import Standing, key, prior, standing, steady_seconds, study_noise
 from autotune.trial_attrs import StudyAttrs, TrialAttrs
 
 if TYPE_CHECKING:
@@ -68,7 +67,9 @@ def _trial_env(result: TrialResult) -> dict[str, str]:
 def objective_names(study: optuna.Study, attrs: StudyAttrs | None = None) -> list[str]:
     """The study's objectives, in the order of Optuna's values (``attrs``: the study's, where the caller has read them)."""
     attrs = attrs or StudyAttrs.of(study)
-    return attrs.objectives or [attrs.metric or "throughput"]
+    names = attrs.objectives or [attrs.metric or "throughput"]
+    # A study stored without its objectives' names (made by Optuna alone) names the others by place.
+    return names + [f"value_{i}" for i in range(len(names), len(study.directions))]
 
 
 def _preferred(study: optuna.Study, attrs: StudyAttrs | None = None) -> int:
@@ -162,38 +163,64 @@ def _fold(fold: Folded, t: optuna.trial.FrozenTrial, context: Context) -> None:
         if not _violates_numerics(told, fold.base_losses, context.attrs, result):
             group = fold.groups.setdefault(key, Group())
             group.standing = None
-            m = result.measurement if result is not None and context.timed else None
-            bisect.insort(group.runs, (t.number, value, steady_seconds(m)))
+            bisect.insort(group.runs, run_figure(t, result, context.objectives, value), key=lambda f: f.trial)
             if not again and (group.first is None or t.number < group.first.number):
                 group.first = t
-                group.within = within(m)
             return
     if again:
         group = fold.groups.setdefault(key, Group())
         group.flaky, group.standing = True, None
 
 
-def _measured(study: optuna.Study) -> list[tuple[Any, list[float], bool]]:
-    """Each configuration measured successfully: its first trial, the values of all its
-    measurements (re-measurements included; one whose losses left the baseline's counts for
-    nothing, and one with a parameter that never reached the script measured another
-    configuration), and whether a re-measurement of it failed."""
-    return [(s.trial, list(s.runs.values), s.flaky) for s in standings(study)]
+def run_figure(t: optuna.trial.FrozenTrial, result: TrialResult | None, names: tuple[str, ...] | list[str],
+               value: float) -> RunFigure:
+    """What one run (``t``, with its ``result``) measured: the preferred objective's ``value``."""
+    m = result.measurement if result is not None else None
+    return RunFigure(trial=t.number, value=value, throughput=m.throughput if m else None,
+                     ci95_low=m.ci95_low if m else None, ci95_high=m.ci95_high if m else None,
+                     seconds=steady_seconds(m), again=TrialAttrs.of(t).again, values=_named_values(list(names), t))
+
+
+def runs_of(figures: tuple[RunFigure, ...] | list[RunFigure], name: str | None = None, *, timed: bool = True) -> Runs:
+    """The runs of one figure of a configuration: an objective's (``name``), else the throughput;
+    each with its own interval and seconds where ``timed`` (the harness timed the figure). Cost is
+    the price over the throughput, so its mean is the throughput's turned over (all the runs'
+    seconds over all their samples), not the mean of each run's cost."""
+    if name is None:
+        kept = [f for f in figures if f.throughput]
+        return Runs(tuple(f.throughput or 0.0 for f in kept), tuple(_own(f) for f in kept),
+                    tuple(f.seconds for f in kept))
+    values = tuple(f.values.get(name, f.value) for f in figures)
+    return Runs(values, tuple(_own(f) if timed else None for f in figures),
+                tuple(f.seconds if timed else None for f in figures), turned=name == "cost")
+
+
+def _own(f: RunFigure) -> float | None:
+    """A run's own 95% interval of its throughput, as a relative half-width."""
+    if not f.throughput or f.ci95_high is None:
+        return None
+    return (f.ci95_high - f.throughput) / f.throughput
 
 
 def standings(study: optuna.Study) -> list[Standing]:
     """Each configuration measured successfully, in the order of its first trial: that trial, its
-    runs (with the first run's own interval where the preferred objective is timed by the harness), and
-    whether a re-measurement of it failed (see :func:`_measured`)."""
+    runs of the preferred objective (with each run's own interval where the objective is timed by
+    the harness), whether a re-measurement of it failed, and what each run measured. A run whose
+    losses left the baseline's counts for nothing, and one with a parameter that never reached the
+    script measured another configuration."""
     fold = _folded(study)
+    context = fold.context
+    assert context is not None  # the fold sets it
 
     def build() -> list[Standing]:
-        groups = sorted((g for g in fold.groups.values() if g.first is not None), key=lambda g: g.first.number)
-        for g in groups:
+        groups = sorted(((k, g) for k, g in fold.groups.items() if g.first is not None),
+                        key=lambda kg: kg[1].first.number)
+        name = context.objectives[context.index]
+        for k, g in groups:
             if g.standing is None:
-                g.standing = Standing(g.first, Runs(tuple(v for _, v, _ in g.runs), (g.within,) * len(g.runs),
-                                                    tuple(s for _, _, s in g.runs)), g.flaky)
-        return [g.standing for g in groups]
+                figures = tuple(g.runs)
+                g.standing = Standing(g.first, runs_of(figures, name, timed=context.timed), g.flaky, figures, k)
+        return [g.standing for _, g in groups]
 
     with fold.lock:
         return list(fold.derived("standings", build))
@@ -221,19 +248,71 @@ def _ranked(study: optuna.Study) -> list[Standing]:
         return list(fold.derived("ranked", lambda: standing(measured, noise, maximize=maximizes(study))))
 
 
-def _ranked_configurations(study: optuna.Study) -> list[Any]:
+def ranked_trials(study: optuna.Study) -> list[Any]:
     """The first trial of each configuration measured, best first by that first measurement."""
-    sign = _sign(study)
+    sign = -1.0 if maximizes(study) else 1.0
     index = _preferred(study)
-    return [t for t, _, _ in sorted(_measured(study), key=lambda m: (sign * m[0].values[index], m[0].number))]
+    return sorted((s.trial for s in standings(study) if not s.flaky),
+                  key=lambda t: (sign * t.values[index], t.number))
 
 
-def _best(study: optuna.Study) -> tuple[Any, float, list[float]] | None:
-    """The best configuration's first trial, the mean of its measurements, and the measurements."""
+@dataclass(frozen=True)
+class Headline:
+    """A configuration's figures, each the mean over its runs: the preferred objective's with its
+    95% interval, the throughput's with its own, and every objective's."""
+
+    value: Figure
+    throughput: Figure | None
+    values: dict[str, float]
+    runs: tuple[RunFigure, ...]
+
+
+def headline(s: Standing, noise: RunNoise, context: Context) -> Headline:
+    """What ``s``'s runs give its configuration: one figure per name, wherever it is shown."""
+    throughput = runs_of(s.figures) if any(f.throughput for f in s.figures) else None
+    values = {name: runs_of(s.figures, name, timed=name in FROM_THROUGHPUT).mean for name in context.objectives}
+    return Headline(s.runs.figure(noise), throughput.figure(noise) if throughput is not None else None,
+                    values, s.figures)
+
+
+class _Headlines:
+    """The :class:`Headline` of each measured configuration by its key, each made again only once
+    its runs or the noise changed (:class:`autotune.study.folded.Group` keeps it)."""
+
+    def __init__(self, fold: Folded, noise: RunNoise) -> None:
+        self.fold, self.noise = fold, noise
+        context = fold.context
+        assert context is not None  # the fold sets it
+        self.context = context
+
+    def get(self, key: str) -> Headline | None:
+        group = self.fold.groups.get(key)
+        if group is None or group.standing is None:
+            return None
+        kept = group.head
+        if kept is None or kept[0] is not group.standing or kept[1] != self.noise:
+            kept = group.head = (group.standing, self.noise, headline(group.standing, self.noise, self.context))
+        return kept[2]
+
+
+def _headlines(study: optuna.Study) -> _Headlines:
+    """Each measured configuration's :class:`Headline`, by its key."""
+    standings(study)  # each group's standing made
+    return _Headlines(_folded(study), noise_of(study))
+
+
+def _key(t: optuna.trial.FrozenTrial) -> str:
+    return TrialAttrs.of(t).config_key or f"#{t.number}"
+
+
+def _best(study: optuna.Study) -> tuple[Any, Headline] | None:
+    """The best configuration's first trial and its figures."""
     ranked = _ranked(study)
     if not ranked:
         return None
-    return ranked[0].trial, ranked[0].runs.mean, list(ranked[0].runs.values)
+    head = _headlines(study).get(key(ranked[0]))
+    assert head is not None  # a ranked configuration has runs
+    return ranked[0].trial, head
 
 
 def baseline_trial(study: optuna.Study) -> Any | None:
@@ -241,43 +320,49 @@ def baseline_trial(study: optuna.Study) -> Any | None:
     return _folded(study).baseline
 
 
+def _baseline(study: optuna.Study) -> Headline | None:
+    """The baseline configuration's figures, if it completed."""
+    base = baseline_trial(study)
+    if base is None:
+        return None
+    kept = _headlines(study).get(_key(base))
+    if kept is not None:
+        return kept
+    context = _folded(study).context
+    assert context is not None  # the fold sets it
+    return _single(base, context, noise_of(study))
+
+
 def baseline_value(study: optuna.Study) -> float | None:
-    """The measured value of the baseline configuration, if it completed: the mean over its runs."""
-    runs = _baseline(study)
-    return runs.mean if runs.n else None
+    """The baseline configuration's figure: the mean over its runs, if it completed."""
+    base = _baseline(study)
+    return base.value.mean if base is not None else None
 
 
-def baseline_runs(study: optuna.Study) -> list[float]:
-    """What each run of the baseline configuration measured (the study measures it in several
-    processes early, to learn the between-run noise)."""
-    return list(_baseline(study).values)
+def _single(t: optuna.trial.FrozenTrial, context: Context, noise: RunNoise) -> Headline | None:
+    """The figures of a configuration measured once by ``t`` and not ranked (it broke a constraint,
+    the numerics guard, or a knob never reached the script)."""
+    value = _value(t, context.index) if t.state.name == "COMPLETE" else None
+    if value is None:
+        return None
+    result = TrialResult.model_validate_json(TrialAttrs.of(t).result or "") if TrialAttrs.of(t).result else None
+    figure = run_figure(t, result, context.objectives, value)
+    return headline(Standing(t, runs_of((figure,), context.objectives[context.index], timed=context.timed), False,
+                             (figure,)), noise, context)
 
 
-def _baseline(study: optuna.Study) -> Runs:
-    measured = standings(study)
-    fold = _folded(study)
-    with fold.lock:
-        context = fold.context
-        assert context is not None  # the fold sets it
-        return fold.derived("baseline runs", lambda: _runs_of(fold.baseline, measured, context.index))
-
-
-def _runs_of(t: optuna.trial.FrozenTrial | None, measured: list[Standing], index: int) -> Runs:
-    if t is None:
-        return Runs(())
-    key = TrialAttrs.of(t).config_key
-    runs = next((s.runs for s in measured if TrialAttrs.of(s.trial).config_key == key), None)
-    first = _value(t, index)
-    return runs or (Runs((first,)) if first is not None else Runs(()))
-
-
-def pareto_front(study: optuna.Study) -> list[Any]:
-    """The first trials of the configurations no other feasible one beats in every objective
-    (better or equal in all, better in one), by their first measurement."""
+def pareto_front(study: optuna.Study) -> list[tuple[Any, dict[str, float]]]:
+    """The configurations no other feasible one beats in every objective (better or equal in all,
+    better in one), each as its first trial and its figures."""
     signs = [-1.0 if maximizes(study, i) else 1.0 for i in range(len(study.directions))]
-    points = [(t, [s * v for s, v in zip(signs, t.values)]) for t, _, _ in _measured(study)]
-    return [t for t, p in points
-            if not any(all(a <= b for a, b in zip(q, p)) and q != p for _, q in points)]
+    names = objective_names(study)
+    heads = _headlines(study)
+    points = [(s.trial, head.values) for s in standings(study)
+              if not s.flaky and (head := heads.get(key(s))) is not None]
+    scored = [(t, v, [sign * v[n] for sign, n in zip(signs, names)]) for t, v in points]
+    return [(t, v) for t, v, p in scored if not any(all(a <= b for a, b in zip(q, p)) and q != p for _, _, q in scored)]
+
+
 def study_cost(stored: StudyAttrs, throughput: float | None, price: Price | None = None) -> Cost | None:
     """What a million samples cost at ``throughput`` (one trial's samples/s) on the study's instance,
     at ``price`` or else the price of the study's last run; ``None`` without either."""
@@ -292,18 +377,18 @@ def study_cost(stored: StudyAttrs, throughput: float | None, price: Price | None
 def best_config(study: optuna.Study, name: str, prov: dict[str, Any] | None = None) -> BestConfig | None:
     measured = standings(study)
     noise = noise_of(study)
-    ranked = _ranked(study)
-    if not ranked:
+    best = _best(study)
+    if best is None:
         return None
-    t, value, values = ranked[0].trial, ranked[0].runs.mean, list(ranked[0].runs.values)
-    figure = ranked[0].runs.figure(noise)
+    t, head = best
     attrs, stored, names = TrialAttrs.of(t), StudyAttrs.of(study), objective_names(study)
     result = TrialResult.model_validate_json(attrs.result) if attrs.result is not None else None
-    base_runs = _baseline(study)
-    base = base_runs.mean if base_runs.n else None
-    ratio = speedup(value, base, maximizes(study))
+    base = _baseline(study)
+    base_value = base.value.mean if base is not None else None
+    value = head.value.mean
+    ratio = speedup(value, base_value, maximizes(study))
     plan = result.plan if result else None
-    m = result.measurement if result else None
+    thr = head.throughput
     # The configuration's own env vars: its placement on the tuning machine (NeuronCores) stays out.
     env = dict(plan.env) if plan else {}
     script = Path(stored.script or (prov or stored.provenance or {}).get("script") or "script.py").name
@@ -318,43 +403,44 @@ def best_config(study: optuna.Study, name: str, prov: dict[str, Any] | None = No
         knobs={k: v for k, v in (plan.knobs.model_dump() if plan else {}).items() if v not in (None, False)},
         launch=plan.launch if plan else None, nproc_per_node=plan.nproc_per_node if plan else 1,
         script_args=plan.script_args(list(stored.args or [])) if plan and plan.script_flags else None,
-        metric=names[_preferred(study)], value=value, measurements=values,
-        measurement_seconds=_rounded(ranked[0].runs.run_seconds()),
-        value_ci95_low=figure.low if math.isfinite(figure.high) else None,
-        value_ci95_high=figure.high if math.isfinite(figure.high) else None,
-        noise=noise_figure(measured, noise),
-        objectives=_named_values(names, t), constraints=list(stored.constraints or []),
-        front=[FrontPoint(trial=p.number, params=_params(p), values=_named_values(names, p))
-               for p in pareto_front(study)] if len(study.directions) > 1 else [],
-        throughput=m.throughput if m else None, ci95_low=m.ci95_low if m else None,
-        ci95_high=m.ci95_high if m else None, baseline_value=base, baseline_measurements=list(base_runs.values),
-        baseline_measurement_seconds=_rounded(base_runs.run_seconds()), speedup=ratio,
+        metric=names[_preferred(study)], value=value,
+        value_ci95_low=head.value.low, value_ci95_high=head.value.high,
+        throughput=thr.mean if thr else None, ci95_low=thr.low if thr else None, ci95_high=thr.high if thr else None,
+        runs=list(head.runs), noise=noise_figure(measured, noise),
+        objectives=head.values, constraints=list(stored.constraints or []),
+        front=[FrontPoint(trial=p.number, params=_params(p), values=values) for p, values in pareto_front(study)]
+        if len(study.directions) > 1 else [],
+        baseline_value=base_value, baseline_runs=list(base.runs) if base is not None else [], speedup=ratio,
         provenance=attrs.provenance or prov or stored.provenance or {},
-        cost=study_cost(stored, m.throughput if m else None),
-        utilisation=_utilisation(stored, result, attrs.provenance or prov),
+        cost=study_cost(stored, thr.mean if thr else None),
+        utilisation=_utilisation(stored, result, thr.mean if thr else None, attrs.provenance or prov),
     )
 
 
-def _rounded(each: tuple[float | None, ...]) -> list[float | None]:
-    return [None if s is None else round(s, 3) for s in each]
-
-
 def noise_figure(measured: list[Standing], noise: RunNoise) -> Noise | None:
-    """What the study says of the noise (``None`` while nothing was measured more than once)."""
-    if noise.spread is None:
+    """What the study says of the noise: its spread for a run of
+    :data:`~autotune.measurement.noise.RUN_SECONDS` where enough runs were measured again, else
+    what those runs read (``None`` while nothing was measured more than once)."""
+    again = [s for s in measured if s.runs.n > 1]
+    own = RunNoise.of(s.runs for s in measured)
+    if noise.spread is not None:
+        return Noise(spread=noise.spread, run_seconds=RUN_SECONDS, repeats=sum(s.runs.n for s in again),
+                     df=noise.df, earlier_df=noise.df - own.df)
+    if not again:
         return None
-    own = RunNoise.of(s.runs.values for s in measured)
-    return Noise(spread=noise.spread, repeats=sum(s.runs.n for s in measured if s.runs.n > 1), df=noise.df,
+    seen = "; ".join(f"{seen_text(s.runs.values)} (trial {s.trial.number})" for s in again)
+    return Noise(seen=seen, run_seconds=RUN_SECONDS, repeats=sum(s.runs.n for s in again), df=noise.df,
                  earlier_df=noise.df - own.df)
 
 
-def _utilisation(stored: StudyAttrs, result: TrialResult | None,
+def _utilisation(stored: StudyAttrs, result: TrialResult | None, throughput: float | None,
                  prov: dict[str, Any] | None = None) -> Utilisation | None:
-    """The trial's FLOP/s and their share of the peak of the devices it held, where it measured them."""
+    """The FLOP/s of ``throughput`` (a configuration's samples/s) of the model ``result`` counted,
+    and their share of the peak of the devices it held."""
     m = result.measurement if result else None
     if m is None or result is None:
         return None
-    return utilisation(m.flops_per_sample, m.throughput, prov or stored.provenance or {},
+    return utilisation(m.flops_per_sample, throughput, prov or stored.provenance or {},
                        devices_per_trial=stored.devices_per_trial, processes=result.plan.nproc_per_node,
                        model_device=m.model_device)
 
@@ -369,11 +455,13 @@ def _params(trial: optuna.trial.FrozenTrial) -> dict[str, Any]:
 
 
 def study_summaries(study: optuna.Study) -> list[TrialSummary]:
-    """A summary of each trial, in number order. A finished trial's is made once and kept with the
-    study's sums (:func:`_folded`); only its interval is drawn again where the noise it includes changed."""
+    """A summary of each trial, in number order, each with its configuration's figures. What a
+    finished trial itself says is made once and kept with the study's sums (:func:`_folded`); its
+    configuration's figures are joined to it where they changed."""
     trials = study.get_trials(deepcopy=False)
     fold = _folded(study, trials)
     noise = noise_of(study)
+    heads = _headlines(study)
     out = []
     with fold.lock:
         context = fold.context
@@ -381,56 +469,81 @@ def study_summaries(study: optuna.Study) -> list[TrialSummary]:
         for t in trials:
             kept = fold.summaries.get(t.number)
             if kept is None:
-                kept = _Summary(*_summary(t, context, fold.base_losses))
+                kept = _Summary(*_summary(t, context, fold.base_losses), key=_own_key(t, trials))
                 if t.state.is_finished():
                     fold.summaries[t.number] = kept
-            out.append(kept.with_interval(noise))
+            out.append(kept.shown_with(heads.get(kept.key) or kept.alone(t, context, noise), context.attrs))
     return out
+
+
+def _own_key(t: optuna.trial.FrozenTrial, trials: list[optuna.trial.FrozenTrial]) -> str:
+    """The key of the configuration ``t`` measured (a duplicate's: the trial it repeats)."""
+    told = TrialAttrs.of(t)
+    if told.config_key is None and told.duplicate_of is not None and told.duplicate_of < len(trials):
+        return _key(trials[told.duplicate_of])
+    return _key(t)
 
 
 @dataclass
 class _Summary:
-    """A trial's summary but its interval, its own interval where the objective is timed by the
-    harness, and the summary last shown with the noise it was shown with."""
+    """What a trial's summary says of the trial itself; the key of its configuration; and the
+    summary last shown, with the figures it was shown with."""
 
     bare: TrialSummary
-    own: float | None
-    noise: RunNoise | None = None
+    #: What the FLOP/s of its figures need beside the FLOPs per sample: the processes and where
+    #: the model ran.
+    processes: int
+    model_device: str | None
+    key: str
+    head: Headline | None = None
     shown: TrialSummary | None = None
+    #: The trial's own figures, where it is not one of the ranked configurations' runs.
+    _alone: tuple[RunNoise, Headline | None] | None = None
 
-    def with_interval(self, noise: RunNoise) -> TrialSummary:
-        """The summary with the 95% interval of its value that includes ``noise``."""
-        if self.shown is not None and self.noise == noise:
+    def alone(self, t: optuna.trial.FrozenTrial, context: Context, noise: RunNoise) -> Headline | None:
+        if self._alone is None or self._alone[0] != noise:
+            self._alone = noise, _single(t, context, noise)
+        return self._alone[1]
+
+    def shown_with(self, head: Headline | None, stored: StudyAttrs) -> TrialSummary:
+        """The summary with its configuration's figures (``head``; ``None``: it has none)."""
+        if self.shown is not None and self.head is head:
             return self.shown
-        value = self.bare.value
-        figure = Runs((value,), (self.own,)).figure(noise) if value else None
-        known = figure is not None and math.isfinite(figure.high)
-        self.noise, self.shown = noise, self.bare.model_copy(update={
-            "value_ci95_low": figure.low if figure is not None and known else None,
-            "value_ci95_high": figure.high if figure is not None and known else None})
+        figures: dict[str, Any] = {"value": None, "values": {}, "runs": 0, "value_ci95_low": None,
+                                   "value_ci95_high": None, "throughput": None, "ci95_low": None, "ci95_high": None,
+                                   "usd_per_million_samples": None, "flops_per_second": None, "mfu": None}
+        if head is not None and self.bare.state == "COMPLETE":
+            thr = head.throughput
+            use = utilisation(self.bare.flops_per_sample, thr.mean if thr else None, stored.provenance or {},
+                              devices_per_trial=stored.devices_per_trial, processes=self.processes,
+                              model_device=self.model_device) \
+                if self.bare.flops_per_sample else None
+            figures.update(value=head.value.mean, values=head.values, runs=head.value.runs,
+                           value_ci95_low=head.value.low, value_ci95_high=head.value.high,
+                           throughput=thr.mean if thr else None, ci95_low=thr.low if thr else None,
+                           ci95_high=thr.high if thr else None,
+                           usd_per_million_samples=_usd_per_million(stored, thr.mean if thr else None),
+                           flops_per_second=use.flops_per_second if use else None, mfu=use.mfu if use else None)
+        self.head, self.shown = head, self.bare.model_copy(update=figures)
         return self.shown
 
 
-def _summary(t: optuna.trial.FrozenTrial, context: Context, base: list[float]) -> tuple[TrialSummary, float | None]:
-    """What a trial's summary says but its interval, and its own interval where the objective is timed."""
+def _summary(t: optuna.trial.FrozenTrial, context: Context,
+             base: list[float]) -> tuple[TrialSummary, int, str | None]:
+    """What a trial's summary says of the trial itself (all but its configuration's figures), and
+    its processes and where its model ran."""
     stored, index = context.attrs, context.index
-    names = list(context.objectives)
     attrs = TrialAttrs.of(t)
     result = TrialResult.model_validate_json(attrs.result) if attrs.result is not None else None
     m = result.measurement if result else None
-    use = _utilisation(stored, result, attrs.provenance)
     value = _value(t, index) if t.state.name == "COMPLETE" else None
     return TrialSummary(
         number=t.number, state=t.state.name,
         params=dict(result.plan.params) if result else {k: v for k, v in t.params.items() if v is not None},
-        value=value,
-        values=_named_values(names, t) if t.state.name == "COMPLETE" and t.values else {},
+        run=run_figure(t, result, context.objectives, value) if value is not None and attrs.duplicate_of is None
+        else None,
         violated=attrs.violated or [], idle=attrs.idle or [],
-        throughput=m.throughput if m else None,
-        ci95_low=m.ci95_low if m else None, ci95_high=m.ci95_high if m else None,
-        usd_per_million_samples=_usd_per_million(stored, m.throughput if m else None),
-        flops_per_sample=use.flops_per_sample if use else None,
-        flops_per_second=use.flops_per_second if use else None, mfu=use.mfu if use else None,
+        flops_per_sample=m.flops_per_sample if m else None,
         pruned=bool(m and m.pruned),
         category=attrs.category, reason=attrs.reason,
         log_tail=result.log_tail if result and not result.ok else None,
@@ -447,7 +560,7 @@ def _summary(t: optuna.trial.FrozenTrial, context: Context, base: list[float]) -
         started_at=result.started_at if result else None, ended_at=result.ended_at if result else None,
         numerics_violated=t.state.name == "COMPLETE" and _violates_numerics(attrs, base, stored, result),
         losses=result.losses[:5] if result else [],
-    ), within(m) if context.timed and value else None
+    ), result.plan.nproc_per_node if result else 1, m.model_device if m else None
 
 
 def _usd_per_million(stored: StudyAttrs, throughput: float | None) -> float | None:
@@ -471,7 +584,7 @@ def update_progress(progress: StudyProgress, study: optuna.Study, running: int) 
     progress.baseline_value = baseline_value(study)
     best = _best(study)
     if best is not None:
-        progress.best_value, progress.best_params = best[1], best[0].params
+        progress.best_value, progress.best_params = best[1].value.mean, best[0].params
 
 
 #: A best measured once whose 95% interval is wider than this (half-width over throughput) gets a
@@ -503,9 +616,10 @@ def study_result(study: optuna.Study, *, name: str, storage: str, target: str, o
     # by its upper side: on the logarithms it is wider upwards.
     low, high = (best.value_ci95_low, best.value_ci95_high) if best is not None else (None, None)
     upper = high / best.value - 1 if best is not None and high is not None and best.value else None
-    if best is not None and len(best.measurements) < 2 and upper is not None and upper > WIDE_INTERVAL:
-        notes.append(f"trial {best.trial}'s 95% interval is {low:,.1f} .. {high:,.1f} ({spread_text(upper)}): one "
-                     "measurement may be a lucky draw; --confirm 2 measures the two best configurations again")
+    if best is not None and len(best.runs) < 2 and upper is not None and upper > WIDE_INTERVAL:
+        notes.append(f"trial {best.trial}'s 95% interval is {low:,.1f} .. {high:,.1f} ({spread_text(upper)} of its "
+                     "value): one measurement may be a lucky draw; --confirm 2 measures the two best configurations "
+                     "again")
     hit_rate = cache_hit_rate(trials)
     if hit_rate is not None and hit_rate < 1:
         notes.append(f"the compile cache answered {hit_rate:.0%} of the measure jobs' graphs: the others were "

@@ -3,12 +3,10 @@
 On a host whose runs vary from one to the next, a run measures at least
 ``MeasurementProtocol.min_measure_seconds`` of steady steps (:func:`autotune.measurement.noise.measure_seconds`),
 so that it averages over a neighbour's turns instead of reading whichever second it fell in. A
-script that ends on its own before that (the README's main job measures 2 to 6 s at its best
-configurations) is run again, its graphs from the compile cache, and the run is what its
-processes measured together: every process's samples over every process's seconds, as one process
-that went on that long would have read (pyperf measures a benchmark in many processes for the same
-reason). Measured beside a neighbour that burns a core 1-4 s at a time, the example's runs at batch
-64 varied by 0.112 (the standard deviation of their logarithms) over 3 epochs and 0.053 over 12.
+script that ends on its own before that (one that runs a few epochs of a small model) is run
+again, its graphs from the compile cache, and the run is what its processes measured together:
+every process's samples over every process's seconds, as one process that went on that long would
+have read (pyperf measures a benchmark in many processes for the same reason).
 """
 
 from __future__ import annotations
@@ -16,7 +14,7 @@ from __future__ import annotations
 import math
 from typing import Sequence
 
-from autotune.measurement.noise import RunNoise
+from autotune.measurement.noise import RunNoise, Runs
 from autotune.measurement.windows import t975
 from autotune.records import Measurement, MeasurementProtocol
 
@@ -61,9 +59,10 @@ def pooled(parts: Sequence[Measurement], protocol: MeasurementProtocol) -> Measu
     # The processes' spread, weighed with the between-run spread the study measured so far: two
     # processes alone give one degree of freedom, a t of 12.7, and an interval of x100 either way
     # where a neighbour slowed one of them.
-    noise = RunNoise.of([[m.throughput for m in parts]]) + RunNoise(protocol.noise_squares, protocol.noise_df)
-    between = math.expm1(t975(noise.df) * (noise.sigma or 0.0) / math.sqrt(len(parts)))
-    half = max(half, throughput * between)
+    runs = Runs(tuple(m.throughput for m in parts), seconds=tuple(seconds))
+    noise = RunNoise.of([runs]) + RunNoise(protocol.noise_squares, protocol.noise_df)
+    if noise.sigma is not None:
+        half = max(half, throughput * math.expm1(t975(noise.df) * math.sqrt(runs.log_variance(noise)[0])))
 
     def weighed(values: Sequence[float | None]) -> float | None:
         if any(v is None for v in values):

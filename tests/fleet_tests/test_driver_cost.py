@@ -40,7 +40,7 @@ def figures(study: optuna.Study) -> tuple:
     """What the driver, the reports and ``autotune best`` read of a study."""
     best = results.best_config(study, "s")
     return ([(s.trial.number, s.runs, s.flaky) for s in results.standings(study)],
-            results.trial_counts(study, exclude=set()), results.baseline_value(study), results.baseline_runs(study),
+            results.trial_counts(study, exclude=set()), results.baseline_value(study),
             [t.model_dump() for t in results.study_summaries(study)], best.model_dump() if best else None)
 
 

@@ -176,7 +176,7 @@ def test_a_best_measured_once_with_a_wide_interval_gets_a_note(tmp_path) -> None
 
     [wide] = notes(0.3)
     # The run's ±30%, as the best line shows it: on the logarithms, widened to its longer side.
-    assert "(-30% to +43%)" in wide and "lucky draw" in wide
+    assert "(within -30% to +43% of its value)" in wide and "lucky draw" in wide
     assert notes(0.05) == []
     assert notes(0.3, confirm=1) == [], "measured twice, the best is a mean"
 
@@ -347,7 +347,7 @@ def test_confirm_measures_the_best_again_and_picks_the_best_mean(path, tmp_path)
     winner = max(means, key=means.get)
     assert result.best.trial == winner
     assert result.best.value == pytest.approx(means[winner])
-    assert result.best.measurements == [study.trials[winner].value, next(
+    assert [r.value for r in result.best.runs] == [study.trials[winner].value, next(
         t.value for t in again if TrialAttrs.of(t).confirms == winner)]
     rows = list(csv.DictReader(open(Path(result.out_dir) / "trials.csv")))
     assert sorted(int(r["confirms"]) for r in rows if r["confirms"]) == sorted(means)

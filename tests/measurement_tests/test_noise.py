@@ -46,7 +46,7 @@ def test_more_runs_narrow_the_interval_and_a_wide_run_widens_it():
     wide = Runs((100.0,), (0.5,)).figure(noise)
     assert wide.high - wide.low > one.high - one.low
     # Nothing known: no interval to claim.
-    assert math.isinf(Runs((100.0,)).figure(RunNoise()).high)
+    assert Runs((100.0,)).figure(RunNoise()).high is None
 
 
 def test_two_configurations_are_told_apart_only_beyond_the_noise():

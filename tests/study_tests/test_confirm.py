@@ -39,7 +39,7 @@ def test_the_best_is_the_best_mean_among_the_configurations_measured_again() -> 
     study = _study_with({"a": [100.0, 80.0], "b": [97.0, 93.0], "c": [96.0], "d": [50.0]})
     best = best_config(study, "s")
     assert best.params == {"x": "b"}
-    assert best.value == pytest.approx(95.0) and best.measurements == [97.0, 93.0]
+    assert best.value == pytest.approx(95.0) and [r.value for r in best.runs] == [97.0, 93.0]
 
 
 def test_a_configuration_that_fails_when_measured_again_is_not_the_best() -> None:
@@ -51,7 +51,7 @@ def test_a_configuration_that_fails_when_measured_again_is_not_the_best() -> Non
 
 def test_without_re_measurements_the_best_measurement_wins() -> None:
     best = best_config(_study_with({"a": [100.0], "b": [97.0]}), "s")
-    assert best.params == {"x": "a"} and best.value == 100.0 and best.measurements == [100.0]
+    assert best.params == {"x": "a"} and best.value == 100.0 and [r.value for r in best.runs] == [100.0]
 
 
 @pytest.mark.slow
@@ -71,11 +71,11 @@ def test_a_real_study_measures_its_best_again(ray_cluster, tmp_path, monkeypatch
     assert TrialAttrs.of(again[0]).config_key == TrialAttrs.of(top).config_key
     out = Path(result.out_dir)
     best = BestConfig.model_validate_json((out / "best.json").read_text())
-    assert best.trial == top.number and len(best.measurements) == 2
+    assert best.trial == top.number and len(best.runs) == 2
     # The mean over the two runs, each weighed by the seconds it measured: their samples over their seconds.
-    seconds = best.measurement_seconds
+    seconds = [r.seconds for r in best.runs]
     assert len(seconds) == 2 and all(s is not None and s > 0 for s in seconds), seconds
-    assert best.value == pytest.approx(sum(v * s for v, s in zip(best.measurements, seconds)) / sum(seconds), rel=1e-3)
+    assert best.value == pytest.approx(sum(r.value * r.seconds for r in best.runs) / sum(seconds), rel=1e-3)
     assert (out / "trials" / f"{top.number:04d}-again").is_dir()
     rows = list(csv.DictReader((out / "trials.csv").open()))
     assert [r["confirms"] for r in rows if r["confirms"]] == [str(top.number)]

@@ -12,7 +12,7 @@ from autotune.records import Measurement, TrialPlan, TrialResult
 from autotune.rendering import render_study
 from autotune.space import parse_space
 from autotune.study.outlook import search_outlook
-from autotune.study.outputs import BestConfig, TrialSummary
+from autotune.study.outputs import BestConfig, RunFigure, TrialSummary
 from autotune.study.results import study_result
 from autotune.trial_attrs import trial_attrs, write
 
@@ -44,7 +44,7 @@ def trials(values: list[float | None], knobs: list[dict] | None = None, spread: 
 def best_of(ts: list[TrialSummary]) -> BestConfig:
     t = max((t for t in ts if t.value is not None), key=lambda t: t.value)
     return BestConfig(study="s", trial=t.number, target="xla", params=t.params, env={}, metric="throughput",
-                      value=t.value, measurements=[t.value], baseline_value=ts[0].value,
+                      value=t.value, runs=[RunFigure(trial=t.number, value=t.value)], baseline_value=ts[0].value,
                       speedup=t.value / ts[0].value)
 
 
@@ -163,7 +163,7 @@ def test_a_best_measured_once_with_a_wide_interval_is_noted_with_the_interval_th
     low, high = best.value_ci95_low, best.value_ci95_high
     assert low is not None and high is not None and high / best.value - 1 > 0.141
     note = next(n for n in result.notes if "may be a lucky draw" in n)
-    assert note.startswith(f"trial 1's 95% interval is {low:,.1f} .. {high:,.1f} (-14% to +16%)"), note
+    assert note.startswith(f"trial 1's 95% interval is {low:,.1f} .. {high:,.1f} (within -14% to +16% of its value)"), note
     out = io.StringIO()
     render_study(result, Console(file=out, width=300))
     assert f"[{low:,.1f}, {high:,.1f}]" in out.getvalue()

@@ -136,33 +136,42 @@ def test_a_replayed_study_measures_its_noise_races_and_reports_the_best_as_a_mea
     races = [t for t in again if TrialAttrs.of(t).again == RACE]
     assert 1 <= len(races) <= math.ceil(0.25 * 10)
     best = result.best
-    assert len(best.measurements) >= 2, "the best reported is a mean over runs, not one draw"
-    seconds = best.measurement_seconds
-    assert len(seconds) == len(best.measurements) and all(s is not None and s > 0 for s in seconds), seconds
-    assert best.value == pytest.approx(sum(v * s for v, s in zip(best.measurements, seconds)) / sum(seconds), rel=1e-3)
+    assert len(best.runs) >= 2, "the best reported is a mean over runs, not one draw"
+    seconds = [r.seconds for r in best.runs]
+    assert all(s is not None and s > 0 for s in seconds), seconds
+    assert best.value == pytest.approx(sum(r.value * r.seconds for r in best.runs) / sum(seconds), rel=1e-3)
+    assert best.throughput == best.value and (best.ci95_low, best.ci95_high) == (best.value_ci95_low,
+                                                                                 best.value_ci95_high)
     assert best.value_ci95_low < best.value < best.value_ci95_high
     assert best.noise is not None and best.noise.repeats >= 3 and best.noise.earlier_df == 0
     # The host proved noisy on the first repeat: the note says on how few runs, since its figure is
     # the early one and the noise line's comes from more.
     said = [n for n in result.notes if "each run from now on" in n]
-    assert len(said) == 1 and "(on the 2 runs measured so far)" in said[0], result.notes
-    seconds = best.baseline_measurement_seconds
-    assert len(seconds) == len(best.baseline_measurements) and all(s is not None and s > 0 for s in seconds)
-    assert best.baseline_value == pytest.approx(
-        sum(v * s for v, s in zip(best.baseline_measurements, seconds)) / sum(seconds), rel=1e-3)
+    assert len(said) == 1 and "(on the 3 runs measured so far)" in said[0], result.notes
+    base = best.baseline_runs
+    assert base and all(r.seconds for r in base)
+    assert best.baseline_value == pytest.approx(sum(r.value * r.seconds for r in base) / sum(r.seconds for r in base),
+                                                rel=1e-3)
     saved = json.loads((Path(result.out_dir) / "best.json").read_text())
-    assert saved["measurements"] == best.measurements and saved["noise"]["spread"] == best.noise.spread
+    assert saved["schema_version"] == 2 and saved["noise"]["spread"] == best.noise.spread
+    assert [r["value"] for r in saved["runs"]] == [r.value for r in best.runs]
     import csv
 
     rows = list(csv.DictReader((Path(result.out_dir) / "trials.csv").open()))
     assert sorted(r["again"] for r in rows if r["confirms"]) == sorted(TrialAttrs.of(t).again for t in again)
     assert all(float(r["value_ci95_low"]) < float(r["value"]) < float(r["value_ci95_high"])
                for r in rows if r["value"] and r["value_ci95_low"])
-    # Every trial's interval includes the noise, and holds the run's own interval.
-    shown = [t for t in result.trials if t.value is not None and t.ci95_low is not None]
-    assert shown and all(t.value_ci95_low is not None for t in shown)
-    for t in shown:
-        assert t.value_ci95_low <= t.ci95_low * (1 + 1e-9) and t.value_ci95_high >= t.ci95_high * (1 - 1e-9)
+    # One figure per configuration: each of its trials carries its mean and interval, and its own
+    # run apart.
+    by_key: dict[str, set] = {}
+    for t in result.trials:
+        if t.value is not None and t.run is not None:
+            key = json.dumps(t.params, sort_keys=True)
+            by_key.setdefault(key, set()).add((t.value, t.value_ci95_low, t.value_ci95_high, t.runs))
+    assert by_key and all(len(figures) == 1 for figures in by_key.values()), by_key
+    best_rows = [t for t in result.trials if t.params == best.params and t.run is not None]
+    assert {t.run.value for t in best_rows} == {r.value for r in best.runs}
+    assert all((t.value, t.runs) == (best.value, len(best.runs)) for t in best_rows)
 
 
 def test_the_next_study_here_starts_from_the_noise_measured_before(tmp_path) -> None:
@@ -191,7 +200,7 @@ def test_race_zero_measures_nothing_again(tmp_path) -> None:
     result, pool = replay_study(LANDSCAPE, trials=6, seed=3, noise_seed=3, workdir=tmp_path, race=0)
     assert len(pool.trials) == 6
     assert not [t for t in _study(result).trials if TrialAttrs.of(t).confirms is not None]
-    assert result.best.noise is None and len(result.best.measurements) == 1
+    assert result.best.noise is None and len(result.best.runs) == 1
 
 
 def test_the_table_names_each_re_measurement_and_the_best_line_its_runs(tmp_path) -> None:
@@ -208,4 +217,4 @@ def test_the_table_names_each_re_measurement_and_the_best_line_its_runs(tmp_path
     text = out.getvalue()
     again = [t for t in result.trials if t.confirms is not None]
     assert again and all(f"[trial {t.confirms} measured again: {t.again}]" in text for t in again), text
-    assert f"over {len(result.best.measurements)} runs" in text and "noise: one run of a configuration" in text
+    assert f"over {len(result.best.runs)} runs" in text and "noise: one run of 10 s here reads within" in text

@@ -8,7 +8,7 @@ from pathlib import Path
 
 import pytest
 
-from autotune.measurement.noise import RunNoise
+from autotune.measurement.noise import RUN_SECONDS, RunNoise, Runs
 from autotune.measurement.windows import t975
 from autotune.records import Measurement, MeasurementProtocol
 from autotune.study import pruning
@@ -56,19 +56,22 @@ def test_processes_pool_their_samples_and_seconds_and_their_spread_widens_the_in
 
 def test_two_processes_weigh_their_spread_with_the_noise_the_study_measured() -> None:
     # A neighbour slowed one of two processes by half. Their spread alone is one degree of freedom
-    # (t = 12.7): an interval of x80 either way, which a table then prints as 6.9 .. 69,123.0.
+    # (t = 12.7: an interval of x80 either way, which a table would print as 6.9 .. 69,123.0): too
+    # few to give an interval, so the run keeps its processes' own.
     parts = [measured(100.0, 5.0), measured(50.0, 5.0)]
     alone = pooled(parts, MeasurementProtocol(min_measure_seconds=10.0))
-    assert alone.ci95_high / alone.throughput > 10
-    # The study measured runs here varying by sigma 0.15 over 12 degrees of freedom: with those,
-    # the two processes' mean is uncertain by tens of percent, not by a factor of 80.
+    assert alone.ci95_high / alone.throughput < 1.05
+    # The study measured runs of 10 s here varying by sigma 0.15 over 12 degrees of freedom: with
+    # those, the two processes' mean (10 s in all) is uncertain by tens of percent.
     noise = RunNoise(squares=0.15 ** 2 * 12, df=12)
     protocol = pruning.under_noise(MeasurementProtocol(), noise)
     assert (protocol.noise_squares, protocol.noise_df) == (noise.squares, noise.df)
     weighed = pooled(parts, protocol)
     assert weighed.throughput == alone.throughput
-    combined = RunNoise.of([[100.0, 50.0]]) + noise
-    expected = math.expm1(t975(combined.df) * (combined.sigma or 0) / math.sqrt(2))
+    seconds = tuple(m.seconds for m in parts)
+    combined = RunNoise.of([Runs((100.0, 50.0), seconds=seconds)]) + noise
+    # A run of 10 s made of two processes is as uncertain as one process that measured that long.
+    expected = math.expm1(t975(combined.df) * (combined.sigma or 0) * math.sqrt(RUN_SECONDS / sum(seconds)))
     assert weighed.ci95_high / weighed.throughput - 1 == pytest.approx(expected, rel=1e-6)
     assert 0.2 < expected < 0.6
 
