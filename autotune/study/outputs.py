@@ -42,6 +42,8 @@ class RunFigure(BaseModel):
     #: Why it was measured again (``noise``, ``race``, ``final``, ``confirm``); ``None`` for the
     #: configuration's first trial.
     again: str | None = None
+    #: Stopped once clearly behind the study's best: a rough figure, with no interval of its own.
+    pruned: bool = False
     #: Every objective's value this run measured, by name.
     values: dict[str, float] = Field(default_factory=dict)
 

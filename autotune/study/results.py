@@ -178,7 +178,8 @@ def run_figure(t: optuna.trial.FrozenTrial, result: TrialResult | None, names: t
     m = result.measurement if result is not None else None
     return RunFigure(trial=t.number, value=value, throughput=m.throughput if m else None,
                      ci95_low=m.ci95_low if m else None, ci95_high=m.ci95_high if m else None,
-                     seconds=steady_seconds(m), again=TrialAttrs.of(t).again, values=_named_values(list(names), t))
+                     seconds=steady_seconds(m), again=TrialAttrs.of(t).again, pruned=bool(m and m.pruned),
+                     values=_named_values(list(names), t))
 
 
 def runs_of(figures: tuple[RunFigure, ...] | list[RunFigure], name: str | None = None, *, timed: bool = True) -> Runs:
@@ -271,8 +272,13 @@ def headline(s: Standing, noise: RunNoise, context: Context) -> Headline:
     """What ``s``'s runs give its configuration: one figure per name, wherever it is shown."""
     throughput = runs_of(s.figures) if any(f.throughput for f in s.figures) else None
     values = {name: runs_of(s.figures, name, timed=name in FROM_THROUGHPUT).mean for name in context.objectives}
-    return Headline(s.runs.figure(noise), throughput.figure(noise) if throughput is not None else None,
-                    values, s.figures)
+    value = s.runs.figure(noise)
+    thr = throughput.figure(noise) if throughput is not None else None
+    if all(f.pruned for f in s.figures):
+        # Stopped once clearly behind: its figure is a rough one, and no interval says how rough.
+        value = Figure(value.mean, None, None, value.runs)
+        thr = Figure(thr.mean, None, None, thr.runs) if thr is not None else None
+    return Headline(value, thr, values, s.figures)
 
 
 class _Headlines:
