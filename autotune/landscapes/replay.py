@@ -33,6 +33,7 @@ from typing import TYPE_CHECKING, Any
 
 from autotune.errors import AutotuneError
 from autotune.landscapes.landscape import ConfigRecord, Landscape, load_landscape
+from autotune.measurement.noise import log_sigma
 from autotune.measurement.windows import PRUNE_MIN_WINDOWS, t975
 from autotune.execution.pool import Finished
 from autotune.records import (
@@ -281,11 +282,8 @@ def _space_file(land: Landscape, work: Path, exhaustive: bool = False) -> str:
 
 
 def interval_sigma(r: ConfigRecord) -> float:
-    """The standard deviation, on a log scale, of a recorded measurement: its 95% interval's
-    half-width over 1.96 (0 without an interval)."""
-    if not r.ok or not r.ci95_low or not r.ci95_high or r.ci95_low <= 0:
-        return 0.0
-    return math.log(r.ci95_high / r.ci95_low) / (2 * 1.96)
+    """The standard deviation, on a log scale, of a recorded measurement (0 without an interval)."""
+    return log_sigma(r.ci95_low, r.ci95_high) if r.ok else 0.0
 
 
 def pruned_charge(r: ConfigRecord, charge: Charge, bar: float | None) -> tuple[Charge, bool]:

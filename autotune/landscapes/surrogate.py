@@ -52,6 +52,7 @@ import numpy as np
 from autotune.errors import AutotuneError, install_hint
 from autotune.landscapes.landscape import ConfigRecord, Landscape, canonical
 from autotune.landscapes.replay import interval_sigma
+from autotune.measurement.noise import interval_of, relative_half_width
 from autotune.space import Parameter, SearchSpace, config_key
 
 OK = "ok"
@@ -212,7 +213,8 @@ class Surrogate:
                                cache_misses=n.graphs_compiled if n.cache_misses is not None else None)
             if st == OK:
                 tp = float(math.exp(lt))
-                rec = replace(rec, throughput=tp, ci95_low=tp * math.exp(-1.96 * sd), ci95_high=tp * math.exp(1.96 * sd),
+                low, high = interval_of(tp, sd)
+                rec = replace(rec, throughput=tp, ci95_low=low, ci95_high=high,
                               samples_per_step=n.samples_per_step, steps_measured=n.steps_measured,
                               windows=n.windows, converged=n.converged, warmup_steps=n.warmup_steps,
                               warmup_seconds=n.warmup_seconds, measure_seconds=n.measure_seconds,
@@ -364,8 +366,7 @@ def held_out_error(landscape: Landscape, *, folds: int = 5, seed: int = 0) -> Su
     const = [abs(constant[i] - records[i].figure) / records[i].figure for i in ok]
     truth = [r.outcome for r in records]
     failed = [i for i, r in enumerate(records) if not r.ok]
-    noise = [(r.ci95_high - r.ci95_low) / 2 / r.figure for r in records
-             if r.ok and r.ci95_high is not None and r.ci95_low is not None]
+    noise = [w for r in records if r.ok and (w := relative_half_width(r.figure, r.ci95_low, r.ci95_high)) is not None]
     top = sorted(ok, key=lambda i: -records[i].figure)[:max(5, len(ok) // 10)] if len(ok) >= 10 else []
     signed = [predicted[i][0] / records[i].figure - 1 for i in top]
     # scipy's annotations leave its result tuple's class unnamed ("_"): its fields are unseen.

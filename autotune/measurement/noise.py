@@ -27,7 +27,7 @@ from typing import Iterable, Sequence
 from autotune.measurement.windows import t975
 
 #: The normal 97.5% quantile: a within-run interval is 1.96 standard errors either side.
-_Z975 = 1.96
+Z975 = 1.96
 
 #: An estimate kept from earlier studies counts as at most this many degrees of freedom, so that the
 #: repeats of this study (the machine as it is now: a neighbour that came, a quieter night) weigh
@@ -110,11 +110,9 @@ class Runs:
         between-run spread for a run of its length, or the run's own interval where that is wider
         (a run measured poorly is less certain than the repeats the spread was measured on)."""
         sigma = noise.sigma
-        out, t = [], _Z975
+        out, t = [], Z975
         for w, u in zip(self._within(), self.weights()):
-            # On the logarithms the run's interval is widened to its longer side, so that it still
-            # holds the run's own interval whole.
-            own = (-math.log1p(-min(w, 0.99)) / _Z975) ** 2 if w is not None and math.isfinite(w) else None
+            own = within_variance(w)
             between = sigma ** 2 / u if sigma is not None else None
             if between is not None and (own is None or between >= own):
                 out.append(between)
@@ -208,6 +206,34 @@ def spread_text(spread: float) -> str:
         else f"within -{lower:.0%} to +{spread:.0%}"
 
 
+def log_sigma(low: float | None, high: float | None) -> float:
+    """The standard deviation, on the logarithms, that a 95% interval ``[low, high]`` implies (0
+    without one)."""
+    if not low or not high or low <= 0 or high <= low:
+        return 0.0
+    return math.log(high / low) / (2 * Z975)
+
+
+def interval_of(value: float, sigma: float) -> tuple[float, float]:
+    """The 95% interval of ``value`` whose logarithm varies by ``sigma``."""
+    return value * math.exp(-Z975 * sigma), value * math.exp(Z975 * sigma)
+
+
+def relative_half_width(value: float | None, low: float | None, high: float | None) -> float | None:
+    """Half a 95% interval's width as a fraction of its value (``None`` without one)."""
+    if not value or low is None or high is None:
+        return None
+    return (high - low) / 2 / value
+
+
+def within_variance(w: float | None) -> float | None:
+    """The variance on the logarithms of a run whose own 95% interval is +-``w`` (a fraction),
+    widened to its longer side so that it still holds that interval whole."""
+    if w is None or not math.isfinite(w):
+        return None
+    return (-math.log1p(-min(w, 0.99)) / Z975) ** 2
+
+
 def measure_seconds(noise: RunNoise) -> float:
     """The seconds each run measures at least under ``noise``: 0 (the interval alone decides)
     unless the host is noisy."""
@@ -226,19 +252,27 @@ class Figure:
     runs: int
 
 
-def ahead(a: Runs, b: Runs, noise: RunNoise, *, maximize: bool = True) -> int:
-    """1 where ``a`` is ahead of ``b`` beyond the noise, -1 where ``b`` is ahead of ``a``, 0 where
-    the runs cannot tell them apart (Welch's comparison of the logs of their means, each mean's
-    variance from :meth:`Runs.log_variance`)."""
+def ratio(a: Runs, b: Runs, noise: RunNoise, *, maximize: bool = True) -> Figure:
+    """``a``'s mean over ``b``'s (the inverse where less is better: how many times better ``a``
+    is), with a 95% interval from each mean's variance (:meth:`Runs.log_variance`) on the
+    logarithms: Welch's comparison, the larger of the two quantiles."""
     va, ta = a.log_variance(noise)
     vb, tb = b.log_variance(noise)
+    r = a.mean / b.mean if maximize else b.mean / a.mean
     if not (math.isfinite(va) and math.isfinite(vb)):
-        return 0
-    d = math.log(a.mean) - math.log(b.mean)
+        return Figure(r, None, None, min(a.n, b.n))
     half = max(ta, tb) * math.sqrt(va + vb)
-    if abs(d) <= half:
+    return Figure(r, r * math.exp(-half), r * math.exp(half), min(a.n, b.n))
+
+
+def ahead(a: Runs, b: Runs, noise: RunNoise, *, maximize: bool = True, floor: float = 0.0) -> int:
+    """1 where ``a`` is ahead of ``b`` beyond the noise, -1 where ``b`` is ahead of ``a``, 0 where
+    the runs cannot tell them apart (:func:`ratio`'s interval holds 1) or they are less than
+    ``floor`` (a fraction) apart."""
+    r = ratio(a, b, noise, maximize=maximize)
+    if r.low is None or r.high is None or r.low <= 1 <= r.high or abs(math.log(r.mean)) <= math.log1p(floor):
         return 0
-    return (1 if d > 0 else -1) * (1 if maximize else -1)
+    return 1 if r.mean > 1 else -1
 
 
 def shrunk(configurations: Sequence[Runs], noise: RunNoise) -> list[float]:

@@ -31,6 +31,7 @@ import math
 
 from pydantic import BaseModel, Field
 
+from autotune.measurement.noise import RunNoise, Runs, ahead, relative_half_width
 from autotune.objectives import objective
 from autotune.records import FailureCategory
 from autotune.space import SearchSpace
@@ -167,8 +168,8 @@ def _since_improvement(tried: list[TrialSummary], metric: str, maximize: bool) -
         if best is None:
             best, last = (t.value, noise), i
             continue
-        margin = max(noise, best[1], NOISE_FLOOR)
-        if (t.value > best[0] * (1 + margin)) if maximize else (t.value < best[0] * (1 - margin)):
+        if ahead(Runs((t.value,), (noise,)), Runs((best[0],), (best[1],)), RunNoise(), maximize=maximize,
+                 floor=NOISE_FLOOR) > 0:
             last = i
         if (t.value > best[0]) if maximize else (t.value < best[0]):
             best = (t.value, noise)
@@ -182,13 +183,12 @@ def _best_noise(tried: list[TrialSummary], best: BestConfig | None, metric: str)
 
 
 def _noise(t: TrialSummary, metric: str) -> float:
-    """A run's noise as a fraction of its value: the interval that includes the between-run noise,
-    where the study measured it, else the run's own (the throughput's)."""
-    if t.value and t.value_ci95_low is not None and t.value_ci95_high is not None:
-        return (t.value_ci95_high - t.value_ci95_low) / 2 / t.value
-    if metric in FROM_THROUGHPUT and t.throughput and t.ci95_low is not None and t.ci95_high is not None:
-        return (t.ci95_high - t.ci95_low) / 2 / t.throughput
-    return NOISE_FLOOR
+    """A configuration's noise as a fraction of its value: its figure's interval, else (a metric
+    that is no timed figure) its throughput's."""
+    own = relative_half_width(t.value, t.value_ci95_low, t.value_ci95_high)
+    if own is None and metric in FROM_THROUGHPUT:
+        own = relative_half_width(t.throughput, t.ci95_low, t.ci95_high)
+    return NOISE_FLOOR if own is None else own
 
 
 def _untried_knobs(tried: list[TrialSummary], space: SearchSpace) -> list[str]:

@@ -77,12 +77,6 @@ class Standing:
             or any(f.again == FINAL for f in self.figures)
 
 
-def within(m: Measurement | None) -> float | None:
-    """A measurement's own 95% interval of its throughput, as a relative half-width (``None`` where
-    there is none)."""
-    return m.rel_half_width if m is not None and m.throughput else None
-
-
 def steady_seconds(m: Measurement | None) -> float | None:
     """The seconds of steady steps a measurement was made over (``None`` where there is none)."""
     return m.seconds if m is not None and m.seconds > 0 else None

@@ -11,14 +11,13 @@ the script: the usual reasons for a gain that went away.
 
 from __future__ import annotations
 
-import math
-import statistics
 from pathlib import Path
 from typing import Any, Callable
 
 from pydantic import BaseModel, Field
 
 from autotune.errors import AutotuneError, InvalidConfigError
+from autotune.measurement.noise import Figure, RunNoise, Runs, ratio
 from autotune.objectives import objective
 from autotune.records import TrialResult
 from autotune.study.outputs import BestConfig
@@ -54,24 +53,11 @@ class Verification(BaseModel):
     changed: dict[str, list[Any]] = Field(default_factory=dict)
 
 
-def speedup_interval(best: list[float], baseline: list[float], maximize: bool = True) -> tuple[float, float, float]:
-    """The ratio of the means (best over baseline, or the inverse where smaller is better) and a
-    95% interval for it from the runs' spread: Welch's t on the logarithms of the figures."""
-    from scipy import stats
-
-    la, lb = [math.log(v) for v in best], [math.log(v) for v in baseline]
-    ratio = statistics.fmean(best) / statistics.fmean(baseline)
-    va, vb = statistics.variance(la) / len(la), statistics.variance(lb) / len(lb)
-    se = math.sqrt(va + vb)
-    if se == 0:
-        low = high = ratio
-    else:
-        df = (va + vb) ** 2 / (va ** 2 / (len(la) - 1) + vb ** 2 / (len(lb) - 1))
-        half = float(stats.t.ppf(0.975, df)) * se
-        low, high = ratio * math.exp(-half), ratio * math.exp(half)
-    if not maximize:
-        ratio, low, high = 1 / ratio, 1 / high, 1 / low
-    return ratio, low, high
+def speedup_interval(best: list[float], baseline: list[float], maximize: bool = True) -> Figure:
+    """The ratio of the means (best over baseline, or the inverse where smaller is better) with a
+    95% interval from the spread between runs: each configuration's own, on the logarithms."""
+    return ratio(Runs(tuple(best)), Runs(tuple(baseline)), RunNoise.of([baseline]) + RunNoise.of([best]),
+                 maximize=maximize)
 
 
 def provenance_changes(recorded: dict[str, Any], now: dict[str, Any]) -> dict[str, list[Any]]:
@@ -125,11 +111,13 @@ def verify(best: BestConfig, *, repeats: int, measure: Callable[[str, dict[str, 
                                f"{failed.reason if failed and failed.reason else 'no figure measured'}")
     if out.reasons and any("did not run twice" in r for r in out.reasons):
         return _explain(out)
-    out.best_mean, out.baseline_mean = statistics.fmean(values["best"]), statistics.fmean(values["baseline"])
-    out.speedup, out.ci95_low, out.ci95_high = speedup_interval(values["best"], values["baseline"], goal.maximize)
-    out.holds = out.ci95_high >= best.speedup and not any("no longer reached" in r for r in out.reasons)
+    out.best_mean, out.baseline_mean = Runs(tuple(values["best"])).mean, Runs(tuple(values["baseline"])).mean
+    gain = speedup_interval(values["best"], values["baseline"], goal.maximize)
+    out.speedup, out.ci95_low, out.ci95_high = gain.mean, gain.low, gain.high
+    out.holds = (gain.high is None or gain.high >= best.speedup) and not any("no longer reached" in r
+                                                                            for r in out.reasons)
     if not out.holds and not out.reasons:
-        out.reasons.append(f"the speedup measured now, {out.speedup:.2f}x [{out.ci95_low:.2f}, {out.ci95_high:.2f}], "
+        out.reasons.append(f"the speedup measured now, {out.speedup:.2f}x [{out.ci95_low or 0:.2f}, {out.ci95_high or 0:.2f}], "
                            f"is below the {best.speedup:.2f}x recorded")
     return _explain(out)
 

@@ -21,13 +21,13 @@ TINY = ROOT / "tests" / "scripts" / "tiny_train.py"
 
 
 def test_speedup_interval_is_the_ratio_of_means_with_the_spread_between_runs() -> None:
-    ratio, low, high = speedup_interval([200.0, 210.0, 190.0], [100.0, 105.0, 95.0])
-    assert ratio == pytest.approx(2.0)
-    assert low < 2.0 < high and high / low < 1.3
-    same, lo, hi = speedup_interval([200.0, 200.0], [100.0, 100.0])
-    assert same == lo == hi == pytest.approx(2.0)
+    gain = speedup_interval([200.0, 210.0, 190.0], [100.0, 105.0, 95.0])
+    assert gain.mean == pytest.approx(2.0)
+    assert gain.low < 2.0 < gain.high and gain.high / gain.low < 1.3
+    same = speedup_interval([200.0, 200.0], [100.0, 100.0])
+    assert same.mean == same.low == same.high == pytest.approx(2.0)
     # Where less is better (a latency), the speedup is baseline over best.
-    assert speedup_interval([5.0, 5.0], [10.0, 10.0], maximize=False)[0] == pytest.approx(2.0)
+    assert speedup_interval([5.0, 5.0], [10.0, 10.0], maximize=False).mean == pytest.approx(2.0)
 
 
 def test_provenance_changes_name_what_moved() -> None:
