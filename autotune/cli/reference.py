@@ -39,7 +39,7 @@ def _command(command: Any, path: list[str]) -> list[str]:
     """The sections of ``command`` and, for a group, of each subcommand, in the order they were
     registered (``commands`` keeps it; click's ``list_commands`` sorts)."""
     name = " ".join(path)
-    out = [f"## `{name}`\n", *_help(command.help), *_parameters(command, _annotations(command))]
+    out = [f"## `{name}`\n", *_help(command.help), *_parameters(command, _declared(command))]
     for sub_name, sub in getattr(command, "commands", {}).items():
         if not sub.hidden:
             out += _command(sub, [*path, sub_name])
@@ -54,52 +54,56 @@ def _help(text: str | None) -> list[str]:
     return [p + "\n" for p in paragraphs if p and p != "\b"]
 
 
-def _annotations(command: Any) -> dict[str, str]:
-    """Each parameter's type as the command's function declares it: typer's parameter objects
-    carry it differently from one release to the next, the function's signature does not."""
-    if command.callback is None:
-        return {}
-    return {name: p.annotation if isinstance(p.annotation, str) else repr(p.annotation)
-            for name, p in inspect.signature(command.callback).parameters.items()}
+def _declared(command: Any) -> dict[str, inspect.Parameter]:
+    """The parameters as the command's function declares them, with typer's ``Option`` or
+    ``Argument`` as each default: typer's parameter objects carry the type and an argument's help
+    differently from one release to the next (typer 0.16 under click 8.5 loses the latter)."""
+    return dict(inspect.signature(command.callback).parameters) if command.callback is not None else {}
 
 
-def _kind(annotation: str) -> str:
+def _help_of(p: Any, declared: dict[str, inspect.Parameter]) -> str:
+    return _text(getattr(declared[p.name].default, "help", None) if p.name in declared else p.help)
+
+
+def _kind(declared: inspect.Parameter | None) -> str:
     """``Optional[int]`` -> ``INTEGER``, as ``--help`` names a value."""
+    annotation = "" if declared is None else declared.annotation
+    annotation = annotation if isinstance(annotation, str) else repr(annotation)
     for word, kind in (("Path", "PATH"), ("float", "FLOAT"), ("int", "INTEGER")):
         if word in annotation:
             return kind
     return "TEXT"
 
 
-def _parameters(command: Any, annotations: dict[str, str]) -> list[str]:
+def _parameters(command: Any, declared: dict[str, inspect.Parameter]) -> list[str]:
     arguments = [p for p in command.params if p.param_type_name == "argument"]
     options = [p for p in command.params if p.param_type_name == "option" and not p.hidden]
     lines: list[str] = []
     if arguments:
         lines.append("Arguments:\n")
-        lines += [_argument(p) for p in arguments]
+        lines += [_argument(p, declared) for p in arguments]
         lines.append("")
     panels: dict[str, list[Any]] = {}
     for p in options:
         panels.setdefault(getattr(p, "rich_help_panel", None) or "Options", []).append(p)
     for panel, members in panels.items():
         lines.append(f"{panel}:\n")
-        lines += [_option(p, annotations.get(p.name, "")) for p in members]
+        lines += [_option(p, declared) for p in members]
         lines.append("")
     return lines
 
 
-def _argument(p: Any) -> str:
+def _argument(p: Any, declared: dict[str, inspect.Parameter]) -> str:
     name = p.metavar or p.name.upper()
     many = " ..." if p.nargs == -1 and not name.endswith("...") else ""
     optional = "" if p.required else " (optional)"
-    return f"- `{name}{many}`{optional}: {_text(getattr(p, 'help', None))}".rstrip(": ")
+    return f"- `{name}{many}`{optional}: {_help_of(p, declared)}".rstrip(": ")
 
 
-def _option(p: Any, annotation: str) -> str:
+def _option(p: Any, declared: dict[str, inspect.Parameter]) -> str:
     flags = ", ".join(f"`{o}`" for o in [*p.opts, *p.secondary_opts])
     if not p.is_flag:
-        flags += f" `{p.metavar or _kind(annotation)}`"
+        flags += f" `{p.metavar or _kind(declared.get(p.name))}`"
     notes = []
     if p.multiple:
         notes.append("repeatable")
@@ -111,7 +115,7 @@ def _option(p: Any, annotation: str) -> str:
     if p.envvar:
         notes.append(f"env `{p.envvar}`")
     noted = f" ({'; '.join(notes)})" if notes else ""
-    return f"- {flags}{noted}: {_text(p.help)}".rstrip(": ")
+    return f"- {flags}{noted}: {_help_of(p, declared)}".rstrip(": ")
 
 
 def _default(p: Any) -> str | None:
