@@ -148,7 +148,7 @@ MAIN = [
     Strategy("gp", _gp_default),
     Strategy("autotune", _autotune(), start="study", early_stop=PRUNED),
 ]
-#: Each differs from ``autotune`` in one respect (see docs/search.md, "autotune's sampler", for what each means).
+#: Each differs from ``autotune`` in one respect (see docs/reference/search.md, "autotune's sampler", for what each means).
 ABLATIONS = [
     Strategy("tpe as autotune run --sampler tpe uses it", _tpe_study, start="study", early_stop=PRUNED),
     # Optuna's GP in autotune's place, with the same starting points and pruning: what the

@@ -63,7 +63,7 @@ class LazyPool:
 
     def _start(self) -> WorkerPool:
         if self.pool is None:
-            self.ray_started = connect(self.ray_address, self.compile_slots) or self.ray_started
+            self.ray_started = connect(self.ray_address, self.compile_slots, self.notes) or self.ray_started
             if self.compiles:
                 placement = plan_compile_placement(self.target, workers=self.workers)
             else:

@@ -44,17 +44,22 @@ class Placement:
     per_node: int = 1
 
 
-def connect(address: str | None, compile_slots: int = 0) -> bool:
+def connect(address: str | None, compile_slots: int = 0, notes: list[str] | None = None) -> bool:
     """Join the Ray cluster at ``address``, or start a local Ray sized to this machine, with
-    ``compile_slots`` compile workers' places.
+    ``compile_slots`` compile workers' places; a local Ray that runs without its token adds a line
+    that says so to ``notes``.
 
     Returns whether this call started Ray (and so should stop it). A Ray already initialised in
     this process is used as it is.
     """
     import ray
 
+    from autotune.workers.ray_worker import KEEP_NODE_DEVICES
+
     if ray.is_initialized():
         return False
+    # Set before ray.init: a local Ray's workers inherit it, and Ray's warning about it is not printed.
+    os.environ.update(KEEP_NODE_DEVICES)
     # Inside a Ray job (ray job submit) Ray names the job's cluster; a local Ray would be wrong there.
     address = address or os.environ.get("RAY_ADDRESS") or None
     kwargs: dict[str, Any] = {"include_dashboard": False, "log_to_driver": False, "logging_level": "ERROR"}
@@ -69,6 +74,10 @@ def connect(address: str | None, compile_slots: int = 0) -> bool:
         with _token_required():
             ray.init(num_cpus=os.cpu_count(), resources={COMPILE_RESOURCE: compile_slots} if compile_slots else None,
                      **kwargs)
+        # Ray before 2.52 has no token; ray.init says it turned token mode on by setting the variable.
+        if notes is not None and os.environ.get("RAY_AUTH_MODE") != "token":
+            notes.append(f"Ray {ray.__version__} started without token authentication: a process that "
+                         "reaches this machine's Ray ports can join it and run code as this user")
     return True
 
 

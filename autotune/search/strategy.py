@@ -11,7 +11,7 @@ Expected improvement comes from a Gaussian process over whole configurations
 (:class:`~autotune.search.models.CategoricalGP`), P(it runs) from the failures seen, a level that
 two failures convict is ruled out, and no configuration is proposed twice. A space with ranges
 instead of choices goes to Optuna's TPE. Why each part is there, and the replays of recorded
-landscapes that chose the defaults: ``docs/search.md`` ("autotune's sampler").
+landscapes that chose the defaults: ``docs/reference/search.md`` and ``docs/results/search.md``.
 """
 
 from __future__ import annotations

@@ -23,6 +23,13 @@ from autotune.host import host_device
 from autotune.targets import get_target
 from autotune.targets.gpus import GPU_RESOURCE
 
+#: Ray's switch that leaves a worker's device variables as its node has them where the worker
+#: holds no devices of that kind. Ray 2.50 to 2.55 empty CUDA_VISIBLE_DEVICES (and
+#: NEURON_RT_VISIBLE_CORES) there unless it is 0, and warn so at every start: a trial that shares
+#: the node's GPUs without holding one (``--gpus-per-trial 0``, XLA with ``PJRT_DEVICE=CUDA``)
+#: would see none. From Ray 2.56 on, 0 is the default.
+KEEP_NODE_DEVICES = {"RAY_ACCEL_ENV_VAR_OVERRIDE_ON_ZERO": "0"}
+
 #: The folder, under ``$XDG_RUNTIME_DIR`` (else the temporary folder), where the trials measuring
 #: on a node say so, one file per measuring process: compile jobs on that node stop while one is
 #: there (see :class:`CompileWorker`). Its name carries the user's id: each user's Ray workers
@@ -178,5 +185,6 @@ def worker_class(*, resources: dict[str, float] | None = None, num_cpus: float =
     # Ray refuses GPU among custom resources: an actor asks for GPUs as num_gpus.
     gpus = custom.pop(GPU_RESOURCE, 0)
     # max_restarts=0: a dead worker is replaced by the driver, which also retries its trial once.
-    return ray.remote(num_cpus=num_cpus, num_gpus=gpus, resources=custom,
-                      max_restarts=0)(CompileWorker if compiles else TrialWorker)
+    # The runtime env reaches the workers of a cluster's nodes, whose environment is their own.
+    return ray.remote(num_cpus=num_cpus, num_gpus=gpus, resources=custom, max_restarts=0,
+                      runtime_env={"env_vars": KEEP_NODE_DEVICES})(CompileWorker if compiles else TrialWorker)

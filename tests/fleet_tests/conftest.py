@@ -42,6 +42,21 @@ def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
             item.add_marker(pytest.mark.xdist_group("fleet"))
 
 
+#: Python lines for a driver's script that has started a local Ray: a stranger (another user, a
+#: wrong token) tries to join it; ``stranger`` is its completed process, whose stdout says
+#: ``joined`` where it got in. Two tries, not Ray's 20 one second apart: a wrong token is refused
+#: at the first, and the refusal must name the token (an unreachable or slow GCS would be refused
+#: too, for nothing).
+JOIN_AS_STRANGER = """
+address = ray.get_runtime_context().gcs_address
+stranger = subprocess.run(
+    [sys.executable, "-c", f"import ray; ray.init(address={address!r}); print('joined')"],
+    env={**os.environ, "RAY_AUTH_MODE": "token", "RAY_AUTH_TOKEN": "not-the-token", "HOME": "/nonexistent",
+         "RAY_NUM_REDIS_GET_RETRIES": "2"},
+    capture_output=True, text=True, timeout=120)
+"""
+
+
 #: What each node declares: its NeuronCores and its instance type (a custom resource); the second
 #: also a compile worker's place (``--compile-ahead``).
 HEAD = {"neuron_cores": 2, "trn1.2xlarge": 1}

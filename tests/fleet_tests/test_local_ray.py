@@ -14,6 +14,8 @@ from pathlib import Path
 
 import pytest
 
+from .conftest import JOIN_AS_STRANGER
+
 pytestmark = pytest.mark.slow
 
 START = textwrap.dedent("""
@@ -25,14 +27,7 @@ START = textwrap.dedent("""
     token = os.path.expanduser("~/.ray/auth_token")
     print("mode", oct(stat.S_IMODE(os.stat(token).st_mode)))
     print("auth", os.environ.get("RAY_AUTH_MODE"))
-    address = ray.get_runtime_context().gcs_address
-    # Two tries, not Ray's 20 one second apart: a wrong token is refused at the first, and the
-    # refusal must name the token (an unreachable or slow GCS would be refused too, for nothing).
-    stranger = subprocess.run(
-        [sys.executable, "-c", f"import ray; ray.init(address={address!r}); print('joined')"],
-        env={**os.environ, "RAY_AUTH_MODE": "token", "RAY_AUTH_TOKEN": "not-the-token", "HOME": "/nonexistent",
-             "RAY_NUM_REDIS_GET_RETRIES": "2"},
-        capture_output=True, text=True, timeout=120)
+""") + JOIN_AS_STRANGER + textwrap.dedent("""
     print("stranger", "joined" if "joined" in stranger.stdout
           else "refused for its token" if "AuthenticationError" in stranger.stderr
           else "refused: " + stranger.stderr[-2000:])
