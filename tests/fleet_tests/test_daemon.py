@@ -9,7 +9,7 @@ from pathlib import Path
 import pytest
 
 from daemon_tests.conftest import FAST, SCRIPTS, DaemonProcess, autotune, free_port
-from tests.conftest import POSTGRES_PASSWORD
+from bench.lib.postgres import POSTGRES_PASSWORD
 
 pytestmark = pytest.mark.slow
 
