@@ -6,14 +6,15 @@ writes while it lives (see :mod:`autotune.daemon.runner`). Every state change is
 ``UPDATE`` (``... WHERE state = 'queued'``), so a cancel and a start that race cannot both win.
 
 One daemon per database: a daemon holds the row of ``autotune_daemon`` (:class:`DaemonLease`),
-with its host, pid and a heartbeat, while it runs. A second daemon on the same database refuses
+with its host, pid and a heartbeat, while it runs. A host is named by
+:func:`autotune.host.host_identity`, not by its host name alone, which two containers can share
+without seeing each other's processes. A second daemon on the same database refuses
 to start while the first lives (a process on this host, or a heartbeat less than
 ``LEASE_STALE_S`` old from another), so that no two daemons start, adopt or resume the same jobs.
 """
 
 from __future__ import annotations
 
-import socket
 import threading
 import time
 from dataclasses import dataclass
@@ -26,6 +27,7 @@ from sqlalchemy.exc import IntegrityError, SQLAlchemyError
 
 from autotune.daemon.records import EXIT_CANCELLED, JobSpec, JobState
 from autotune.errors import AutotuneError
+from autotune.host import host_identity
 from autotune.study.database import connect_args, engine_url, redacted
 from autotune.study.storage import create_schema
 
@@ -191,7 +193,7 @@ class JobStore:
             return False
         return self._update(job_id, [JobState.queued], state=JobState.running, workers=workers,
                             attempts=job.attempts + 1, started_at=job.started_at or time.time(),
-                            host=socket.gethostname(), pid=None, pid_started=None, heartbeat_at=None)
+                            host=host_identity(), pid=None, pid_started=None, heartbeat_at=None)
 
     def set_process(self, job_id: str, pid: int, pid_started: float) -> None:
         self._update(job_id, [JobState.running], pid=pid, pid_started=pid_started, heartbeat_at=time.time())
@@ -204,7 +206,7 @@ class JobStore:
         with self.engine.connect() as c:
             cancel = c.execute(sa.select(jobs_table.c.cancel_requested).where(jobs_table.c.id == job_id)).scalar()
             holder = c.execute(sa.select(daemon_table.c.host).where(daemon_table.c.id == _LEASE_ID)).scalar()
-        return bool(cancel) and holder is not None and holder != socket.gethostname()
+        return bool(cancel) and holder is not None and holder != host_identity()
 
     def finish(self, job_id: str, state: JobState, exit_code: int | None, message: str | None) -> bool:
         return self._update(job_id, [JobState.queued, JobState.running], state=state, exit_code=exit_code,
@@ -248,7 +250,7 @@ class DaemonLease:
 
     def __init__(self, store: JobStore, url: str) -> None:
         self.store = store
-        self.host = socket.gethostname()
+        self.host = host_identity()
         self.pid = psutil.Process().pid
         self.me = {"id": _LEASE_ID, "host": self.host, "pid": self.pid,
                    "pid_started": psutil.Process().create_time(), "url": url}

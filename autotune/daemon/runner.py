@@ -21,7 +21,6 @@ from __future__ import annotations
 
 import os
 import signal
-import socket
 import subprocess
 import sys
 import threading
@@ -35,6 +34,7 @@ import psutil
 from autotune.daemon.jobs import JOB_STALE_S, JobRecord, JobStore
 from autotune.daemon.records import EXIT_CANCELLED, JobState
 from autotune.errors import AutotuneError
+from autotune.host import host_identity
 from autotune.execution.scheduler import cpu_trial_slots
 from autotune.log_tail import log_tail
 from autotune.process_tree import kill_tree
@@ -291,7 +291,7 @@ class JobRunner:
     def recover(self) -> None:
         """After a (re)start: adopt live job processes, watch those alive on another host,
         settle the rest."""
-        here = socket.gethostname()
+        here = host_identity()
         for job in self.store.find([JobState.running]):
             files = JobFiles(Path(job.directory))
             elsewhere = job.host not in (None, here)
