@@ -2,7 +2,9 @@
 
 Each job is its own process group (``python -m autotune.cli.job_process ... run ...``), built
 as an argv list; its stdout (the study's JSON result) and stderr go to files in the job's
-directory, and it writes its exit code to a file when it ends. So a job does not depend on the
+directory, and it writes its exit code to a file when it ends. The storage URL, which may hold a
+password, is on no command line (``ps`` shows those to every user of the machine) and in no
+environment: the job reads it from a pipe it inherits (:data:`STORAGE_FD_ENV` names the descriptor). So a job does not depend on the
 daemon that started it: a daemon that is killed and started again *adopts* the job processes that
 are still alive (same pid, same start time, same command line), finalises those that ended while it
 was down, and queues again those whose process is gone; rerunning ``autotune run`` on the same
@@ -27,7 +29,7 @@ import threading
 import time
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Callable
+from typing import IO, Callable
 
 import psutil
 
@@ -38,10 +40,13 @@ from autotune.host import host_identity
 from autotune.execution.scheduler import cpu_trial_slots
 from autotune.log_tail import log_tail
 from autotune.process_tree import kill_tree
+from autotune.study.database import STORAGE_ENV
 from autotune.targets import DEVICE_RESOURCES, detect_target, get_target
 
 #: Attempts of a job whose process dies (killed, out of memory, machine lost) before it is failed.
 MAX_ATTEMPTS = 3
+#: The variable that tells a job which inherited file descriptor holds its storage URL.
+STORAGE_FD_ENV = "AUTOTUNE_JOB_STORAGE_FD"
 #: How long a cancelled job gets to stop its trials and Ray itself before everything is killed.
 CANCEL_GRACE_S = 10.0
 TICK_S = 0.5
@@ -182,13 +187,13 @@ def job_workdir(job: JobRecord, files: JobFiles) -> tuple[Path, Path]:
 
 def job_argv(job: JobRecord, settings: DaemonSettings, workers: int) -> list[str]:
     """The job's command line, one argv element per value (``--key=value`` so that no value can
-    be read as an option of its own); never a shell string."""
+    be read as an option of its own); never a shell string. Without ``--storage``: the job reads
+    its storage from the pipe :data:`STORAGE_FD_ENV` names."""
     files = JobFiles(Path(job.directory))
     r = job.spec.run
     script, _ = job_workdir(job, files)
     argv = [sys.executable, "-m", "autotune.cli.job_process", str(files.exit_code),
-            "run", str(script), f"--study={job.study}", f"--storage={settings.storage}",
-            f"--cache={settings.cache}", f"--out={files.out}", f"--workers={workers}", "--json",
+            "run", str(script), f"--study={job.study}", f"--cache={settings.cache}", f"--out={files.out}", f"--workers={workers}", "--json",
             *r.argv(skip=("study", "workers", "space", "fresh"))]
     if settings.ray_address:
         argv.append(f"--ray-address={settings.ray_address}")
@@ -371,16 +376,13 @@ class JobRunner:
         files.exit_code.unlink(missing_ok=True)
         _, workdir = job_workdir(job, files)
         argv = job_argv(job, self.settings, workers)
-        env = {**os.environ, "AUTOTUNE_JOB_ID": job.id, "AUTOTUNE_JOB_STORAGE": self.settings.storage,
-               "PYTHONUNBUFFERED": "1"}
         try:
             with open(files.log, "ab") as log, open(files.result, "wb") as result:
-                shown = [f"--storage={self.store.redacted_url}" if a.startswith("--storage=") else a for a in argv[4:]]
+                shown = ["run", f"--storage={self.store.redacted_url}", *argv[5:]]
                 log.write(f"[{_now()}] autotune serve: attempt {job.attempts}, {workers} worker(s): "
                           f"autotune {' '.join(shown)}\n".encode())
                 log.flush()
-                popen = subprocess.Popen(argv, cwd=workdir, env=env, stdin=subprocess.DEVNULL, stdout=result,
-                                         stderr=log, start_new_session=True, close_fds=True)
+                popen = start_job_process(argv, self.settings.storage, job.id, cwd=workdir, stdout=result, stderr=log)
         except OSError as exc:
             self.store.finish(job.id, JobState.failed, 1, f"the job could not start: {exc.strerror or exc}")
             self.log(f"job {job.id}: could not start: {exc}")
@@ -424,6 +426,32 @@ class JobRunner:
                 fh.write(f"[{_now()}] autotune serve: {line}\n")
         except OSError:
             pass
+
+
+def start_job_process(argv: list[str], storage: str, job_id: str, *, cwd: Path, stdout: IO[bytes],
+                      stderr: IO[bytes]) -> subprocess.Popen[bytes]:
+    """Start a job's process (``argv``: :func:`job_argv`) in a session of its own. Its storage URL
+    goes through a pipe it inherits: the reading end of a pipe that holds ``storage`` and is
+    closed for writing, so that the job reads it once and nothing of it stays on disk."""
+    read, write = os.pipe()
+    try:
+        os.write(write, storage.encode())  # far below a pipe's buffer: it never blocks
+    finally:
+        os.close(write)
+    # Not the daemon's own AUTOTUNE_STORAGE either: Ray and the trials would inherit it.
+    env = {**{k: v for k, v in os.environ.items() if k != STORAGE_ENV}, "AUTOTUNE_JOB_ID": job_id,
+           STORAGE_FD_ENV: str(read), "PYTHONUNBUFFERED": "1"}
+    try:
+        return subprocess.Popen(argv, cwd=cwd, env=env, stdin=subprocess.DEVNULL, stdout=stdout, stderr=stderr,
+                                start_new_session=True, close_fds=True, pass_fds=(read,))
+    finally:
+        os.close(read)
+
+
+def read_storage_pipe(fd: int) -> str:
+    """The storage URL :func:`start_job_process` gave the job, read by the job."""
+    with os.fdopen(fd, "rb") as pipe:
+        return pipe.read().decode()
 
 
 def _now() -> str:

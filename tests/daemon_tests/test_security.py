@@ -316,7 +316,7 @@ def test_a_jobs_process_beats_and_takes_a_cancel_from_a_daemon_elsewhere(tmp_pat
     """The daemon that holds the database is on another host: it cannot signal the job's process
     here, which learns of the cancel from its own heartbeat and stops as that SIGINT would."""
     from autotune.daemon.records import EXIT_CANCELLED, RunOptions
-    from autotune.daemon.runner import DaemonSettings, JobFiles, job_argv, stop_process_tree
+    from autotune.daemon.runner import DaemonSettings, JobFiles, job_argv, start_job_process, stop_process_tree
 
     storage = f"sqlite:///{tmp_path / 'autotune.db'}"
     store = JobStore(storage)
@@ -329,10 +329,8 @@ def test_a_jobs_process_beats_and_takes_a_cancel_from_a_daemon_elsewhere(tmp_pat
                     host=host_identity(), workers=1, attempts=1)
     store.add(job)
     argv = job_argv(job, DaemonSettings(storage=storage, cache=tmp_path / "cache", jobs_dir=tmp_path / "jobs"), 1)
-    env = {**os.environ, "AUTOTUNE_JOB_ID": job.id, "AUTOTUNE_JOB_STORAGE": storage}
-    with open(files.log, "wb") as log:
-        proc = subprocess.Popen(argv, cwd=SCRIPTS, env=env, stdout=subprocess.DEVNULL, stderr=log,
-                                stdin=subprocess.DEVNULL, start_new_session=True)
+    with open(files.log, "wb") as log, open(os.devnull, "wb") as out:
+        proc = start_job_process(argv, storage, job.id, cwd=SCRIPTS, stdout=out, stderr=log)
     try:
         deadline = time.monotonic() + 60
         while store.get(job.id).heartbeat_at is None:
