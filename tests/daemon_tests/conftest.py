@@ -141,8 +141,10 @@ class DaemonProcess:
         """Stop every job process the queue knows of: they outlive the daemon by design."""
         from autotune.daemon.jobs import JobStore
         from autotune.daemon.runner import stop_process_tree
+        from autotune.study.database import sqlite_path
 
-        if not (self.home / "state" / "autotune.db").exists():
+        database = sqlite_path(self.storage)
+        if database is not None and not database.exists():  # a daemon that never started
             return
         for job in JobStore(self.storage).find():
             if job.pid:
