@@ -11,6 +11,9 @@ with its host, pid and a heartbeat, while it runs. A host is named by
 without seeing each other's processes. A second daemon on the same database refuses
 to start while the first lives (a process on this host, or a heartbeat less than
 ``LEASE_STALE_S`` old from another), so that no two daemons start, adopt or resume the same jobs.
+
+A database that restarts is waited for (:mod:`autotune.study.reconnecting`): the queue's calls
+pause until it answers again, and the lease's heartbeat tries again at its next beat.
 """
 
 from __future__ import annotations
@@ -29,6 +32,7 @@ from autotune.daemon.records import EXIT_CANCELLED, JobSpec, JobState
 from autotune.errors import AutotuneError
 from autotune.host import host_identity
 from autotune.study.database import connect_args, engine_url, redacted
+from autotune.study.reconnecting import Outages, waits_for_database
 from autotune.study.storage import create_schema
 
 _metadata = sa.MetaData()
@@ -111,6 +115,8 @@ class JobStore:
 
     def __init__(self, url: str) -> None:
         self.url = url
+        #: Its calls wait for a database that restarts (:mod:`autotune.study.reconnecting`).
+        self.outages = Outages(url)
         try:
             self.engine = sa.create_engine(engine_url(url), future=True, pool_pre_ping=True,
                                            connect_args=connect_args(url))
@@ -139,11 +145,13 @@ class JobStore:
         return redacted(self.url)
 
     # -- reading -------------------------------------------------------------------------------
+    @waits_for_database
     def get(self, job_id: str) -> JobRecord | None:
         with self.engine.connect() as c:
             row = c.execute(sa.select(jobs_table).where(jobs_table.c.id == job_id)).first()
         return JobRecord.from_row(row) if row is not None else None
 
+    @waits_for_database
     def find(self, states: list[JobState] | None = None, limit: int | None = None,
              newest_first: bool = False) -> list[JobRecord]:
         q = sa.select(jobs_table)
@@ -156,11 +164,13 @@ class JobStore:
         with self.engine.connect() as c:
             return [JobRecord.from_row(r) for r in c.execute(q)]
 
+    @waits_for_database
     def counts(self) -> dict[str, int]:
         q = sa.select(jobs_table.c.state, sa.func.count()).group_by(jobs_table.c.state)
         with self.engine.connect() as c:
             return {state: n for state, n in c.execute(q)}
 
+    @waits_for_database
     def active_for_study(self, study: str) -> JobRecord | None:
         """A queued or running job of ``study``, if any (an ensure joins it instead of starting another)."""
         q = (sa.select(jobs_table).where(jobs_table.c.study == study)
@@ -171,11 +181,13 @@ class JobStore:
         return JobRecord.from_row(row) if row is not None else None
 
     # -- changing ------------------------------------------------------------------------------
+    @waits_for_database
     def add(self, job: JobRecord) -> None:
         values = {**job.__dict__, "state": job.state.value, "spec": job.spec.model_dump_json()}
         with self.engine.begin() as c:
             c.execute(jobs_table.insert().values(**values))
 
+    @waits_for_database
     def _update(self, job_id: str, only_from: list[JobState] | None, **values: Any) -> bool:
         q = jobs_table.update().where(jobs_table.c.id == job_id)
         if only_from:
@@ -198,6 +210,7 @@ class JobStore:
     def set_process(self, job_id: str, pid: int, pid_started: float) -> None:
         self._update(job_id, [JobState.running], pid=pid, pid_started=pid_started, heartbeat_at=time.time())
 
+    @waits_for_database
     def beat(self, job_id: str) -> bool:
         """The job's process lives (it calls this every ``JOB_BEAT_S``). True when it must stop
         itself: it was cancelled, and the daemon that holds the database is on another host,

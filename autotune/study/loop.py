@@ -258,6 +258,11 @@ class Study:
             write(study, spend=spend.model_dump())
             if spend.stopped:
                 self.notes.append(spend.stopped)
+            from autotune.study.trial_cache import TrialCache
+
+            waited = storage.outages.note() if isinstance(storage, TrialCache) else None
+            if waited:
+                self.notes.append(waited)
             self.write_outputs()
         finally:
             pool.shutdown()
