@@ -37,7 +37,7 @@ from autotune.daemon.jobs import JOB_STALE_S, JobRecord, JobStore
 from autotune.daemon.records import EXIT_CANCELLED, JobState
 from autotune.errors import AutotuneError
 from autotune.host import host_identity
-from autotune.execution.scheduler import cpu_trial_slots
+from autotune.execution.scheduler import attempt_folder, cpu_trial_slots, last_attempt
 from autotune.log_tail import log_tail
 from autotune.process_tree import kill_tree
 from autotune.study.database import STORAGE_ENV
@@ -157,8 +157,11 @@ class JobFiles:
     def exit_code(self) -> Path:
         return self.root / "exit_code"
 
-    def trial_log(self, number: int) -> Path:
-        return self.out / "trials" / f"{number:04d}" / "trial.log"
+    def trial_log(self, number: int, attempt: int | None = None) -> Path:
+        """Trial ``number``'s log: of its ``attempt`` (1 is the first; a trial whose worker was
+        lost runs again), by default of its last."""
+        folder = self.out / "trials" / f"{number:04d}"
+        return attempt_folder(folder, attempt or last_attempt(folder)) / "trial.log"
 
     def read_exit_code(self) -> int | None:
         try:
@@ -379,7 +382,7 @@ class JobRunner:
         try:
             with open(files.log, "ab") as log, open(files.result, "wb") as result:
                 shown = ["run", f"--storage={self.store.redacted_url}", *argv[5:]]
-                log.write(f"[{_now()}] autotune serve: attempt {job.attempts}, {workers} worker(s): "
+                log.write(f"[{_now()}] {_ATTEMPT.format(job.attempts)}{workers} worker(s): "
                           f"autotune {' '.join(shown)}\n".encode())
                 log.flush()
                 popen = start_job_process(argv, self.settings.storage, job.id, cwd=workdir, stdout=result, stderr=log)
@@ -452,6 +455,21 @@ def read_storage_pipe(fd: int) -> str:
     """The storage URL :func:`start_job_process` gave the job, read by the job."""
     with os.fdopen(fd, "rb") as pipe:
         return pipe.read().decode()
+
+
+#: The line of a job's log that opens each attempt (the job queued again after its process died).
+_ATTEMPT = "autotune serve: attempt {}, "
+
+
+def attempt_lines(log: str, attempt: int) -> str | None:
+    """The lines of a job's log that its ``attempt`` wrote (from the line that opens it to the one
+    that opens the next); ``None`` if it never started."""
+    lines = log.splitlines(keepends=True)
+    opens = [i for i, line in enumerate(lines) if _ATTEMPT.format(attempt) in line]
+    if not opens:
+        return None
+    ends = [i for i, line in enumerate(lines) if _ATTEMPT.format(attempt + 1) in line]
+    return "".join(lines[opens[0]:ends[0] if ends else len(lines)])
 
 
 def _now() -> str:
