@@ -1,4 +1,4 @@
-"""Faults of the machines a fleet runs on, under real studies: the database restarts.
+"""Faults of the machines a fleet runs on, under real studies: the database restarts, the disk fills.
 
 Beside :mod:`bench.fault_matrix` (faults of a trial's own process). Each fault is played on a
 study of ``tests/scripts/gated_train.py``, whose trials wait at a gate this benchmark opens: it acts
@@ -9,12 +9,15 @@ while trials are running, never at a moment it guesses.
   the database is down), and it is started again ``--outage`` seconds later.
 - ``database restart, daemon``: the same under ``autotune serve`` and its job, which a client
   follows (``submit --wait``) all along; the daemon must go on too.
+- ``full disk``: the cache root and the study's outputs on a tmpfs of 200 MB; once some trials
+  are measured, a trial is held, the tmpfs is filled, the trial let go; then the space is freed and
+  the same command run again.
 
 Each prints the trials completed (counted in the study, out of ``--trials``), lost (measured, or
 completed, and not in the study at the end) and measured twice (configurations measured more than
-once). Needs PostgreSQL's server programs.
+once). Needs root (mount) for the full disk and PostgreSQL's server programs for the restart.
 
-Usage: python bench/fleet_faults.py [--short] [--fault database|daemon] [--outage SECONDS]
+Usage: python bench/fleet_faults.py [--short] [--fault database|daemon|disk] [--outage SECONDS]
 """
 
 from __future__ import annotations
@@ -44,7 +47,9 @@ parameters:
   batch_size: {type: int, choices: [8, 16, 24, 48, 64, 96, 128, 256]}
   mode: {type: categorical, choices: [eager], default: eager}
 """
-FAULTS = ("database", "daemon")
+#: The size of the filesystem that fills up.
+DISK = "200m"
+FAULTS = ("database", "daemon", "disk")
 
 
 @dataclass
@@ -261,6 +266,90 @@ def _free_port() -> int:
         return s.getsockname()[1]
 
 
+def full_disk(work: Path, *, trials: int, before: int) -> FaultOutcome:
+    """One driver whose cache root and outputs fill their filesystem after ``before`` trials;
+    then the space is freed and the same command run again."""
+    disk = work / "disk"
+    disk.mkdir(parents=True)
+    subprocess.run(["mount", "-t", "tmpfs", "-o", f"size={DISK}", "tmpfs", str(disk)], check=True,
+                   capture_output=True, text=True)
+    try:
+        storage = f"sqlite:///{work / 'autotune.db'}"
+        gate = work / "gate"
+        gate.mkdir()
+        for i in range(before):
+            (gate / f"ticket-{i:03d}").touch()
+        run = lambda: driver(work, "run", trials=trials, storage=storage, gate=gate,  # noqa: E731
+                             cache=disk / "cache", out=disk / "out")
+        first = run()
+        try:
+            wait_for(lambda: waiting(gate) == 1, "a trial waited at the gate", 300, [first])
+            completed_before = {t.number: t.value for t in study_trials(storage, "faults")
+                                if t.state.name == "COMPLETE"}
+            fill(disk / "filler")
+            (gate / "open").touch()
+            ok, result, err = ended(first)
+        finally:
+            if first.poll() is None:
+                first.kill()
+                first.wait()
+        notes = list((result or {}).get("notes", [])) + ([] if result else [err])
+        broken = unreadable_json(disk) + [p for p in [disk / "out" / "best.json"] if not p.exists()]
+        notes += [f"missing or unreadable after the disk filled: {p}" for p in broken]
+        (disk / "filler").unlink()
+        again_ok, again, again_err = ended(run())
+        notes += [f"resumed: {n}" for n in (again or {}).get("notes", [])] + ([] if again_ok else [again_err])
+        outcome = tally("full disk", trials, again_ok and not broken, storage, "faults", [disk / "out"], notes,
+                        completed_before)
+        return outcome
+    finally:
+        subprocess.run(["umount", "--lazy", str(disk)], check=False, capture_output=True)
+
+
+def fill(path: Path) -> None:
+    """Write ``path`` until its filesystem has no space left."""
+    block = b"\0" * (1 << 20)
+    with open(path, "wb", buffering=0) as fh:
+        try:
+            while True:
+                fh.write(block)
+        except OSError:
+            pass
+        try:  # the last partial block's worth
+            while True:
+                fh.write(b"\0" * 4096)
+        except OSError:
+            pass
+
+
+def unreadable_json(root: Path) -> list[Path]:
+    """The JSON files under ``root`` that do not parse (a best.json, a manifest, a cached result
+    cut short), and the half-written copies left beside them (``.NAME.PID.tmp``)."""
+    broken = [path for path in root.rglob(".*.tmp")]
+    for path in root.rglob("*.json"):
+        try:
+            json.loads(path.read_text())
+        except (OSError, ValueError):
+            broken.append(path)
+    return broken
+
+
+def mount_refused() -> str | None:
+    """Why no tmpfs can be mounted here (not root, a container without the capability), or ``None``."""
+    folder = Path(tempfile.mkdtemp(prefix="autotune-mount-"))
+    try:
+        tried = subprocess.run(["mount", "-t", "tmpfs", "-o", "size=1m", "tmpfs", str(folder)], capture_output=True,
+                               text=True)
+        if tried.returncode != 0:
+            return f"mount -t tmpfs: {tried.stderr.strip()[:200] or tried.returncode}"
+        subprocess.run(["umount", str(folder)], check=True, capture_output=True)
+        return None
+    except FileNotFoundError:
+        return "no mount program"
+    finally:
+        folder.rmdir()
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--short", action="store_true", help="4 trials instead of 8 (what the test runs)")
@@ -271,12 +360,15 @@ def main() -> None:
     print(HEADER)
     for fault in args.fault or FAULTS:
         work = Path(tempfile.mkdtemp(prefix=f"autotune-{fault}-"))
-        pg = ThrowawayPostgres()
-        try:
-            restart = database_restart if fault == "database" else daemon_database_restart
-            outcome = restart(work, pg, trials=trials, outage_s=args.outage)
-        finally:
-            pg.remove()
+        if fault == "disk":
+            outcome = full_disk(work, trials=trials, before=trials // 2)
+        else:
+            pg = ThrowawayPostgres()
+            try:
+                restart = database_restart if fault == "database" else daemon_database_restart
+                outcome = restart(work, pg, trials=trials, outage_s=args.outage)
+            finally:
+                pg.remove()
         print(outcome.row(), flush=True)
         for note in outcome.notes:
             print(f"  note: {note.strip()[:600]}")

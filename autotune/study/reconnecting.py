@@ -119,6 +119,13 @@ class Outages:
         _say(f"the database {self.shown} answers again, after {lasted:.0f} s")
 
 
+def waited_out(storage: Any) -> list[str]:
+    """What a study says of the outages its storage waited out (none for one kept in memory)."""
+    outages = getattr(storage, "outages", None)
+    note = outages.note() if isinstance(outages, Outages) else None
+    return [note] if note else []
+
+
 def waits_for_database(method: Callable[..., T]) -> Callable[..., T]:
     """A method of an object with ``outages`` (:class:`Outages`), made again while its database
     is unreachable."""
