@@ -4,11 +4,11 @@ Each job is its own process group (``python -m autotune.cli.job_process ... run 
 as an argv list; its stdout (the study's JSON result) and stderr go to files in the job's
 directory, and it writes its exit code to a file when it ends. The storage URL, which may hold a
 password, is on no command line (``ps`` shows those to every user of the machine) and in no
-environment: the job reads it from a pipe it inherits (:data:`STORAGE_FD_ENV` names the descriptor). So a job does not depend on the
-daemon that started it: a daemon that is killed and started again *adopts* the job processes that
-are still alive (same pid, same start time, same command line), finalises those that ended while it
-was down, and queues again those whose process is gone; rerunning ``autotune run`` on the same
-study resumes it with its measured trials kept (stale trials are failed and re-queued by Optuna's
+environment: the job reads it from a pipe it inherits (:data:`STORAGE_FD_ENV` names the
+descriptor). A job does not depend on the daemon that started it: a daemon that is killed and
+started again *adopts* the job processes that are still alive (same pid, same start time, same
+command line), finalises those that ended while it was down, and queues again those whose process
+is gone; rerunning ``autotune run`` on the same study resumes it with its measured trials kept (stale trials are failed and re-queued by Optuna's
 heartbeats). A job that runs on another host (a daemon moved to another machine, the old one
 killed) is never queued again while its process still writes its heartbeat in the job's row: it
 is watched through that heartbeat until it stops.
@@ -36,8 +36,8 @@ import psutil
 from autotune.daemon.jobs import JOB_STALE_S, JobRecord, JobStore
 from autotune.daemon.records import EXIT_CANCELLED, JobState
 from autotune.errors import AutotuneError
-from autotune.host import host_identity
 from autotune.execution.scheduler import attempt_folder, cpu_trial_slots, last_attempt
+from autotune.host import host_identity
 from autotune.log_tail import log_tail
 from autotune.process_tree import kill_tree
 from autotune.study.database import STORAGE_ENV
@@ -196,7 +196,8 @@ def job_argv(job: JobRecord, settings: DaemonSettings, workers: int) -> list[str
     r = job.spec.run
     script, _ = job_workdir(job, files)
     argv = [sys.executable, "-m", "autotune.cli.job_process", str(files.exit_code),
-            "run", str(script), f"--study={job.study}", f"--cache={settings.cache}", f"--out={files.out}", f"--workers={workers}", "--json",
+            "run", str(script), f"--study={job.study}", f"--cache={settings.cache}", f"--out={files.out}",
+            f"--workers={workers}", "--json",
             *r.argv(skip=("study", "workers", "space", "fresh"))]
     if settings.ray_address:
         argv.append(f"--ray-address={settings.ray_address}")
