@@ -8,8 +8,8 @@ environment: the job reads it from a pipe it inherits (:data:`STORAGE_FD_ENV` na
 descriptor). A job does not depend on the daemon that started it: a daemon that is killed and
 started again *adopts* the job processes that are still alive (same pid, same start time, same
 command line), finalises those that ended while it was down, and queues again those whose process
-is gone; rerunning ``autotune run`` on the same study resumes it with its measured trials kept (stale trials are failed and re-queued by Optuna's
-heartbeats). A job that runs on another host (a daemon moved to another machine, the old one
+is gone; rerunning ``autotune run`` on the same study resumes it with its measured trials kept
+(stale trials are failed and re-queued by Optuna's heartbeats). A job that runs on another host (a daemon moved to another machine, the old one
 killed) is never queued again while its process still writes its heartbeat in the job's row: it
 is watched through that heartbeat until it stops.
 
