@@ -145,7 +145,11 @@ def tally(fault: str, trials: int, finished: bool, storage: str, study: str, out
     lost = sum(1 for number, _ in folders if number not in complete)
     lost += sum(1 for n, value in (completed_before or {}).items() if n not in complete or complete[n].value != value)
     twice = sum(1 for n in Counter(config for _, config in folders).values() if n > 1)
-    failures = {t.number: str(t.user_attrs.get("category")) for t in stored if t.state.name == "FAIL"}
+    # Failed for a reason: a category, or a heartbeat gone stale (the trial then queued again).
+    # Not a trial told as another's duplicate, or asked for once the study had its trials.
+    stale = {t.system_attrs["failed_trial"] for t in stored if "failed_trial" in t.system_attrs}
+    failures = {t.number: t.user_attrs.get("category") or "stale heartbeat" for t in stored
+                if t.state.name == "FAIL" and (t.user_attrs.get("category") or t.number in stale)}
     return FaultOutcome(fault, trials, finished, len(complete), lost, twice, notes, failures)
 
 
