@@ -8,8 +8,10 @@ process (:mod:`autotune.instance_metadata`).
 
 from __future__ import annotations
 
+import functools
 import os
 import platform
+import socket
 from pathlib import Path
 
 from autotune.instance_metadata import imds_instance_type, is_instance_type
@@ -18,6 +20,11 @@ from autotune.instance_metadata import imds_instance_type, is_instance_type
 #: where the metadata service is out of reach (a container beyond IMDSv2's default hop limit).
 DMI_PRODUCT_NAME = Path("/sys/devices/virtual/dmi/id/product_name")
 _NVIDIA_GPUS = Path("/proc/driver/nvidia/gpus")
+#: What tells two machines (or two boots of one) apart where their host names are the same, and
+#: which processes this one can see: the kernel's boot id (else the machine id) and the PID namespace.
+BOOT_ID = Path("/proc/sys/kernel/random/boot_id")
+MACHINE_ID = Path("/etc/machine-id")
+PID_NAMESPACE = Path("/proc/self/ns/pid")
 
 
 def instance_type(declared: str | None = None) -> str | None:
@@ -62,3 +69,26 @@ def host_device() -> str:
                 return f"cuda:{line.split(':', 1)[1].strip()}"
         return "cuda"
     return f"cpu:{cpu_model()}"
+
+
+@functools.cache
+def host_identity() -> str:
+    """This host as a daemon and its jobs record it (``tuner [boot 38e574d6, pids 4026531836]``):
+    the host name, which containers share where they are given the same one, with the kernel's
+    boot id (else the machine id) and the PID namespace. Two processes that record the same see
+    each other's pids: the one that finds a daemon's or a job's record may look for its process."""
+    parts = []
+    for path, label in ((BOOT_ID, "boot"), (MACHINE_ID, "machine")):
+        try:
+            found = path.read_text().strip().replace("-", "")[:8]
+        except OSError:
+            continue
+        if found:
+            parts.append(f"{label} {found}")
+            break
+    try:
+        parts.append("pids " + os.readlink(PID_NAMESPACE).partition("[")[2].rstrip("]"))
+    except OSError:
+        pass
+    name = socket.gethostname()
+    return f"{name} [{', '.join(parts)}]" if parts else name

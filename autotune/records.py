@@ -46,6 +46,9 @@ class FailureCategory(str, enum.Enum):
     #: set that is not where the script reads it, a download this machine cannot make). Every
     #: configuration would fail the same way, so a study stops asking for trials.
     missing_data = "missing_data"
+    #: Not a property of the configuration either: a write found no space (the cache root, the trial's
+    #: folder). Every configuration would fail the same way until space is freed.
+    disk_full = "disk_full"
 
     @classmethod
     def named(cls, name: str | None) -> FailureCategory | None:
@@ -87,10 +90,11 @@ class FailureCategory(str, enum.Enum):
     def stops_study(self) -> bool:
         """Every configuration would fail the same way: the study asks for no more trials, and the
         failed one is measured first when the study continues."""
-        return self is FailureCategory.missing_data
+        return self in (FailureCategory.missing_data, FailureCategory.disk_full)
 
 
-_NOT_THE_CONFIGURATIONS = frozenset({FailureCategory.device_unavailable, FailureCategory.missing_data})
+_NOT_THE_CONFIGURATIONS = frozenset({FailureCategory.device_unavailable, FailureCategory.missing_data,
+                                     FailureCategory.disk_full})
 _REMEMBERED = frozenset({FailureCategory.compile_error, FailureCategory.device_oom, FailureCategory.numerics,
                          FailureCategory.invalid_config})
 _CONVICTING = frozenset({FailureCategory.compile_error, FailureCategory.crash, FailureCategory.invalid_config})

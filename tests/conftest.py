@@ -7,21 +7,17 @@ here and nothing else. Fixtures that only one package's tests use live in that p
 
 from __future__ import annotations
 
-import functools
 import itertools
 import os
-import shutil
-import socket
-import subprocess
-import tempfile
 import textwrap
-import urllib.parse
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
 import pytest
+
+from bench.lib.postgres import ThrowawayPostgres, postgres_missing
 
 #: Published scripts kept as they are (two are named test_*.py and parse sys.argv when imported):
 #: data for tests/corpus_tests/, never collected themselves.
@@ -130,69 +126,30 @@ def open_page(browser: Any) -> Iterator[Callable[..., OpenedPage]]:
         c.close()
 # -- a throw-away PostgreSQL server ------------------------------------------------------------
 
-#: Where Debian's ``postgresql`` package puts the server's programs (.ci/run installs it), the
-#: newest version found; else wherever ``initdb`` is on the PATH.
-POSTGRES_BIN = next((p.parent for p in sorted(Path("/usr/lib/postgresql").glob("*/bin/initdb"),
-                                              key=lambda p: int(p.parts[-3]) if p.parts[-3].isdigit() else 0,
-                                              reverse=True)),
-                    Path(shutil.which("initdb") or "/usr/lib/postgresql/15/bin/initdb").parent)
-#: The server's password has the characters that a hand-parsed URL gets wrong: every study on it
-#: checks that the URL is read as SQLAlchemy reads it (in the URL: percent-encoded).
-POSTGRES_PASSWORD = "p@ss:w/rd{1}%?#"
+@pytest.fixture(scope="session")
+def postgres() -> Iterator[ThrowawayPostgres]:
+    """A PostgreSQL server for the session (:class:`bench.lib.postgres.ThrowawayPostgres`), removed
+    at the end; a test may stop and start it again."""
+    missing = postgres_missing()
+    if missing:
+        pytest.skip(missing)
+    server = ThrowawayPostgres()
+    try:
+        yield server
+    finally:
+        server.remove()
 
 
 @pytest.fixture(scope="session")
-def postgres_server() -> Iterator[str]:
-    """A PostgreSQL server for the session, in a temporary folder, stopped at the end; its URL
-    without a database name.
-
-    Started with ``initdb``/``pg_ctl`` directly: pytest-postgresql runs them as the current user,
-    and ``initdb`` refuses root, which CI is; here they run as the ``postgres`` system user then.
-    """
-    if not (POSTGRES_BIN / "initdb").exists():
-        pytest.skip(f"no PostgreSQL server programs (initdb) in {POSTGRES_BIN} or on the PATH "
-                    "(Debian: apt-get install postgresql)")
-    as_owner: list[str] = []
-    folder = Path(tempfile.mkdtemp(prefix="autotune-pg-"))
-    if os.geteuid() == 0:
-        as_owner = ["runuser", "-u", "postgres", "--"]
-        shutil.chown(folder, "postgres")
-    data, port = folder / "data", _free_port()
-    (folder / "password").write_text(POSTGRES_PASSWORD)
-    if as_owner:
-        shutil.chown(folder / "password", "postgres")
-    run = functools.partial(subprocess.run, check=True, capture_output=True, text=True, timeout=120)
-    run([*as_owner, str(POSTGRES_BIN / "initdb"), "-D", str(data), "-U", "postgres", "-E", "UTF8", "--no-sync",
-         "--auth-local=trust", "--auth-host=scram-sha-256", f"--pwfile={folder / 'password'}"])
-    # fsync off: a test server that loses its data in a power cut loses nothing of value.
-    options = f"-p {port} -k {folder} -c listen_addresses=127.0.0.1 -c fsync=off -c max_connections=200"
-    run([*as_owner, str(POSTGRES_BIN / "pg_ctl"), "-D", str(data), "-o", options, "-l", str(folder / "log"),
-         "-w", "start"])
-    try:
-        yield f"postgresql://postgres:{urllib.parse.quote(POSTGRES_PASSWORD, safe='')}@127.0.0.1:{port}"
-    finally:
-        run([*as_owner, str(POSTGRES_BIN / "pg_ctl"), "-D", str(data), "-m", "immediate", "-w", "stop"], check=False)
-        shutil.rmtree(folder, ignore_errors=True)
+def postgres_server(postgres: ThrowawayPostgres) -> str:
+    """The session's server's URL without a database name."""
+    return postgres.url
 
 
 @pytest.fixture
-def postgres_url(postgres_server: str) -> str:
+def postgres_url(postgres: ThrowawayPostgres) -> str:
     """A new, empty database on the session's server: ``postgresql://postgres:PASSWORD@127.0.0.1:PORT/tN``."""
-    import sqlalchemy as sa
-
-    name = f"t{next(_databases)}"
-    engine = sa.create_engine(f"{postgres_server.replace('postgresql://', 'postgresql+psycopg://')}/postgres",
-                              isolation_level="AUTOCOMMIT")
-    with engine.connect() as connection:
-        connection.execute(sa.text(f"CREATE DATABASE {name}"))
-    engine.dispose()
-    return f"{postgres_server}/{name}"
+    return postgres.create_database(f"t{next(_databases)}")
 
 
 _databases = itertools.count()
-
-
-def _free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]

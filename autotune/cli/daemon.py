@@ -264,12 +264,16 @@ def logs(
     job: str = typer.Argument(..., help="The job id."),
     trial: Optional[int] = typer.Argument(None, help="A trial number: that trial's log instead of the job's."),
     tail: Optional[int] = typer.Option(None, help="Only the last N lines."),
+    attempt: Optional[int] = typer.Option(None, min=1, help="One attempt (1 is the first): of a trial run again "
+                                                            "after its worker was lost (default: its last), or "
+                                                            "of a job queued again after its process died "
+                                                            "(default: every attempt's lines)."),
     server: str = opt.SERVER,
     token_file: Optional[Path] = opt.TOKEN_FILE,
 ) -> None:
     """Print a job's log (the daemon's lines and autotune run's stderr), or one trial's log."""
     with opt.daemon_client(server, token_file) as client:
-        typer.echo(client.logs(job, trial=trial, tail=tail), nl=False)
+        typer.echo(client.logs(job, trial=trial, tail=tail, attempt=attempt), nl=False)
 
 
 @app.command(context_settings=CONTEXT)

@@ -3,9 +3,10 @@
 ``python -m autotune.cli.job_process EXIT_FILE run SCRIPT ...``. The daemon that started the
 job may be gone when it ends (a restarted daemon adopts running jobs, and cannot ``wait()`` for a
 process that is not its child), so the exit code goes to ``EXIT_FILE``. A job killed by a signal
-writes nothing, which is how the daemon tells "ended" from "died". While it lives it writes a
-heartbeat in its row of the job queue: a daemon on another host (which cannot see its pid) knows
-from it that the job is alive, and never starts it again meanwhile.
+writes nothing, which is how the daemon tells "ended" from "died". Its storage URL comes through
+a pipe it inherits, never on its command line. While it lives it writes a heartbeat in its row of
+the job queue: a daemon on another host (which cannot see its pid) knows from it that the job is
+alive, and never starts it again meanwhile.
 """
 
 from __future__ import annotations
@@ -17,6 +18,7 @@ import threading
 from pathlib import Path
 
 from autotune.atomic_file import write_atomic
+from autotune.daemon.runner import STORAGE_FD_ENV, read_storage_pipe
 
 
 def main() -> None:
@@ -24,11 +26,15 @@ def main() -> None:
         sys.exit("usage: python -m autotune.cli.job_process EXIT_FILE run SCRIPT [OPTIONS]")
     exit_file = Path(sys.argv[1])
     exit_file.unlink(missing_ok=True)
-    storage = os.environ.pop("AUTOTUNE_JOB_STORAGE", None)  # a URL with a password: not for the trials
-    if storage and os.environ.get("AUTOTUNE_JOB_ID"):
-        threading.Thread(target=_heartbeat, args=(os.environ["AUTOTUNE_JOB_ID"], storage),
-                         name="autotune-job-heartbeat", daemon=True).start()
     sys.argv = ["autotune", *sys.argv[2:]]
+    fd = os.environ.pop(STORAGE_FD_ENV, None)
+    if fd:
+        storage = read_storage_pipe(int(fd))
+        # In this process's argv only: /proc shows the command line it was started with.
+        sys.argv.insert(2, f"--storage={storage}")
+        if os.environ.get("AUTOTUNE_JOB_ID"):
+            threading.Thread(target=_heartbeat, args=(os.environ["AUTOTUNE_JOB_ID"], storage),
+                             name="autotune-job-heartbeat", daemon=True).start()
     code = 1
     try:
         from autotune.cli import main as cli_main

@@ -21,13 +21,12 @@ import typer
 from autotune.config import DIRECTIONS, SAMPLERS, JobConfig, option_flag
 from autotune.errors import require
 from autotune.objectives import BUILT_IN
+from autotune.study.database import STORAGE_ENV
 from autotune.targets import TARGETS
 from autotune.trial import parse_sets
 
 SCRIPT = typer.Argument(..., help="The training or inference script, unmodified.")
 SCRIPT_ARGS = typer.Argument(None, help="Arguments for the script, after --.")
-# A storage URL may hold a password: an env var keeps it off the command line (and out of `ps`).
-STORAGE_ENV = "AUTOTUNE_STORAGE"
 #: The storage of the commands that read stored studies (best, show, report, dashboard).
 STORAGE = typer.Option(None, envvar=STORAGE_ENV, show_envvar=True,
                        help="Optuna storage URL (default: sqlite under .autotune/).")

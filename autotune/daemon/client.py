@@ -98,8 +98,8 @@ class DaemonClient:
     def best(self, job_id: str) -> BestConfig:
         return BestConfig.model_validate(self._request("GET", f"/jobs/{job_id}/best").json())
 
-    def logs(self, job_id: str, trial: int | None = None, tail: int | None = None) -> str:
-        params = {k: v for k, v in (("trial", trial), ("tail", tail)) if v is not None}
+    def logs(self, job_id: str, trial: int | None = None, tail: int | None = None, attempt: int | None = None) -> str:
+        params = {k: v for k, v in (("trial", trial), ("tail", tail), ("attempt", attempt)) if v is not None}
         return self._request("GET", f"/jobs/{job_id}/logs", params=params).text
 
     def wait(self, job_id: str, on_update: Callable[[JobInfo], None] | None = None,

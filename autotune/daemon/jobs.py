@@ -6,14 +6,18 @@ writes while it lives (see :mod:`autotune.daemon.runner`). Every state change is
 ``UPDATE`` (``... WHERE state = 'queued'``), so a cancel and a start that race cannot both win.
 
 One daemon per database: a daemon holds the row of ``autotune_daemon`` (:class:`DaemonLease`),
-with its host, pid and a heartbeat, while it runs. A second daemon on the same database refuses
+with its host, pid and a heartbeat, while it runs. A host is named by
+:func:`autotune.host.host_identity`, not by its host name alone, which two containers can share
+without seeing each other's processes. A second daemon on the same database refuses
 to start while the first lives (a process on this host, or a heartbeat less than
 ``LEASE_STALE_S`` old from another), so that no two daemons start, adopt or resume the same jobs.
+
+A database that restarts is waited for (:mod:`autotune.study.reconnecting`): the queue's calls
+pause until it answers again, and the lease's heartbeat tries again at its next beat.
 """
 
 from __future__ import annotations
 
-import socket
 import threading
 import time
 from dataclasses import dataclass
@@ -26,7 +30,9 @@ from sqlalchemy.exc import IntegrityError, SQLAlchemyError
 
 from autotune.daemon.records import EXIT_CANCELLED, JobSpec, JobState
 from autotune.errors import AutotuneError
+from autotune.host import host_identity
 from autotune.study.database import connect_args, engine_url, redacted
+from autotune.study.reconnecting import Outages, waits_for_database
 from autotune.study.storage import create_schema
 
 _metadata = sa.MetaData()
@@ -109,6 +115,8 @@ class JobStore:
 
     def __init__(self, url: str) -> None:
         self.url = url
+        #: Its calls wait for a database that restarts (:mod:`autotune.study.reconnecting`).
+        self.outages = Outages(url)
         try:
             self.engine = sa.create_engine(engine_url(url), future=True, pool_pre_ping=True,
                                            connect_args=connect_args(url))
@@ -137,11 +145,13 @@ class JobStore:
         return redacted(self.url)
 
     # -- reading -------------------------------------------------------------------------------
+    @waits_for_database
     def get(self, job_id: str) -> JobRecord | None:
         with self.engine.connect() as c:
             row = c.execute(sa.select(jobs_table).where(jobs_table.c.id == job_id)).first()
         return JobRecord.from_row(row) if row is not None else None
 
+    @waits_for_database
     def find(self, states: list[JobState] | None = None, limit: int | None = None,
              newest_first: bool = False) -> list[JobRecord]:
         q = sa.select(jobs_table)
@@ -154,11 +164,13 @@ class JobStore:
         with self.engine.connect() as c:
             return [JobRecord.from_row(r) for r in c.execute(q)]
 
+    @waits_for_database
     def counts(self) -> dict[str, int]:
         q = sa.select(jobs_table.c.state, sa.func.count()).group_by(jobs_table.c.state)
         with self.engine.connect() as c:
             return {state: n for state, n in c.execute(q)}
 
+    @waits_for_database
     def active_for_study(self, study: str) -> JobRecord | None:
         """A queued or running job of ``study``, if any (an ensure joins it instead of starting another)."""
         q = (sa.select(jobs_table).where(jobs_table.c.study == study)
@@ -169,11 +181,13 @@ class JobStore:
         return JobRecord.from_row(row) if row is not None else None
 
     # -- changing ------------------------------------------------------------------------------
+    @waits_for_database
     def add(self, job: JobRecord) -> None:
         values = {**job.__dict__, "state": job.state.value, "spec": job.spec.model_dump_json()}
         with self.engine.begin() as c:
             c.execute(jobs_table.insert().values(**values))
 
+    @waits_for_database
     def _update(self, job_id: str, only_from: list[JobState] | None, **values: Any) -> bool:
         q = jobs_table.update().where(jobs_table.c.id == job_id)
         if only_from:
@@ -191,11 +205,12 @@ class JobStore:
             return False
         return self._update(job_id, [JobState.queued], state=JobState.running, workers=workers,
                             attempts=job.attempts + 1, started_at=job.started_at or time.time(),
-                            host=socket.gethostname(), pid=None, pid_started=None, heartbeat_at=None)
+                            host=host_identity(), pid=None, pid_started=None, heartbeat_at=None)
 
     def set_process(self, job_id: str, pid: int, pid_started: float) -> None:
         self._update(job_id, [JobState.running], pid=pid, pid_started=pid_started, heartbeat_at=time.time())
 
+    @waits_for_database
     def beat(self, job_id: str) -> bool:
         """The job's process lives (it calls this every ``JOB_BEAT_S``). True when it must stop
         itself: it was cancelled, and the daemon that holds the database is on another host,
@@ -204,7 +219,7 @@ class JobStore:
         with self.engine.connect() as c:
             cancel = c.execute(sa.select(jobs_table.c.cancel_requested).where(jobs_table.c.id == job_id)).scalar()
             holder = c.execute(sa.select(daemon_table.c.host).where(daemon_table.c.id == _LEASE_ID)).scalar()
-        return bool(cancel) and holder is not None and holder != socket.gethostname()
+        return bool(cancel) and holder is not None and holder != host_identity()
 
     def finish(self, job_id: str, state: JobState, exit_code: int | None, message: str | None) -> bool:
         return self._update(job_id, [JobState.queued, JobState.running], state=state, exit_code=exit_code,
@@ -248,7 +263,7 @@ class DaemonLease:
 
     def __init__(self, store: JobStore, url: str) -> None:
         self.store = store
-        self.host = socket.gethostname()
+        self.host = host_identity()
         self.pid = psutil.Process().pid
         self.me = {"id": _LEASE_ID, "host": self.host, "pid": self.pid,
                    "pid_started": psutil.Process().create_time(), "url": url}

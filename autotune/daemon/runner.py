@@ -2,12 +2,14 @@
 
 Each job is its own process group (``python -m autotune.cli.job_process ... run ...``), built
 as an argv list; its stdout (the study's JSON result) and stderr go to files in the job's
-directory, and it writes its exit code to a file when it ends. So a job does not depend on the
-daemon that started it: a daemon that is killed and started again *adopts* the job processes that
-are still alive (same pid, same start time, same command line), finalises those that ended while it
-was down, and queues again those whose process is gone; rerunning ``autotune run`` on the same
-study resumes it with its measured trials kept (stale trials are failed and re-queued by Optuna's
-heartbeats). A job that runs on another host (a daemon moved to another machine, the old one
+directory, and it writes its exit code to a file when it ends. The storage URL, which may hold a
+password, is on no command line (``ps`` shows those to every user of the machine) and in no
+environment: the job reads it from a pipe it inherits (:data:`STORAGE_FD_ENV` names the
+descriptor). A job does not depend on the daemon that started it: a daemon that is killed and
+started again *adopts* the job processes that are still alive (same pid, same start time, same
+command line), finalises those that ended while it was down, and queues again those whose process
+is gone; rerunning ``autotune run`` on the same study resumes it with its measured trials kept
+(stale trials are failed and re-queued by Optuna's heartbeats). A job that runs on another host (a daemon moved to another machine, the old one
 killed) is never queued again while its process still writes its heartbeat in the job's row: it
 is watched through that heartbeat until it stops.
 
@@ -21,27 +23,30 @@ from __future__ import annotations
 
 import os
 import signal
-import socket
 import subprocess
 import sys
 import threading
 import time
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Callable
+from typing import IO, Callable
 
 import psutil
 
 from autotune.daemon.jobs import JOB_STALE_S, JobRecord, JobStore
 from autotune.daemon.records import EXIT_CANCELLED, JobState
 from autotune.errors import AutotuneError
-from autotune.execution.scheduler import cpu_trial_slots
+from autotune.execution.scheduler import attempt_folder, cpu_trial_slots, last_attempt
+from autotune.host import host_identity
 from autotune.log_tail import log_tail
 from autotune.process_tree import kill_tree
+from autotune.study.database import STORAGE_ENV
 from autotune.targets import DEVICE_RESOURCES, detect_target, get_target
 
 #: Attempts of a job whose process dies (killed, out of memory, machine lost) before it is failed.
 MAX_ATTEMPTS = 3
+#: The variable that tells a job which inherited file descriptor holds its storage URL.
+STORAGE_FD_ENV = "AUTOTUNE_JOB_STORAGE_FD"
 #: How long a cancelled job gets to stop its trials and Ray itself before everything is killed.
 CANCEL_GRACE_S = 10.0
 TICK_S = 0.5
@@ -152,8 +157,11 @@ class JobFiles:
     def exit_code(self) -> Path:
         return self.root / "exit_code"
 
-    def trial_log(self, number: int) -> Path:
-        return self.out / "trials" / f"{number:04d}" / "trial.log"
+    def trial_log(self, number: int, attempt: int | None = None) -> Path:
+        """Trial ``number``'s log: of its ``attempt`` (1 is the first; a trial whose worker was
+        lost runs again), by default of its last."""
+        folder = self.out / "trials" / f"{number:04d}"
+        return attempt_folder(folder, attempt or last_attempt(folder)) / "trial.log"
 
     def read_exit_code(self) -> int | None:
         try:
@@ -182,13 +190,14 @@ def job_workdir(job: JobRecord, files: JobFiles) -> tuple[Path, Path]:
 
 def job_argv(job: JobRecord, settings: DaemonSettings, workers: int) -> list[str]:
     """The job's command line, one argv element per value (``--key=value`` so that no value can
-    be read as an option of its own); never a shell string."""
+    be read as an option of its own); never a shell string. Without ``--storage``: the job reads
+    its storage from the pipe :data:`STORAGE_FD_ENV` names."""
     files = JobFiles(Path(job.directory))
     r = job.spec.run
     script, _ = job_workdir(job, files)
     argv = [sys.executable, "-m", "autotune.cli.job_process", str(files.exit_code),
-            "run", str(script), f"--study={job.study}", f"--storage={settings.storage}",
-            f"--cache={settings.cache}", f"--out={files.out}", f"--workers={workers}", "--json",
+            "run", str(script), f"--study={job.study}", f"--cache={settings.cache}", f"--out={files.out}",
+            f"--workers={workers}", "--json",
             *r.argv(skip=("study", "workers", "space", "fresh"))]
     if settings.ray_address:
         argv.append(f"--ray-address={settings.ray_address}")
@@ -291,7 +300,7 @@ class JobRunner:
     def recover(self) -> None:
         """After a (re)start: adopt live job processes, watch those alive on another host,
         settle the rest."""
-        here = socket.gethostname()
+        here = host_identity()
         for job in self.store.find([JobState.running]):
             files = JobFiles(Path(job.directory))
             elsewhere = job.host not in (None, here)
@@ -371,16 +380,13 @@ class JobRunner:
         files.exit_code.unlink(missing_ok=True)
         _, workdir = job_workdir(job, files)
         argv = job_argv(job, self.settings, workers)
-        env = {**os.environ, "AUTOTUNE_JOB_ID": job.id, "AUTOTUNE_JOB_STORAGE": self.settings.storage,
-               "PYTHONUNBUFFERED": "1"}
         try:
             with open(files.log, "ab") as log, open(files.result, "wb") as result:
-                shown = [f"--storage={self.store.redacted_url}" if a.startswith("--storage=") else a for a in argv[4:]]
-                log.write(f"[{_now()}] autotune serve: attempt {job.attempts}, {workers} worker(s): "
+                shown = ["run", f"--storage={self.store.redacted_url}", *argv[5:]]
+                log.write(f"[{_now()}] {_ATTEMPT.format(job.attempts)}{workers} worker(s): "
                           f"autotune {' '.join(shown)}\n".encode())
                 log.flush()
-                popen = subprocess.Popen(argv, cwd=workdir, env=env, stdin=subprocess.DEVNULL, stdout=result,
-                                         stderr=log, start_new_session=True, close_fds=True)
+                popen = start_job_process(argv, self.settings.storage, job.id, cwd=workdir, stdout=result, stderr=log)
         except OSError as exc:
             self.store.finish(job.id, JobState.failed, 1, f"the job could not start: {exc.strerror or exc}")
             self.log(f"job {job.id}: could not start: {exc}")
@@ -424,6 +430,47 @@ class JobRunner:
                 fh.write(f"[{_now()}] autotune serve: {line}\n")
         except OSError:
             pass
+
+
+def start_job_process(argv: list[str], storage: str, job_id: str, *, cwd: Path, stdout: IO[bytes],
+                      stderr: IO[bytes]) -> subprocess.Popen[bytes]:
+    """Start a job's process (``argv``: :func:`job_argv`) in a session of its own. Its storage URL
+    goes through a pipe it inherits: the reading end of a pipe that holds ``storage`` and is
+    closed for writing, so that the job reads it once and nothing of it stays on disk."""
+    read, write = os.pipe()
+    try:
+        os.write(write, storage.encode())  # far below a pipe's buffer: it never blocks
+    finally:
+        os.close(write)
+    # Not the daemon's own AUTOTUNE_STORAGE either: Ray and the trials would inherit it.
+    env = {**{k: v for k, v in os.environ.items() if k != STORAGE_ENV}, "AUTOTUNE_JOB_ID": job_id,
+           STORAGE_FD_ENV: str(read), "PYTHONUNBUFFERED": "1"}
+    try:
+        return subprocess.Popen(argv, cwd=cwd, env=env, stdin=subprocess.DEVNULL, stdout=stdout, stderr=stderr,
+                                start_new_session=True, close_fds=True, pass_fds=(read,))
+    finally:
+        os.close(read)
+
+
+def read_storage_pipe(fd: int) -> str:
+    """The storage URL :func:`start_job_process` gave the job, read by the job."""
+    with os.fdopen(fd, "rb") as pipe:
+        return pipe.read().decode()
+
+
+#: The line of a job's log that opens each attempt (the job queued again after its process died).
+_ATTEMPT = "autotune serve: attempt {}, "
+
+
+def attempt_lines(log: str, attempt: int) -> str | None:
+    """The lines of a job's log that its ``attempt`` wrote (from the line that opens it to the one
+    that opens the next); ``None`` if it never started."""
+    lines = log.splitlines(keepends=True)
+    opens = [i for i, line in enumerate(lines) if _ATTEMPT.format(attempt) in line]
+    if not opens:
+        return None
+    ends = [i for i, line in enumerate(lines) if _ATTEMPT.format(attempt + 1) in line]
+    return "".join(lines[opens[0]:ends[0] if ends else len(lines)])
 
 
 def _now() -> str:

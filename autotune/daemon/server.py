@@ -11,7 +11,7 @@ Endpoints (the OpenAPI schema is at ``/openapi.json``)::
     GET  /jobs/{id}                one job, with its study's progress
     POST /jobs/{id}/cancel         cancel a queued job, or stop a running one
     GET  /jobs/{id}/best           the best configuration so far (BestConfig)
-    GET  /jobs/{id}/logs           the job's log, or ?trial=N for a trial's (?tail=LINES)
+    GET  /jobs/{id}/logs           the job's log, or ?trial=N for a trial's (?tail=LINES, ?attempt=K)
     GET  /jobs/{id}/report         the report of the job's study (HTML, as ``autotune report`` writes)
     POST /ensure                   a JobSpec -> the stored best configuration, or the job tuning it
 
@@ -60,7 +60,7 @@ from autotune.daemon.records import (
     JobState,
     UploadInfo,
 )
-from autotune.daemon.runner import DaemonSettings, JobFiles, JobRunner, Slots
+from autotune.daemon.runner import DaemonSettings, JobFiles, JobRunner, Slots, attempt_lines
 from autotune.errors import AutotuneError
 from autotune.log_tail import log_tail
 from autotune.study.outputs import BestConfig
@@ -448,14 +448,24 @@ def create_app(daemon: Daemon, port: int) -> FastAPI:
         return cfg
 
     @app.get("/jobs/{job_id}/logs", response_class=PlainTextResponse)
-    def logs(job_id: str = JobId, trial: int | None = Query(None, ge=0),
-             tail: int | None = Query(None, ge=1)) -> PlainTextResponse:
+    def logs(job_id: str = JobId, trial: int | None = Query(None, ge=0), tail: int | None = Query(None, ge=1),
+             attempt: int | None = Query(None, ge=1)) -> PlainTextResponse:
+        """The job's log (all its attempts, or ``attempt``'s lines), or trial ``trial``'s (its
+        last attempt's, or ``attempt``'s)."""
         files = JobFiles(Path(daemon.job(job_id).directory))
-        path = files.log if trial is None else files.trial_log(trial)
+        path = files.log if trial is None else files.trial_log(trial, attempt)
+        what = "job " + job_id if trial is None else f"trial {trial} of job {job_id}"
         if not path.is_file():
-            what = "the job" if trial is None else f"trial {trial} of job {job_id}"
-            raise LookupError(f"no log of {what} yet")
-        text = log_tail(path, max_bytes=LOG_LIMIT_BYTES, lines=tail)
+            raise LookupError(f"no log of {'attempt ' + str(attempt) + ' of ' if attempt else ''}{what} yet")
+        if trial is None and attempt is not None:
+            text = attempt_lines(path.read_text(errors="replace"), attempt)
+            if text is None:
+                raise LookupError(f"no attempt {attempt} of {what} yet")
+            text = text[-LOG_LIMIT_BYTES:]
+            if tail:
+                text = "\n".join(text.splitlines()[-tail:])
+        else:
+            text = log_tail(path, max_bytes=LOG_LIMIT_BYTES, lines=tail)
         return PlainTextResponse(text + "\n" if tail else text)
 
     @app.get("/jobs/{job_id}/report", response_class=HTMLResponse)

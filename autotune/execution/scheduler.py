@@ -242,7 +242,19 @@ def for_attempt(request: TrialRequest | CompileRequest, attempt: int) -> TrialRe
     never read as this attempt's."""
     if isinstance(request, CompileRequest):
         return request.model_copy(update={"trial": for_attempt(request.trial, attempt)})
-    return request.model_copy(update={"trial_dir": os.path.join(request.trial_dir, f"attempt-{attempt}")})
+    return request.model_copy(update={"trial_dir": str(attempt_folder(request.trial_dir, attempt))})
+
+
+def attempt_folder(trial_dir: str | Path, attempt: int) -> Path:
+    """The folder of a trial's ``attempt`` (1: the first, its own folder)."""
+    return Path(trial_dir) if attempt <= 1 else Path(trial_dir) / f"attempt-{attempt}"
+
+
+def last_attempt(trial_dir: str | Path) -> int:
+    """The last attempt of the trial whose folder is ``trial_dir`` that left a folder."""
+    found = [int(p.name.removeprefix("attempt-")) for p in Path(trial_dir).glob("attempt-*")
+             if p.name.removeprefix("attempt-").isdigit()]
+    return max(found, default=1)
 
 
 class WorkerPool:

@@ -28,6 +28,14 @@ def failure_pattern(regex: str, category: C, reason: str) -> FailurePattern:
     return FailurePattern(re.compile(regex), category, reason)
 
 
+#: A write that found no space, whatever it broke (a compiler that could not write its output is no
+#: compile error): checked before every target's strings (:func:`autotune.targets.failure_patterns`).
+DISK_PATTERNS: tuple[FailurePattern, ...] = (
+    failure_pattern(r"No space left on device|\[Errno 28\]|Disk quota exceeded|\[Errno 122\]", C.disk_full,
+                    "a write found no space left on its filesystem (the cache root, or the trial's folder): free "
+                    "some, then run the same command again"),
+)
+
 #: What any process on any target may print: out of GPU memory (torch's own message, whatever
 #: the compiler) and out of host memory. Each target adds its own strings
 #: (:attr:`autotune.targets.base.Target.failure_patterns`), checked before these.

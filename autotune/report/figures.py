@@ -21,7 +21,7 @@ from autotune.trial_attrs import StudyAttrs
 CATEGORY_COLOURS: dict[C, str] = {
     C.compile_error: "#d62728", C.crash: "#8c1c13", C.device_oom: "#ff7f0e", C.host_oom: "#e377c2",
     C.timeout: "#9467bd", C.script_error: "#7f7f7f", C.numerics: "#bcbd22", C.invalid_config: "#17becf",
-    C.device_unavailable: "#8c564b", C.rendezvous: "#aec7e8", C.missing_data: "#c7c7c7",
+    C.device_unavailable: "#8c564b", C.rendezvous: "#aec7e8", C.missing_data: "#c7c7c7", C.disk_full: "#dbdb8d",
 }
 
 

@@ -42,12 +42,17 @@ class Claims:
 
     def __init__(self, storage: Any, study: Any, url: str) -> None:
         self.engine = storage.engine
+        self.outages = storage.outages
         self.study = study
         create_schema(url, lambda: _metadata.create_all(self.engine))
 
     def holder(self, key: str, number: int) -> Any:
         """``None`` when trial ``number`` may measure the configuration ``key`` (it holds the
-        claim now); otherwise the trial that holds it (running, or finished and counted)."""
+        claim now); otherwise the trial that holds it (running, or finished and counted). Waits
+        for a database that restarts (:mod:`autotune.study.reconnecting`)."""
+        return self.outages.call(self._holder, key, number)
+
+    def _holder(self, key: str, number: int) -> Any:
         digest = hashlib.sha256(key.encode()).hexdigest()
         where = sa.and_(claims_table.c.study_id == self.study._study_id, claims_table.c.config_digest == digest)
         for _ in range(5):

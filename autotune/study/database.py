@@ -24,6 +24,9 @@ from autotune.errors import InvalidConfigError
 
 #: Seconds a connection to a database server may take before the storage is reported unreachable.
 CONNECT_TIMEOUT_S = 5
+#: Where a command finds its storage URL when it is not given: a URL may hold a password, and a
+#: variable keeps it off the command line (and out of ``ps``).
+STORAGE_ENV = "AUTOTUNE_STORAGE"
 
 _EXAMPLE = "e.g. sqlite:///autotune.db or postgresql://user:password@host:5432/db"
 

@@ -10,9 +10,11 @@ instead of counting it twice.
 from __future__ import annotations
 
 import hashlib
-from typing import TYPE_CHECKING, Any
+from pathlib import Path
+from typing import TYPE_CHECKING, Any, Callable
 
 from autotune.cache import CacheRoot, noise_key
+from autotune.disk_space import on_no_space
 from autotune.measurement.noise import RunNoise
 from autotune.study.results import standings
 from autotune.trial_attrs import write
@@ -36,6 +38,8 @@ class KeptNoise:
         kept = self.cache.get_noise(self.key, besides=self.own)
         write(study, noise_prior=[kept.squares, kept.df] if kept.known else None)
 
-    def keep(self, study: optuna.Study) -> None:
-        """Keep the noise this study measured, for the next study here."""
-        self.cache.put_noise(self.key, self.own, RunNoise.of(s.runs.values for s in standings(study)))
+    def keep(self, study: optuna.Study, full: Callable[[Path], None]) -> None:
+        """Keep the noise this study measured, for the next study here; ``full(root)`` where the
+        cache root has no space left for it."""
+        with on_no_space(self.cache.path, full):
+            self.cache.put_noise(self.key, self.own, RunNoise.of(s.runs.values for s in standings(study)))

@@ -29,6 +29,7 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
+from autotune.disk_space import no_space_reason, on_no_space
 from autotune.execution.pool import TrialPool
 from autotune.objectives import Constraint, objective
 from autotune.records import TrialResult
@@ -200,6 +201,7 @@ class Study:
         import optuna
 
         from autotune.execution.scheduler import connect
+        from autotune.study.reconnecting import waited_out
 
         started_ray = False
         if self.pools is None and self.o.ray_address:
@@ -222,7 +224,7 @@ class Study:
         recorder = TrialRecorder(study, self.o, self.cache, self.progress, self.baseline_params,
                                  self.notes, on_told=self.write_outputs, objectives=self.objectives,
                                  constraints=self.constraints, usd_per_sample_second=self.cost.usd_per_sample_second,
-                                 on_result=self._learn_from)
+                                 on_result=self._learn_from, on_no_space=self._no_space)
         self._opened = study, recorder
         write(study, provenance=self.provenance, price=self.cost.price.model_dump() if self.cost.price else None,
               devices_per_trial=self.cost.devices_per_trial)
@@ -252,12 +254,13 @@ class Study:
                     params, self.out / "trials" / name, protocol))
             kept = self._kept_noise()
             if kept is not None:
-                kept.keep(study)
+                kept.keep(study, full=self._no_space)
             self._update_progress(0)
             spend = self.cost.budget.spend(study)
             write(study, spend=spend.model_dump())
             if spend.stopped:
                 self.notes.append(spend.stopped)
+            self.notes.extend(waited_out(storage))
             self.write_outputs()
         finally:
             pool.shutdown()
@@ -295,13 +298,15 @@ class Study:
         """What a trial's result says of the study beyond its value: knobs that never reach the
         script, the script's own DataLoader values (the baseline's), or a script that cannot run
         here at all (``stored``: a trial of the study before this run, which stopped nothing)."""
-        if not stored and result.failure is not None and result.failure.category.stops_study \
-                and self.loop is not None and not self.loop.stopped:
-            self.loop.stopped = f"trial {number} failed: {result.failure.reason}"
-            self.notes.append(f"{self.loop.stopped}. Every configuration would fail the same way, so the study asks "
-                              "for no more trials; the same command continues it once the data is there")
+        if not stored and result.failure is not None and result.failure.category.stops_study and self.loop:
+            self.loop.stop(f"trial {number} failed: {result.failure.reason}")
         self.notes.extend(self.requests.hold_idle_knobs(number, result, self.baseline_params, self.study.sampler))
         self.notes.extend(self.requests.same_as_script(number, result, self.baseline_params, self.study.sampler))
+
+    def _no_space(self, path: Path) -> None:
+        """A write of the study's own found no space: it stops as for a trial that found none."""
+        if self.loop is not None:
+            self.loop.stop(f"{path} could not be written: {no_space_reason(path)}")
 
     # -- results -----------------------------------------------------------------------------
     def result(self) -> StudyResult:
@@ -323,7 +328,8 @@ class Study:
             return
         trials = study_summaries(self.study)
         best = best_config(self.study, self.name, self.provenance)
-        write_outputs(self.out, best, trials, baseline_value(self.study), maximize=maximizes(self.study))
+        with on_no_space(self.out, self._no_space):
+            write_outputs(self.out, best, trials, baseline_value(self.study), maximize=maximizes(self.study))
 
     def _update_progress(self, running: int) -> None:
         if self.in_memory is not None:  # nothing shows it: each update reads every trial

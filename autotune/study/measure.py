@@ -55,11 +55,20 @@ class AskTell:
         #: Every configuration of the space has been measured (the study ended before ``--trials``).
         self.exhausted = False
         #: Why the study asks for no more trials although it has fewer than ``--trials``: a trial
-        #: showed that the script cannot run here as it is (its data is missing), whatever the
-        #: configuration.
+        #: showed that the script cannot run here as it is (its data is missing, the disk is full),
+        #: whatever the configuration.
         self.stopped: str | None = None
         #: The configurations of the space, while it stays small and all-categorical.
         self._grid: tuple[SearchSpace, set[str]] | None = None
+
+    def stop(self, why: str) -> None:
+        """Ask for no more trials: every configuration would fail the same way (``why``: the data
+        is missing, the disk is full). Said once, whatever stops the study first."""
+        if self.stopped:
+            return
+        self.stopped = why
+        self.told.notes.append(f"{why}. Every configuration would fail the same way, so the study asks for no more "
+                               "trials; once that is put right, the same command continues it")
 
     def timed_out(self) -> bool:
         return time.monotonic() >= self.deadline

@@ -12,9 +12,11 @@ from __future__ import annotations
 
 import math
 import time
+from pathlib import Path
 from typing import TYPE_CHECKING, Any, Callable
 
 from autotune.cache import CacheRoot
+from autotune.disk_space import on_no_space
 from autotune.errors import InvalidConfigError
 from autotune.objectives import BUILT_IN, Constraint, Objective
 from autotune.records import Failure, FailureCategory, TrialPlan, TrialResult
@@ -40,7 +42,8 @@ class TrialRecorder:
                  baseline_params: dict[str, Any], notes: list[str], on_told: Callable[[], None], *,
                  objectives: list[Objective], constraints: list[Constraint],
                  usd_per_sample_second: float | None,
-                 on_result: Callable[[int, TrialResult], None] | None = None) -> None:
+                 on_result: Callable[[int, TrialResult], None] | None = None,
+                 on_no_space: Callable[[Path], None] = lambda path: None) -> None:
         self.study = study
         self.cache = cache
         self.progress = progress
@@ -50,6 +53,8 @@ class TrialRecorder:
         self.on_told = on_told
         #: Called with each trial's number and result once Optuna has been told it.
         self.on_result = on_result
+        #: Called with the cache root when a result could not be kept there for lack of space.
+        self.on_no_space = on_no_space
         self.objectives = objectives
         #: What the study makes of each result: its values, or why it gave none.
         self.verdict = Verdict(study, options, objectives, constraints, usd_per_sample_second)
@@ -134,7 +139,8 @@ class TrialRecorder:
         the script reports is not kept (a typo of the objective's name is no measurement of it)."""
         key = TrialAttrs.of(trial).result_key
         if self.cache is not None and key is not None and (not result.ok or self.verdict.values(result) is not None):
-            self.cache.put_result(key, result)
+            with on_no_space(self.cache.path, self.on_no_space):  # the study keeps the result all the same
+                self.cache.put_result(key, result)
 
     def tell_known_failure(self, trial: optuna.Trial, plan: TrialPlan, reason: str) -> None:
         """A configuration whose compile failed before (the target's compile cache says so)."""

@@ -18,10 +18,11 @@ from contextlib import contextmanager
 from typing import TYPE_CHECKING, Any, Callable, Iterator, TypeVar
 
 from autotune.errors import AutotuneError
-from autotune.study.database import connect_args, engine_url, redacted, sqlite_path
+from autotune.study.database import connect_args, redacted, sqlite_path
 from autotune.study.options import default_storage
 
 if TYPE_CHECKING:
+    from autotune.study.reconnecting import ReconnectingStorage
     from autotune.study.trial_cache import TrialCache
 
 T = TypeVar("T")
@@ -72,17 +73,13 @@ def create_schema(url: str, create: Callable[[], T]) -> T:
             attempt += 1
 
 
-def rdb_storage(url: str, **kwargs: Any) -> Any:
-    """Optuna's ``RDBStorage`` on ``url``, safe to call from several processes on a new database.
+def rdb_storage(url: str, **kwargs: Any) -> ReconnectingStorage:
+    """Optuna's ``RDBStorage`` on ``url``, safe to call from several processes on a new database,
+    whose calls wait for a database that restarts (:mod:`autotune.study.reconnecting`)."""
+    from autotune.study.reconnecting import ReconnectingStorage
 
-    Optuna fills ``{SCHEMA_VERSION}`` into the URL with ``str.format``: braces that belong to the
-    URL (a path, a password) are doubled so that they stay as they are.
-    """
-    import optuna
-
-    template = engine_url(url).replace("{", "{{").replace("}", "}}")
-    engine = {"connect_args": connect_args(url), **(kwargs.pop("engine_kwargs", None) or {})}
-    return create_schema(url, lambda: optuna.storages.RDBStorage(template, engine_kwargs=engine, **kwargs))
+    engine = {"connect_args": connect_args(url), "pool_pre_ping": True, **(kwargs.pop("engine_kwargs", None) or {})}
+    return create_schema(url, lambda: ReconnectingStorage(url, engine_kwargs=engine, **kwargs))
 
 
 # -- the study's storage ---------------------------------------------------------------------------

@@ -17,9 +17,10 @@ import copy
 from collections.abc import Container
 from typing import TYPE_CHECKING, cast
 
-from optuna.storages import RDBStorage, _CachedStorage
+from optuna.storages import _CachedStorage
 
 if TYPE_CHECKING:
+    from autotune.study.reconnecting import ReconnectingStorage
     import sqlalchemy as sa
     from optuna.trial import FrozenTrial, TrialState
 
@@ -27,8 +28,10 @@ if TYPE_CHECKING:
 class TrialCache(_CachedStorage):
     """Optuna's cached storage over ``backend``, with each study's trials kept in number order."""
 
-    def __init__(self, backend: RDBStorage) -> None:
+    def __init__(self, backend: ReconnectingStorage) -> None:
         super().__init__(backend)
+        #: When the database did not answer (its calls wait for it).
+        self.outages = backend.outages
         # Study id -> its trials, trial ``n`` at index ``n``; ``None`` where a trial with that
         # number exists but was not read yet (another driver's, created after this driver's
         # last look and before its own newest).

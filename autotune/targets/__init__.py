@@ -7,7 +7,7 @@ from importlib.util import find_spec
 from pathlib import Path
 
 from autotune.errors import MissingPackageError, TargetError
-from autotune.measurement.failures import HOST_PATTERNS, FailurePattern
+from autotune.measurement.failures import DISK_PATTERNS, HOST_PATTERNS, FailurePattern
 from autotune.targets.base import Target
 from autotune.targets.gpus import GPU_RESOURCE
 from autotune.targets.inductor import InductorTarget
@@ -38,10 +38,10 @@ def imports_torch_xla(source: str) -> bool:
 
 
 def failure_patterns() -> tuple[FailurePattern, ...]:
-    """Every target's failure strings, then the host's: a trial's log is read against all of them,
-    since a script may fail in a compiler other than its target's (an XLA script that also uses
-    torch.compile, say)."""
-    return tuple(fp for cls in TARGETS.values() for fp in cls.failure_patterns) + HOST_PATTERNS
+    """A full disk's strings, every target's failure strings, then the host's: a trial's log is read
+    against all of them, since a script may fail in a compiler other than its target's (an XLA
+    script that also uses torch.compile, say)."""
+    return DISK_PATTERNS + tuple(fp for cls in TARGETS.values() for fp in cls.failure_patterns) + HOST_PATTERNS
 
 
 def all_targets() -> list[Target]:

@@ -23,6 +23,7 @@ from typing import Callable, Mapping
 
 import psutil
 
+from autotune.disk_space import full, no_space_reason, out_of_space
 from autotune.log_tail import log_tail as log_tail_of
 from autotune.measurement.failures import classify
 from autotune.process_tree import die_with_parent, kill_tree
@@ -89,9 +90,14 @@ def run_trial(
     trial_dir = Path(trial_dir)
 
     def process(directory: Path, timeout_s: float) -> TrialResult:
-        return _run_process(plan, script, args, trial_dir=directory, cwd=cwd,
-                            limits=dataclasses.replace(limits, timeout_s=timeout_s), protocol=protocol, seed=seed,
-                            base_env=base_env, pause=pause, devices=devices)
+        try:
+            return _run_process(plan, script, args, trial_dir=directory, cwd=cwd,
+                                limits=dataclasses.replace(limits, timeout_s=timeout_s), protocol=protocol, seed=seed,
+                                base_env=base_env, pause=pause, devices=devices)
+        except OSError as exc:  # its folder, its spec or its log could not be written
+            if not out_of_space(exc):
+                raise
+            return TrialResult(status="failed", plan=plan, failure=_no_space(directory))
 
     result = process(trial_dir, limits.timeout_s)
     if not result.ok or not pooling.short(result.measurement, protocol, stopped_early=result.stopped_early):
@@ -252,8 +258,8 @@ def _run_process(
                    "no backward(), never called a module with parameters, reported no metric and never "
                    "called autotune.step()",
             exit_code=proc.returncode)
-    else:
-        result.failure = _died(proc.returncode, log_tail)
+    else:  # where its report could not be written for lack of space, its log may say nothing of it
+        result.failure = _no_space(trial_dir) if full(trial_dir) else _died(proc.returncode, log_tail)
     if plan.launch is not None and result.failure is not None:
         _blame_rank(result, ranks, log_path)
     return result
@@ -316,6 +322,10 @@ def _rank_tail(log_path: Path, local_rank: int) -> str:
     """The end of one rank's own lines in the log of a multi-process trial."""
     lines = multiprocess.rank_log(log_tail_of(log_path), local_rank).splitlines()
     return "\n".join(lines[-LOG_TAIL_LINES:])[-LOG_TAIL_CHARS:]
+
+
+def _no_space(trial_dir: Path) -> Failure:
+    return Failure(category=FailureCategory.disk_full, reason=no_space_reason(trial_dir))
 
 
 def _died(returncode: int | None, log_tail: str) -> Failure:

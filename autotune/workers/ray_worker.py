@@ -94,6 +94,7 @@ class CompileWorker(TrialWorker):
     node, the compile's processes are stopped (SIGSTOP) and go on when it ends."""
 
     def run(self, request_json: str) -> str:
+        from autotune.disk_space import no_space_reason, out_of_space
         from autotune.published import LockTimeout, Published
         from autotune.records import CompileOutcome, CompileRequest, CompileStage, Failure, FailureCategory, TrialResult
 
@@ -106,8 +107,15 @@ class CompileWorker(TrialWorker):
                     return CompileOutcome(stage=stage).model_dump_json()
                 result = self._run(request, pause=measuring_here if job.pause_while_measuring else None)
                 if result.ok:
-                    published.publish(job.artifact_key, {"seconds": round(result.wall_seconds, 3),
-                                                         "params": request.plan.params, "placement": self.placement})
+                    try:
+                        published.publish(job.artifact_key, {"seconds": round(result.wall_seconds, 3),
+                                                             "params": request.plan.params, "placement": self.placement})
+                    except OSError as exc:  # compiled, but unpublished: the measure job compiles it again
+                        if not out_of_space(exc):
+                            raise
+                        result.status = "failed"
+                        result.failure = Failure(category=FailureCategory.disk_full,
+                                                 reason=no_space_reason(published.root))
                 stage = CompileStage(seconds=result.wall_seconds, compile_seconds=result.compile.compile_seconds,
                                      waited_seconds=waited, placement=dict(self.placement))
                 return CompileOutcome(stage=stage, result=result).model_dump_json()

@@ -53,6 +53,8 @@ class DaemonProcess:
     home: Path
     port: int
     extra: list[str] = field(default_factory=list)
+    #: Variables of its environment besides the test's own.
+    env: dict[str, str] = field(default_factory=dict)
     proc: subprocess.Popen[bytes] | None = None
     token: str | None = None
     starts: int = 0
@@ -77,7 +79,7 @@ class DaemonProcess:
         self.starts += 1
         with open(self.log, "wb") as log:
             self.proc = subprocess.Popen(self.argv(), cwd=self.home, stdout=log, stderr=subprocess.STDOUT,
-                                         stdin=subprocess.DEVNULL)
+                                         stdin=subprocess.DEVNULL, env={**os.environ, **self.env})
         deadline = time.monotonic() + timeout
         while time.monotonic() < deadline:
             if self.proc.poll() is not None:
@@ -139,8 +141,10 @@ class DaemonProcess:
         """Stop every job process the queue knows of: they outlive the daemon by design."""
         from autotune.daemon.jobs import JobStore
         from autotune.daemon.runner import stop_process_tree
+        from autotune.study.database import sqlite_path
 
-        if not (self.home / "state" / "autotune.db").exists():
+        database = sqlite_path(self.storage)
+        if database is not None and not database.exists():  # a daemon that never started
             return
         for job in JobStore(self.storage).find():
             if job.pid:

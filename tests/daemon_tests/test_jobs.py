@@ -139,3 +139,25 @@ def test_a_job_whose_script_changed_answers_from_the_study_it_measured(start_dae
     best = json.loads(autotune("best", second, "--server", d.url, cwd=tmp_path).stdout)
     assert best["study"] == measured
     assert json.loads(autotune("best", first, "--server", d.url, cwd=tmp_path).stdout)["study"] == "same"
+
+
+def test_a_trial_run_again_shows_the_log_of_the_attempt_asked_for(start_daemon, tmp_path: Path,
+                                                                   monkeypatch: pytest.MonkeyPatch) -> None:
+    """A trial whose Ray worker died runs again in a folder of its own: its log is its last
+    attempt's, and --attempt shows another."""
+    monkeypatch.setenv("FAULT_MARKER_DIR", str(tmp_path))  # the daemon's, its job's and their trials'
+    d = start_daemon("--slots", "1")
+    space = tmp_path / "space.yaml"
+    space.write_text("target: inductor\nparameters:\n"
+                     "  fault: {type: categorical, choices: [worker_dies_once], default: worker_dies_once}\n"
+                     "  mode: {type: categorical, choices: [eager], default: eager}\n")
+    done = autotune("submit", SCRIPTS / "faulty.py", "--server", d.url, "--trials", "1", "--target", "inductor",
+                    "--space", space, "--wait", cwd=tmp_path)
+    assert done.returncode == 0, done.stderr
+    job_id = done.stdout.strip().splitlines()[0]
+    logs = {attempt: autotune("logs", job_id, "0", *(("--attempt", str(attempt)) if attempt else ()),
+                              "--server", d.url, cwd=tmp_path) for attempt in (None, 1, 2, 3)}
+    assert "attempt 1: its worker is killed" in logs[1].stdout, logs[1].stdout
+    assert "a later attempt: its worker lives" in logs[2].stdout and "attempt 1:" not in logs[2].stdout
+    assert logs[None].stdout == logs[2].stdout, "the last attempt's by default"
+    assert logs[3].returncode == 2 and f"no log of attempt 3 of trial 0 of job {job_id}" in logs[3].stderr

@@ -100,3 +100,10 @@ def test_a_killed_daemon_restarts_with_its_queue_and_jobs(start_daemon, tmp_path
     after = _completed(d.storage, "second")
     assert all(after[n] == v for n, v in kept.items()), "the trials measured before the crash are kept"
     assert done["done"] >= 3
+    # Its log holds both attempts; --attempt shows one.
+    attempts = [autotune("logs", second, "--attempt", str(k), "--server", d.url, cwd=tmp_path) for k in (1, 2, 3)]
+    assert "autotune serve: attempt 1," in attempts[0].stdout and "attempt 2," not in attempts[0].stdout
+    assert "queued again to resume its study" in attempts[0].stdout
+    assert "autotune serve: attempt 2," in attempts[1].stdout and "attempt 1," not in attempts[1].stdout
+    assert "succeeded (exit code 0)" in attempts[1].stdout
+    assert attempts[2].returncode == 2 and f"no attempt 3 of job {second}" in attempts[2].stderr

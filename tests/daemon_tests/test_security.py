@@ -10,6 +10,7 @@ import shutil
 import socket
 import stat
 import subprocess
+import sys
 import tarfile
 import time
 from pathlib import Path
@@ -22,6 +23,7 @@ from autotune.daemon.listening import MAX_JSON_BYTES
 from autotune.daemon.records import JobSpec, JobState
 from autotune.daemon.runner import MAX_ATTEMPTS
 from autotune.daemon.server import MAX_PENDING_UPLOADS
+from autotune.host import host_identity
 
 from .conftest import SCRIPTS, DaemonProcess, autotune, free_port
 
@@ -224,7 +226,7 @@ def test_one_daemon_per_database(start_daemon, tmp_path: Path) -> None:
                       "--jobs-dir", tmp_path / "jobs2", cwd=tmp_path, timeout=60)
     lines = second.stderr.strip().splitlines()
     assert second.returncode == 2 and len(lines) == 1, second.stderr
-    assert f"another autotune serve ({d.url}, pid {d.proc.pid} on {socket.gethostname()}" in lines[0], lines
+    assert f"another autotune serve ({d.url}, pid {d.proc.pid} on {host_identity()}" in lines[0], lines
     # A daemon killed on this host holds nothing: its pid is gone, and the next one starts at once.
     d.kill()
     started = time.monotonic()
@@ -236,6 +238,26 @@ def test_one_daemon_per_database(start_daemon, tmp_path: Path) -> None:
 
     with create_engine(d.storage).connect() as c:
         assert c.execute(text("SELECT count(*) FROM autotune_daemon")).scalar() == 0
+
+
+def test_a_daemon_that_shares_the_host_name_but_not_the_processes_is_not_taken_for_gone(start_daemon,
+                                                                                       tmp_path: Path) -> None:
+    """Two containers may have one host name and not see each other's processes: a daemon in a
+    PID namespace of its own (as a container's) finds the first one's pid nowhere, and must judge
+    it by its heartbeat, not take its database."""
+    namespace = ["unshare", "--pid", "--fork", "--mount-proc"]
+    tried = subprocess.run([*namespace, "true"], capture_output=True, text=True)
+    if tried.returncode != 0:
+        pytest.skip(f"no PID namespace can be made here (unshare: {tried.stderr.strip()[:200]}); it needs root")
+    d = start_daemon("--no-token")
+    second = subprocess.run([*namespace, sys.executable, "-m", "autotune.cli", "serve", "--no-token", "--port",
+                             str(free_port()), "--storage", d.storage, "--jobs-dir", str(tmp_path / "jobs2")],
+                            cwd=tmp_path, capture_output=True, text=True, timeout=60)
+    assert second.returncode == 2, second.stderr
+    # Its own name for the host differs from the first daemon's in the PID namespace alone.
+    assert f"pid {d.proc.pid} on {host_identity()}" in second.stderr
+    assert "its hold lapses 30 s after it was last seen" in second.stderr
+    assert d.proc.poll() is None and d.http().get("/health").status_code == 200
 
 
 def _lease_from(storage: str, host: str, seen_ago: float) -> None:
@@ -294,7 +316,7 @@ def test_a_jobs_process_beats_and_takes_a_cancel_from_a_daemon_elsewhere(tmp_pat
     """The daemon that holds the database is on another host: it cannot signal the job's process
     here, which learns of the cancel from its own heartbeat and stops as that SIGINT would."""
     from autotune.daemon.records import EXIT_CANCELLED, RunOptions
-    from autotune.daemon.runner import DaemonSettings, JobFiles, job_argv, stop_process_tree
+    from autotune.daemon.runner import DaemonSettings, JobFiles, job_argv, start_job_process, stop_process_tree
 
     storage = f"sqlite:///{tmp_path / 'autotune.db'}"
     store = JobStore(storage)
@@ -304,13 +326,11 @@ def test_a_jobs_process_beats_and_takes_a_cancel_from_a_daemon_elsewhere(tmp_pat
     files.root.mkdir(parents=True)
     job = JobRecord(id="job-remote", state=JobState.running, study="remote", directory=str(files.root),
                     spec=JobSpec(script=str(SCRIPTS / "tiny_train.py"), run=run), created_at=time.time(),
-                    host=socket.gethostname(), workers=1, attempts=1)
+                    host=host_identity(), workers=1, attempts=1)
     store.add(job)
     argv = job_argv(job, DaemonSettings(storage=storage, cache=tmp_path / "cache", jobs_dir=tmp_path / "jobs"), 1)
-    env = {**os.environ, "AUTOTUNE_JOB_ID": job.id, "AUTOTUNE_JOB_STORAGE": storage}
-    with open(files.log, "wb") as log:
-        proc = subprocess.Popen(argv, cwd=SCRIPTS, env=env, stdout=subprocess.DEVNULL, stderr=log,
-                                stdin=subprocess.DEVNULL, start_new_session=True)
+    with open(files.log, "wb") as log, open(os.devnull, "wb") as out:
+        proc = start_job_process(argv, storage, job.id, cwd=SCRIPTS, stdout=out, stderr=log)
     try:
         deadline = time.monotonic() + 60
         while store.get(job.id).heartbeat_at is None:

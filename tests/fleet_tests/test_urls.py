@@ -85,7 +85,7 @@ EAGER = "target: inductor\nparameters:\n  mode: {type: categorical, choices: [ea
 
 
 def test_no_output_or_file_of_a_postgresql_study_shows_its_password(postgres_url, tmp_path) -> None:
-    from tests.conftest import POSTGRES_PASSWORD
+    from bench.lib.postgres import POSTGRES_PASSWORD
 
     secrets = (POSTGRES_PASSWORD, urllib.parse.quote(POSTGRES_PASSWORD, safe=""), "rd{1}", "rd%7B1%7D")
     (tmp_path / "space.yaml").write_text(EAGER)

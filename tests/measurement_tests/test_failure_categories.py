@@ -34,6 +34,7 @@ PROPERTIES = {
     C.device_unavailable: (False, False, False, False, False),
     C.rendezvous: (True, True, False, False, False),
     C.missing_data: (False, False, False, False, True),
+    C.disk_full: (False, False, False, False, True),
 }
 
 SPACE = parse_space("""\

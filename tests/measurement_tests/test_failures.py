@@ -161,6 +161,19 @@ def test_missing_data_is_its_own_category(text: str) -> None:
     assert classify_text(text, KNOWN).category == C.missing_data
 
 
+@pytest.mark.parametrize("text", [
+    "OSError: [Errno 28] No space left on device",
+    # torch.compile that could not write its kernels into a full cache root: no compile error.
+    "torch._dynamo.exc.BackendCompilerFailed: backend='inductor' raised:\n"
+    "OSError: [Errno 28] No space left on device: '/cache/inductor/triton/0/xyz.so'",
+    # The linker of a C++ kernel.
+    "/usr/bin/ld: final link failed: No space left on device\ncollect2: error: ld returned 1 exit status",
+    "OSError: [Errno 122] Disk quota exceeded: '/home/u/.cache/autotune/results/ab'",
+])
+def test_a_full_disk_is_its_own_category_whatever_it_broke(text: str) -> None:
+    assert classify_text(text, KNOWN).category == C.disk_full
+
+
 def test_a_script_error_says_what_the_script_raised() -> None:
     from autotune.workers.ending import MESSAGE_CHARS, raised
 

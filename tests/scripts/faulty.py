@@ -55,8 +55,10 @@ for step, (x, y) in enumerate(data):
         flag = os.path.join(marker, "worker-killed")
         if not os.path.exists(flag):
             open(flag, "w").close()
+            print("attempt 1: its worker is killed", flush=True)
             os.kill(os.getppid(), signal.SIGKILL)
             time.sleep(3600)
+        print("a later attempt: its worker lives", flush=True)
     elif fault == "worker_always_dies":
         os.kill(os.getppid(), signal.SIGKILL)
         time.sleep(3600)

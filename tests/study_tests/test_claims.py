@@ -10,7 +10,7 @@ import optuna
 import pytest
 
 from autotune.study.claims import Claims, claims_table, over_budget
-from autotune.study.storage import open_storage, requeue_lost
+from autotune.study.storage import open_storage, rdb_storage, requeue_lost
 from autotune.trial_attrs import TrialAttrs, write
 
 
@@ -58,8 +58,8 @@ def test_a_trial_killed_after_writing_its_result_and_before_telling_it_is_measur
     # A driver writes ``counted`` and the result, then tells Optuna; killed between the two, its
     # trial stays running until another driver fails it for lost and queues it again.
     url = f"sqlite:///{tmp_path / 'db'}"
-    storage = optuna.storages.RDBStorage(url, heartbeat_interval=1, grace_period=1,
-                                         heartbeat_stale_trial_callback=requeue_lost(max_retry=2))
+    storage = rdb_storage(url, heartbeat_interval=1, grace_period=1,
+                          heartbeat_stale_trial_callback=requeue_lost(max_retry=2))
     study = optuna.create_study(study_name="s", storage=storage)
     claims = Claims(storage, study, url)
     lost = _running(study, "A")

@@ -17,6 +17,7 @@ from autotune.study.options import EXIT_ALL_FAILED
 from autotune.study.results import numerics_violated
 from autotune.targets.inductor import InductorTarget
 from autotune.workers.launcher import TrialLimits, run_trial
+from bench.fleet_faults import full_disk, mount_refused
 from corpus.make_data import write_mnist
 
 SCRIPTS = Path(__file__).resolve().parents[1] / "scripts"
@@ -179,3 +180,17 @@ parameters:
     assert len(measured) == 4, "--trials 4 is four trials for the study, whichever driver ran them"
     keys = [t.user_attrs["config_key"] for t in measured]
     assert len(keys) == len(set(keys)), "no configuration measured twice (each is claimed first)"
+
+
+def test_a_full_disk_fails_a_trial_as_infrastructure_and_the_study_resumes_once_freed(tmp_path):
+    """bench/fleet_faults.py's full disk, short: the cache root and the outputs on a tmpfs that is
+    filled while the third trial is held; then it is freed and the same command run again."""
+    refused = mount_refused()
+    if refused:
+        pytest.skip(f"no tmpfs can be mounted here ({refused}): the test needs root, as CI runs")
+    outcome = full_disk(tmp_path, trials=4, before=2)
+    assert outcome.finished, outcome.notes  # the resumed run exited 0, and every JSON file stayed whole
+    assert (outcome.completed, outcome.lost, outcome.measured_twice) == (4, 0, 0), outcome
+    assert outcome.failures == {2: "disk_full"}, "the held trial failed as the machine's fault, not its own"
+    said = [n for n in outcome.notes if "no space left" in n]
+    assert len(said) == 1 and said[0].startswith("trial 2 failed: no space left on the filesystem of"), said
