@@ -19,7 +19,7 @@ __all__ = ["AutotuneError", "in_trial", "param", "params", "report", "step", "tu
 def __getattr__(name: str) -> Any:
     # The study pulls in Optuna and Ray; only load them when asked for.
     if name == "tune":
-        from autotune.study.loop import tune
+        from autotune.study.study import tune
 
         return tune
     raise AttributeError(f"module 'autotune' has no attribute {name!r}")

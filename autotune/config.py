@@ -4,7 +4,7 @@
 machine's resources (storage, cache, Ray, output folder), which a daemon keeps for itself. From
 them derive the ``autotune run``, ``submit`` and ``ensure`` options (:mod:`autotune.cli.options`),
 the Python API (``autotune.tune``, :class:`autotune.study.options.StudyOptions`), the daemon's job
-body (:class:`autotune.daemon.records.RunOptions`) and a job's command line (:meth:`JobConfig.argv`).
+body (:class:`autotune.daemon.messages.RunOptions`) and a job's command line (:meth:`JobConfig.argv`).
 A default written anywhere else is a second definition; ``tests/test_config.py`` checks there is none.
 """
 

@@ -11,7 +11,7 @@ from pathlib import Path
 from typing import Any, Mapping
 
 from autotune.errors import DISTRIBUTION
-from autotune.host import host_device, instance_type as host_instance_type
+from autotune.machine.host import host_device, instance_type as host_instance_type
 from autotune.targets import all_targets
 from autotune.targets.base import Target, package_version
 
@@ -23,7 +23,7 @@ def file_sha256(path: str | Path) -> str:
 def provenance(target: Target, script: str | Path, args: list[str], *,
                instance_type: str | None = None, env: dict[str, str] | None = None) -> dict[str, Any]:
     """``instance_type`` is the one the user declared (``--instance-type``); without it, it is asked
-    of the machine (:func:`autotune.host.instance_type`). ``env``: the caller's variables of the
+    of the machine (:func:`autotune.machine.host.instance_type`). ``env``: the caller's variables of the
     target's :attr:`~autotune.targets.base.Target.environment`."""
     return {
         "autotune": package_version(DISTRIBUTION),

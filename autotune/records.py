@@ -305,7 +305,7 @@ class MeasurementProtocol(BaseModel):
     min_measure_seconds: float = 0.0
     #: The between-run spread measured here so far (:class:`autotune.measurement.noise.RunNoise`: the
     #: squared deviations of runs' log figures from their configuration's mean, and their degrees of
-    #: freedom). A run made of several processes (:mod:`autotune.workers.pooling`) weighs its
+    #: freedom). A run made of several processes (:mod:`autotune.workers.run_parts`) weighs its
     #: processes' spread with it, not on their own one or two degrees of freedom. Set by the study.
     noise_squares: float = 0.0
     noise_df: int = 0
@@ -460,13 +460,13 @@ class Measurement(BaseModel):
     #: optimizer of its own, each phase measured in steady state, the run measured to its end.
     phases: int = 1
     #: The model's FLOPs per sample: one call of the model the harness found, forward and, where
-    #: the loop trains, backward (``autotune.workers.flops``); ``None`` where it could not be counted.
+    #: the loop trains, backward (``autotune.harness.flops``); ``None`` where it could not be counted.
     flops_per_sample: float | None = None
     #: The device type of the model's parameters at that call (``cpu``, ``cuda``, ``xla``): a model
     #: left on the CPU of a GPU host is measured against no GPU's peak.
     model_device: str | None = None
     #: Processes of the script the figure was measured over: more than one where the script ended
-    #: before a noisy host's seconds were measured and ran again (:mod:`autotune.workers.pooling`).
+    #: before a noisy host's seconds were measured and ran again (:mod:`autotune.workers.run_parts`).
     processes: int = 1
 
     @property

@@ -11,7 +11,7 @@ from rich.table import Table
 from rich.text import Text
 
 from autotune.objectives import objective, speedup
-from autotune.pricing import Cost, Utilisation
+from autotune.machine.pricing import Cost, Utilisation
 from autotune.records import KnobEffect, TrialResult
 
 def format_value(value: float, metric: str) -> str:
@@ -336,7 +336,7 @@ def render_study(result, console: Console) -> None:
 
 
 def render_comparison(rows: list, console: Console) -> None:
-    """``autotune compare``'s table (rows: :class:`autotune.study.comparison.ComparisonRow`)."""
+    """``autotune compare``'s table (rows: :class:`autotune.results.comparison.ComparisonRow`)."""
     table = Table(title="best configuration of each study; ratios to the first row")
     for col in ("study", "instance", "best configuration", "samples/s", "latency (ms)", "$ / hour (price used)",
                 "$ / 1M samples", "samples/s vs first", "$ / 1M vs first"):

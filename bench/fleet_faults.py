@@ -126,7 +126,7 @@ def measured_folders(out: Path) -> dict[Path, tuple[int, str]]:
 def study_trials(storage: str, study: str) -> list:
     import optuna
 
-    from autotune.study.storage import rdb_storage
+    from autotune.storage.optuna_storage import rdb_storage
 
     optuna.logging.set_verbosity(optuna.logging.ERROR)
     return optuna.load_study(study_name=study, storage=rdb_storage(storage)).get_trials()
@@ -136,7 +136,7 @@ def tally(fault: str, trials: int, finished: bool, storage: str, study: str, out
           notes: list[str], completed_before: dict[int, float] | None = None) -> FaultOutcome:
     """Completed, lost and measured-twice trials of ``study``, from the database and the trial
     folders under ``outs``."""
-    from autotune.trial_attrs import TrialAttrs
+    from autotune.storage.attrs import TrialAttrs
 
     stored = study_trials(storage, study)
     complete = {t.number: t for t in stored if t.state.name == "COMPLETE" and TrialAttrs.of(t).counted

@@ -46,7 +46,7 @@ from sqlalchemy import event
 
 from autotune.landscapes.landscape import load_landscape
 from autotune.landscapes.replay import replay_study
-from autotune.study.storage import HEARTBEAT_S
+from autotune.storage.optuna_storage import HEARTBEAT_S
 
 ROOT = Path(__file__).resolve().parents[1]
 CORES_PER_NODE = 32

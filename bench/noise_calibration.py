@@ -36,7 +36,7 @@ on and off (busy and idle for 1-4 s at random), the shared host of ``bench/next_
 
 ``--min-seconds 10`` measures each run as a study does on a host whose runs it found to vary
 (:data:`autotune.measurement.noise.RUN_SECONDS`): at least 10 s after warm-up, in up to 5
-processes where the script ends sooner (:mod:`autotune.workers.pooling`)::
+processes where the script ends sooner (:mod:`autotune.workers.run_parts`)::
 
     OMP_NUM_THREADS=1 python bench/noise_calibration.py --neighbour --min-seconds 10
 """

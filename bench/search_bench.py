@@ -16,7 +16,7 @@ Each landscape under ``landscapes/`` (``autotune landscape record``) is replayed
   measurement stopped once it is clearly behind the best so far (``--prune``).
 
 Every strategy goes through the study itself (:func:`bench.lib.simulate.simulate`:
-:class:`autotune.study.loop.Study` in Optuna's in-memory storage, its trials answered from the
+:class:`autotune.study.study.Study` in Optuna's in-memory storage, its trials answered from the
 landscape; its suggestion and duplicate rules, a configuration measured before is answered for
 free and not counted) and the same simulated clock (recorded wall time per trial; a compile is charged at the
 cached price only when the same graphs were compiled earlier in the replay and the target's cache
@@ -37,7 +37,7 @@ reports as best really within 2% of the best, or one lucky measurement? Every me
 a draw within its configuration's recorded 95% interval (the recorded value taken as the truth),
 and the table compares reporting the best single measurement with measuring the best K again
 (``autotune run --confirm K``) and reporting what the study then reports (its own standing,
-:func:`autotune.study.racing.standing`: the best mean over runs, each mean drawn toward the
+:func:`autotune.repeats.racing.standing`: the best mean over runs, each mean drawn toward the
 others' by as much as its runs are uncertain). That is a model of measurement noise built from the
 recorded intervals, not a measurement::
 
@@ -274,10 +274,10 @@ class _Trial(NamedTuple):
 def _reported(ranked: list[tuple[str, float]], again: dict[str, float], k: int, truth: dict[str, Any], *,
               order: list[str]) -> str:
     """The configuration the study reports once the best ``k`` of ``ranked`` were measured again:
-    the study's own rule (:func:`autotune.study.racing.standing`), every run with its recorded
+    the study's own rule (:func:`autotune.repeats.racing.standing`), every run with its recorded
     interval, the noise pooled over the configurations measured twice."""
     from autotune.measurement.noise import RunNoise, Runs
-    from autotune.study.racing import Standing, standing, study_noise
+    from autotune.results.ranking import Standing, ranked, study_noise
 
     measured = []
     for i, (key, value) in enumerate(ranked):
@@ -287,7 +287,7 @@ def _reported(ranked: list[tuple[str, float]], again: dict[str, float], k: int, 
         within = (r.ci95_high - r.ci95_low) / 2 / r.throughput if r.ci95_low and r.ci95_high else None
         measured.append(Standing(_Trial(order.index(key)), Runs(values, (within,) * len(values)), flaky=False))
     noise = study_noise([s for s in measured if s.runs.n > 1], RunNoise())
-    best = standing(measured, noise, maximize=True)[0]
+    best = ranked(measured, noise, maximize=True)[0]
     return order[best.trial.number]
 
 

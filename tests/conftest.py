@@ -17,6 +17,10 @@ from typing import Any
 
 import pytest
 
+from autotune.records import MeasurementProtocol, TrialResult
+from autotune.trial import prepare_trial
+from autotune.workers.launcher import TrialLimits, run_trial
+
 from bench.lib.postgres import ThrowawayPostgres, postgres_missing
 
 #: Published scripts kept as they are (two are named test_*.py and parse sys.argv when imported):
@@ -153,3 +157,56 @@ def postgres_url(postgres: ThrowawayPostgres) -> str:
 
 
 _databases = itertools.count()
+
+
+# -- Ray, the cache root and single trials ----------------------------------------------------
+
+@pytest.fixture(scope="session")
+def ray_cluster():
+    """One local Ray for the whole session (it takes about 6 s to start here).
+
+    It declares 8 NeuronCores: Ray hands them out and sets NEURON_RT_VISIBLE_CORES on a machine
+    without a Neuron device, which is what makes fleet placement testable here. And 2 compile
+    workers' places (``--compile-workers``).
+    """
+    import ray
+
+    if not ray.is_initialized():
+        ray.init(num_cpus=os.cpu_count(), resources={"neuron_cores": 8, "compile_slots": 2}, include_dashboard=False,
+                 log_to_driver=False, logging_level="ERROR")
+    yield ray
+
+
+@pytest.fixture(autouse=True)
+def own_cache_root(tmp_path, monkeypatch):
+    """Each test its own cache root: results remembered by one test must not answer another's."""
+    monkeypatch.setenv("XDG_CACHE_HOME", str(tmp_path / "xdg-cache"))
+
+
+#: Measures for at most 2 s after warm-up: enough for a figure, short enough for a test suite.
+QUICK = MeasurementProtocol(max_measure_seconds=2.0, max_measure_steps=400)
+
+RunScript = Callable[..., TrialResult]
+
+
+@pytest.fixture(scope="session")
+def run_script(tmp_path_factory: pytest.TempPathFactory) -> RunScript:
+    """``run_script(script, target=..., sets=..., ...)``: plan and run one trial, as ``autotune trial`` does.
+
+    ``base_env`` replaces the environment the trial process inherits (and the plan is made
+    against it), which is how a test hands a trial a broken ``XLA_FLAGS``.
+    """
+
+    def run(script: str | Path, *, target: str = "inductor", sets: dict[str, Any] | None = None,
+            args: list[str] | None = None, protocol: MeasurementProtocol = QUICK,
+            timeout_s: float = 180.0, memory_bytes: int | None = None,
+            base_env: dict[str, str] | None = None, nproc_per_node: int = 1,
+            rendezvous_s: float | None = None) -> TrialResult:
+        prepared = prepare_trial(script, target=target, sets=sets, base_env=base_env, nproc_per_node=nproc_per_node)
+        return run_trial(prepared.plan, prepared.script, args, trial_dir=tmp_path_factory.mktemp("trial"),
+                         limits=TrialLimits(timeout_s=timeout_s, memory_bytes=memory_bytes,
+                                            rendezvous_s=rendezvous_s),
+                         protocol=protocol, base_env=base_env)
+
+    return run
+

@@ -1,4 +1,4 @@
-"""The optional API outside a trial (inside one, ``workers_tests/test_harness.py`` runs it for real)."""
+"""The optional API outside a trial (inside one, ``harness_tests/test_harness.py`` runs it for real)."""
 
 from __future__ import annotations
 

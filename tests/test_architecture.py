@@ -1,6 +1,7 @@
 """The map and the contracts say the same: docs/architecture.md's layer tables are the import-linter
 contracts of pyproject.toml, the contracts hold, and the one that forbids import cycles sees an
-import made inside a function. No class is so long that it must own more than one thing."""
+import made inside a function. No class or module is so long, and no package so wide, that it must
+own more than one thing."""
 
 from __future__ import annotations
 
@@ -23,6 +24,10 @@ ARCHITECTURE = (ROOT / "docs" / "architecture.md").read_text()
 MOST_CLASS_LINES = 250
 #: The classes still longer, each held to the length it has.
 LONGER: dict[str, int] = {}
+#: The most lines a module may have, and the most modules a package may hold: a longer one does two
+#: jobs, a wider one has not yet found its sub-concepts.
+MOST_MODULE_LINES = 450
+MOST_PACKAGE_MODULES = 15
 #: import-linter's command, beside this Python's (what .ci/layers runs).
 LINT_IMPORTS = str(Path(sys.executable).with_name("lint-imports"))
 
@@ -114,3 +119,12 @@ def test_no_class_is_over_the_most_lines_a_class_may_span() -> None:
     found = long_classes(ROOT)
     assert {name: lines for name, lines in found.items() if lines > LONGER.get(name, MOST_CLASS_LINES)} == {}
     assert set(LONGER) <= set(found), "a class split below the limit leaves LONGER"
+
+
+def test_no_module_is_over_its_lines_and_no_package_over_its_modules() -> None:
+    long = {str(p.relative_to(ROOT)): n for p in (ROOT / "autotune").rglob("*.py")
+            if (n := len(p.read_text().splitlines())) > MOST_MODULE_LINES}
+    assert not long, f"modules over {MOST_MODULE_LINES} lines: {long}"
+    wide = {str(d.relative_to(ROOT)): n for d in (ROOT / "autotune").rglob("*") if d.is_dir()
+            if (n := len([p for p in d.glob("*.py") if p.name != "__init__.py"])) > MOST_PACKAGE_MODULES}
+    assert not wide, f"packages over {MOST_PACKAGE_MODULES} modules: {wide}"

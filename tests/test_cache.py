@@ -84,7 +84,7 @@ def test_keys_change_with_every_part() -> None:
 
 def test_the_environment_key_holds_the_device_model_and_the_callers_variables(monkeypatch) -> None:
     from autotune.cache import environment_key, environment_of
-    from autotune.host import host_device
+    from autotune.machine.host import host_device
     from autotune.provenance import caller_env, provenance
     from autotune.targets.inductor import InductorTarget
 

@@ -11,7 +11,7 @@ from typer.main import get_command
 
 from autotune.cli import app
 from autotune.config import JobConfig, RunConfig
-from autotune.daemon.records import RunOptions
+from autotune.daemon.messages import RunOptions
 from autotune.errors import InvalidConfigError
 from autotune.study.options import StudyOptions
 

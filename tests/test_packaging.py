@@ -44,9 +44,10 @@ def test_the_wheel_holds_the_package_alone_with_its_data_files(tmp_path: Path) -
     names = zipfile.ZipFile(wheel).namelist()
     tops = {n.split("/")[0] for n in names}
     assert tops == {"autotune", next(t for t in tops if t.endswith(".dist-info"))}, tops
-    assert "autotune/workers/harness.py" in names
+    assert "autotune/harness/trial_process.py" in names
     assert {"autotune/search_spaces/xla.yaml", "autotune/search_spaces/inductor.yaml"} <= set(names)
-    assert "autotune/instances.yaml" in names, "the instance catalogue (pricing.py) ships with the package"
+    assert "autotune/machine/instances.yaml" in names, "the instance catalogue (machine/pricing.py) ships with the package"
+    assert "autotune/harness/hook/sitecustomize.py" in names, "the hook every trial and applied job puts first on PYTHONPATH"
     (metadata,) = [n for n in names if n.endswith(".dist-info/METADATA")]
     fields = zipfile.ZipFile(wheel).read(metadata).decode()
     assert "\nName: torch-autotune\n" in fields and "\nLicense-Expression: Apache-2.0\n" in fields, fields[:800]

@@ -15,7 +15,7 @@ from autotune.records import HarnessReport, Measurement, ScriptFlag
 from autotune.space import compile_key, config_key, parse_space
 from autotune.targets import get_target
 from autotune.trial import plan_for, prepare_trial
-from autotune.workers.knob_effects import knob_effects
+from autotune.harness.knob_effects import knob_effects
 
 SPACE = textwrap.dedent("""\
     target: inductor

@@ -58,12 +58,12 @@ def with_progress(label: str, work: Callable[[], T], *, log: Path | None = None,
 def measuring_here(prepared: PreparedTrial, args: list[str], cache: CacheRoot,
                    protocol: MeasurementProtocol) -> tuple[MeasurementProtocol, str | None]:
     """``protocol`` as a study's runs are measured where studies of this script on this machine and
-    target found the host noisy (:func:`autotune.study.pruning.under_noise` of the noise they kept
+    target found the host noisy (:func:`autotune.repeats.pruning.under_noise` of the noise they kept
     in ``cache``); and a line that says so (``None`` on a quiet host)."""
     from autotune.cache import noise_key
     from autotune.measurement.noise import spread_text
     from autotune.provenance import caller_env, provenance
-    from autotune.study.pruning import under_noise
+    from autotune.repeats.pruning import under_noise
 
     here = provenance(prepared.target, prepared.script, args, env=caller_env(prepared.target))
     noise = cache.get_noise(noise_key(here, prepared.target.name))

@@ -30,7 +30,7 @@ def exec_(
     processes; a command that is a launcher already is kept, with a warning where its process count
     differs. The exit code is COMMAND's; 2 for bad input.
     """
-    from autotune.study.production import load_best, run_production
+    from autotune.afterwards.production import load_best, run_production
 
     run_production(load_best(best, storage), command or [], lambda line: err.print(f"autotune: {line}", highlight=False, soft_wrap=True))
 
@@ -56,8 +56,8 @@ def verify(
     """
     from autotune.cache import open_cache
     from autotune.provenance import caller_env, provenance
-    from autotune.study.production import load_best
-    from autotune.study.verify import trial_directory, verify as verify_best
+    from autotune.afterwards.production import load_best
+    from autotune.afterwards.verify import trial_directory, verify as verify_best
     from autotune.records import MeasurementProtocol
     from autotune.targets import resolve_target
     from autotune.trial import default_trial_dir, prepare_trial, run_prepared

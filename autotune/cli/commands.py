@@ -104,7 +104,7 @@ def run(
 
     Exit code 0 when a best configuration was found, 2 for bad input, 3 when every trial failed.
     """
-    from autotune.study.loop import Study
+    from autotune.study.study import Study
     from autotune.study.options import StudyOptions
 
     progress = _StudyDisplay(live=not json_out and err.is_terminal)
@@ -220,8 +220,8 @@ def best(
 ) -> None:
     """Print the best configuration of a stored study, or of a daemon's job (json, env lines, or the
     compiler flags)."""
-    from autotune.study.results import best_config
-    from autotune.study.storage import load_study
+    from autotune.results.best import best_config
+    from autotune.storage.optuna_storage import load_study
 
     if format not in ("json", "env", "flags"):
         raise InvalidConfigError(f"--format {format!r}: choose json, env or flags")
@@ -248,8 +248,10 @@ def show(
     json_out: bool = typer.Option(False, "--json", help="Print the trials as JSON."),
 ) -> None:
     """Show every trial of a stored study: values, speedups, failures with category and log tail."""
-    from autotune.study.results import baseline_value, best_config, maximizes, objective_names, study_summaries
-    from autotune.study.storage import load_study
+    from autotune.results.standings import baseline_value, maximizes, objective_names
+    from autotune.results.best import best_config
+    from autotune.results.summaries import study_summaries
+    from autotune.storage.optuna_storage import load_study
 
     st = load_study(study, storage)
     trials = study_summaries(st)

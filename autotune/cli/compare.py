@@ -29,7 +29,7 @@ def compare(
     """Compare the best configuration of studies measured on different instance types: throughput of
     the whole instance (samples/s), latency (ms), the price of an hour and where it came from, US
     dollars per 1M samples, and each row's ratios to the first row."""
-    from autotune.study.comparison import compare as compare_studies, comparison_csv
+    from autotune.results.comparison import compare as compare_studies, comparison_csv
 
     if json_out and csv_out:
         raise InvalidConfigError("--json and --csv: choose one")

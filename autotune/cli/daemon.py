@@ -63,7 +63,8 @@ def serve(
     for package in ("fastapi", "uvicorn"):
         require(package, "autotune serve", "serve")
     from autotune.daemon.listening import check_exposure, default_token_file, ensure_token_file
-    from autotune.daemon.server import DaemonConfig, serve as run_server
+    from autotune.daemon.service import DaemonConfig
+    from autotune.daemon.server import serve as run_server
     from autotune.units import parse_size
 
     if no_token and token_file is not None:
@@ -82,7 +83,7 @@ def serve(
 
 def _run_options(config: JobConfig) -> tuple[Any, Path | None]:
     """The job's :class:`RunOptions`, and the search-space file whose text travels in it."""
-    from autotune.daemon.records import RunOptions
+    from autotune.daemon.messages import RunOptions
     from autotune.provenance import caller_env
 
     values = dict(config)
@@ -105,7 +106,7 @@ def _job_spec(client: Any, script: Path, args: list[str], run: Any, *, no_upload
               directory: Path | None) -> Any:
     """The job as the daemon receives it; uploads the snapshot unless the script is on shared storage."""
     from autotune.daemon.archive import make_snapshot
-    from autotune.daemon.records import JobSpec
+    from autotune.daemon.messages import JobSpec
     from autotune.trial import check_script
 
     script = check_script(script)
@@ -312,7 +313,7 @@ def ensure(
     tunes if needed, then runs the job with every knob applied and exits with its code.
     """
     from autotune.daemon.ensure import EnsureFailed, EnsureResult, ensure_local, write_best
-    from autotune.study.production import check_command, run_production, script_arguments
+    from autotune.afterwards.production import check_command, run_production, script_arguments
 
     command: list[str] = []
     if exec_:

@@ -18,7 +18,7 @@ import threading
 from pathlib import Path
 
 from autotune.atomic_file import write_atomic
-from autotune.daemon.runner import STORAGE_FD_ENV, read_storage_pipe
+from autotune.daemon.job_files import STORAGE_FD_ENV, read_storage_pipe
 
 
 def main() -> None:

@@ -47,7 +47,7 @@ def minimize(
     from autotune.cache import environment_of, model_of, open_cache, result_key
     from autotune.provenance import caller_env, provenance
     from autotune.records import PROTOCOL_VERSION, Failure, FailureCategory, TrialPlan, TrialResult
-    from autotune.study.minimal_failure import first_line, reduce_failure, write_bug_report
+    from autotune.afterwards.minimal_failure import first_line, reduce_failure, write_bug_report
     from autotune.targets import resolve_target
     from autotune.trial import check_script, load_trial_space, prepare_trial, run_prepared
     from autotune.units import parse_size
@@ -129,7 +129,7 @@ def minimize(
 def _said(name: str, result: Any, how: str, quiet: bool) -> None:
     if quiet:
         return
-    from autotune.study.minimal_failure import first_line
+    from autotune.afterwards.minimal_failure import first_line
 
     what = "ok" if result.ok else f"{result.failure.category.value}: {first_line(result.failure.reason)[:100]}"
     err.print(f"  {name}: {what} ({how})", highlight=False)
@@ -139,9 +139,9 @@ def _stored_failure(study: str, number: int, storage: str | None) -> tuple[Any, 
     """A failed trial of a stored study: its script, arguments, target, space, the script's flags
     and the trial's result."""
     from autotune.records import TrialResult
-    from autotune.study.storage import load_study
+    from autotune.storage.optuna_storage import load_study
     from autotune.trial import check_script
-    from autotune.trial_attrs import StudyAttrs, TrialAttrs
+    from autotune.storage.attrs import StudyAttrs, TrialAttrs
 
     st = load_study(study, storage)
     found = next((t for t in st.get_trials(deepcopy=False) if t.number == number), None)

@@ -21,7 +21,7 @@ import typer
 from autotune.config import DIRECTIONS, SAMPLERS, JobConfig, option_flag
 from autotune.errors import require
 from autotune.objectives import BUILT_IN
-from autotune.study.database import STORAGE_ENV
+from autotune.storage.database import STORAGE_ENV
 from autotune.targets import TARGETS
 from autotune.trial import parse_sets
 

@@ -34,8 +34,8 @@ def report(
     several objectives, the instance and machine time, and the best configuration's best.env lines.
     """
     from autotune.report import write_report
-    from autotune.study.options import DEFAULT_DIR
-    from autotune.study.storage import load_study
+    from autotune.storage.database import DEFAULT_DIR
+    from autotune.storage.optuna_storage import load_study
 
     paths = write_report(load_study(study, storage), study, out or DEFAULT_DIR / study, tuple(formats or ()))
     if json_out:
@@ -61,9 +61,9 @@ def dashboard(
 
     from autotune.daemon.listening import is_loopback
     from autotune.report import require
-    from autotune.study.database import redacted
-    from autotune.study.options import default_storage
-    from autotune.study.storage import open_existing_storage
+    from autotune.storage.database import redacted
+    from autotune.storage.database import default_storage
+    from autotune.storage.optuna_storage import open_existing_storage
 
     require("optuna_dashboard", "autotune dashboard")
     url = storage or default_storage()

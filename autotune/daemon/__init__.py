@@ -6,6 +6,6 @@ database as the studies (:mod:`.jobs`), each job is an ``autotune run`` process 
 and a job's code arrives as a checked snapshot (:mod:`.archive`).
 """
 
-from autotune.daemon.records import EnsureReply, JobInfo, JobSpec, JobState, RunOptions
+from autotune.daemon.messages import EnsureReply, JobInfo, JobSpec, JobState, RunOptions
 
 __all__ = ["EnsureReply", "JobInfo", "JobSpec", "JobState", "RunOptions"]

@@ -11,9 +11,9 @@ from urllib.parse import urlsplit
 import httpx
 
 from autotune.daemon.listening import default_token_file, is_loopback, read_token_file
-from autotune.daemon.records import DaemonHealth, EnsureReply, JobInfo, JobSpec, UploadInfo
+from autotune.daemon.messages import DaemonHealth, EnsureReply, JobInfo, JobSpec, UploadInfo
 from autotune.errors import AutotuneError
-from autotune.study.outputs import BestConfig
+from autotune.results.outputs import BestConfig
 
 
 class DaemonError(AutotuneError):

@@ -21,12 +21,12 @@ from typing import Any, Callable, Literal
 
 from pydantic import BaseModel
 
-from autotune.daemon.records import RunOptions
+from autotune.daemon.messages import RunOptions
 from autotune.errors import AutotuneError
 from autotune.atomic_file import write_atomic
-from autotune.study.outputs import BestConfig
-from autotune.study.database import sqlite_path
-from autotune.study.storage import open_storage
+from autotune.results.outputs import BestConfig
+from autotune.storage.database import sqlite_path
+from autotune.storage.optuna_storage import open_storage
 
 
 class EnsureResult(BaseModel):
@@ -91,8 +91,8 @@ def stored_best(storage: Any, study_name: str, trials: int) -> BestConfig | None
     """
     import optuna
 
-    from autotune.study.results import best_config
-    from autotune.trial_attrs import TrialAttrs
+    from autotune.results.best import best_config
+    from autotune.storage.attrs import TrialAttrs
 
     try:
         study = optuna.load_study(study_name=study_name, storage=storage)
@@ -128,8 +128,8 @@ def ensure_local(script: Path, args: list[str], run: RunOptions, *, out: Path, s
     """Answer from the local storage, or tune here; returns the result and the exit code.
 
     ``space_file`` is the search-space file whose text is ``run.space_yaml``, if any."""
-    from autotune.study.loop import tune
-    from autotune.study.options import default_storage
+    from autotune.study.study import tune
+    from autotune.storage.database import default_storage
     from autotune.targets import resolve_target
     from autotune.trial import check_script
 

@@ -7,12 +7,12 @@ writes while it lives (see :mod:`autotune.daemon.runner`). Every state change is
 
 One daemon per database: a daemon holds the row of ``autotune_daemon`` (:class:`DaemonLease`),
 with its host, pid and a heartbeat, while it runs. A host is named by
-:func:`autotune.host.host_identity`, not by its host name alone, which two containers can share
+:func:`autotune.machine.host.host_identity`, not by its host name alone, which two containers can share
 without seeing each other's processes. A second daemon on the same database refuses
 to start while the first lives (a process on this host, or a heartbeat less than
 ``LEASE_STALE_S`` old from another), so that no two daemons start, adopt or resume the same jobs.
 
-A database that restarts is waited for (:mod:`autotune.study.reconnecting`): the queue's calls
+A database that restarts is waited for (:mod:`autotune.storage.reconnecting`): the queue's calls
 pause until it answers again, and the lease's heartbeat tries again at its next beat.
 """
 
@@ -28,12 +28,12 @@ import sqlalchemy as sa
 from sqlalchemy import event
 from sqlalchemy.exc import IntegrityError, SQLAlchemyError
 
-from autotune.daemon.records import EXIT_CANCELLED, JobSpec, JobState
+from autotune.daemon.messages import EXIT_CANCELLED, JobSpec, JobState
 from autotune.errors import AutotuneError
-from autotune.host import host_identity
-from autotune.study.database import connect_args, engine_url, redacted
-from autotune.study.reconnecting import Outages, waits_for_database
-from autotune.study.storage import create_schema
+from autotune.machine.host import host_identity
+from autotune.storage.database import connect_args, engine_url, redacted
+from autotune.storage.reconnecting import Outages, waits_for_database
+from autotune.storage.optuna_storage import create_schema
 
 _metadata = sa.MetaData()
 
@@ -115,7 +115,7 @@ class JobStore:
 
     def __init__(self, url: str) -> None:
         self.url = url
-        #: Its calls wait for a database that restarts (:mod:`autotune.study.reconnecting`).
+        #: Its calls wait for a database that restarts (:mod:`autotune.storage.reconnecting`).
         self.outages = Outages(url)
         try:
             self.engine = sa.create_engine(engine_url(url), future=True, pool_pre_ping=True,

@@ -11,7 +11,7 @@ import html
 import time
 from pathlib import Path
 
-from autotune.daemon.records import JobInfo, JobState
+from autotune.daemon.messages import JobInfo, JobState
 from autotune.rendering import fmt_seconds, format_value
 
 #: Seconds between two refreshes of the page while a job is queued or running.

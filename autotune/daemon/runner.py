@@ -24,29 +24,26 @@ from __future__ import annotations
 import os
 import signal
 import subprocess
-import sys
 import threading
 import time
 from dataclasses import dataclass
 from pathlib import Path
-from typing import IO, Callable
+from typing import Callable
 
 import psutil
 
+from autotune.daemon.job_files import ATTEMPT_LINE, DaemonSettings, JobFiles, job_argv, job_workdir, start_job_process
 from autotune.daemon.jobs import JOB_STALE_S, JobRecord, JobStore
-from autotune.daemon.records import EXIT_CANCELLED, JobState
+from autotune.daemon.messages import EXIT_CANCELLED, JobState
 from autotune.errors import AutotuneError
-from autotune.execution.scheduler import attempt_folder, cpu_trial_slots, last_attempt
-from autotune.host import host_identity
+from autotune.execution.scheduler import cpu_trial_slots
+from autotune.machine.host import host_identity
 from autotune.log_tail import log_tail
 from autotune.process_tree import kill_tree
-from autotune.study.database import STORAGE_ENV
 from autotune.targets import DEVICE_RESOURCES, detect_target, get_target
 
 #: Attempts of a job whose process dies (killed, out of memory, machine lost) before it is failed.
 MAX_ATTEMPTS = 3
-#: The variable that tells a job which inherited file descriptor holds its storage URL.
-STORAGE_FD_ENV = "AUTOTUNE_JOB_STORAGE_FD"
 #: How long a cancelled job gets to stop its trials and Ray itself before everything is killed.
 CANCEL_GRACE_S = 10.0
 TICK_S = 0.5
@@ -126,88 +123,6 @@ class Slots:
 
 
 # -- a job's files and command line ---------------------------------------------------------------
-
-@dataclass(frozen=True)
-class JobFiles:
-    """The layout of one job's directory."""
-
-    root: Path
-
-    @property
-    def src(self) -> Path:  # the uploaded snapshot; the job's working directory
-        return self.root / "src"
-
-    @property
-    def out(self) -> Path:  # autotune run --out: best.json, best.env, trials.csv, trials/NNNN/
-        return self.root / "out"
-
-    @property
-    def space(self) -> Path:
-        return self.root / "space.yaml"
-
-    @property
-    def log(self) -> Path:  # the job's stderr, and the daemon's lines about it
-        return self.root / "job.log"
-
-    @property
-    def result(self) -> Path:  # the job's stdout: the study's result as JSON
-        return self.root / "result.json"
-
-    @property
-    def exit_code(self) -> Path:
-        return self.root / "exit_code"
-
-    def trial_log(self, number: int, attempt: int | None = None) -> Path:
-        """Trial ``number``'s log: of its ``attempt`` (1 is the first; a trial whose worker was
-        lost runs again), by default of its last."""
-        folder = self.out / "trials" / f"{number:04d}"
-        return attempt_folder(folder, attempt or last_attempt(folder)) / "trial.log"
-
-    def read_exit_code(self) -> int | None:
-        try:
-            return int(self.exit_code.read_text().strip())
-        except (OSError, ValueError):
-            return None
-
-
-@dataclass(frozen=True)
-class DaemonSettings:
-    """What every job of a daemon shares."""
-
-    storage: str
-    cache: Path
-    jobs_dir: Path
-    ray_address: str | None = None
-
-
-def job_workdir(job: JobRecord, files: JobFiles) -> tuple[Path, Path]:
-    """(script, working directory) of a job: inside its snapshot, or on shared storage."""
-    if job.spec.upload:
-        return files.src / job.spec.script, files.src
-    script = Path(job.spec.script)
-    return script, script.parent
-
-
-def job_argv(job: JobRecord, settings: DaemonSettings, workers: int) -> list[str]:
-    """The job's command line, one argv element per value (``--key=value`` so that no value can
-    be read as an option of its own); never a shell string. Without ``--storage``: the job reads
-    its storage from the pipe :data:`STORAGE_FD_ENV` names."""
-    files = JobFiles(Path(job.directory))
-    r = job.spec.run
-    script, _ = job_workdir(job, files)
-    argv = [sys.executable, "-m", "autotune.cli.job_process", str(files.exit_code),
-            "run", str(script), f"--study={job.study}", f"--cache={settings.cache}", f"--out={files.out}",
-            f"--workers={workers}", "--json",
-            *r.argv(skip=("study", "workers", "space", "fresh"))]
-    if settings.ray_address:
-        argv.append(f"--ray-address={settings.ray_address}")
-    if r.space_yaml is not None:
-        argv.append(f"--space={files.space}")
-    elif r.space:
-        argv.append(f"--space={r.space}")
-    if r.fresh and job.attempts <= 1:  # a resumed job continues the study its first attempt began
-        argv.append("--fresh")
-    return [*argv, "--", *job.spec.args]
 
 
 # -- the processes ----------------------------------------------------------------------------
@@ -383,7 +298,7 @@ class JobRunner:
         try:
             with open(files.log, "ab") as log, open(files.result, "wb") as result:
                 shown = ["run", f"--storage={self.store.redacted_url}", *argv[5:]]
-                log.write(f"[{_now()}] {_ATTEMPT.format(job.attempts)}{workers} worker(s): "
+                log.write(f"[{_now()}] {ATTEMPT_LINE.format(job.attempts)}{workers} worker(s): "
                           f"autotune {' '.join(shown)}\n".encode())
                 log.flush()
                 popen = start_job_process(argv, self.settings.storage, job.id, cwd=workdir, stdout=result, stderr=log)
@@ -430,47 +345,6 @@ class JobRunner:
                 fh.write(f"[{_now()}] autotune serve: {line}\n")
         except OSError:
             pass
-
-
-def start_job_process(argv: list[str], storage: str, job_id: str, *, cwd: Path, stdout: IO[bytes],
-                      stderr: IO[bytes]) -> subprocess.Popen[bytes]:
-    """Start a job's process (``argv``: :func:`job_argv`) in a session of its own. Its storage URL
-    goes through a pipe it inherits: the reading end of a pipe that holds ``storage`` and is
-    closed for writing, so that the job reads it once and nothing of it stays on disk."""
-    read, write = os.pipe()
-    try:
-        os.write(write, storage.encode())  # far below a pipe's buffer: it never blocks
-    finally:
-        os.close(write)
-    # Not the daemon's own AUTOTUNE_STORAGE either: Ray and the trials would inherit it.
-    env = {**{k: v for k, v in os.environ.items() if k != STORAGE_ENV}, "AUTOTUNE_JOB_ID": job_id,
-           STORAGE_FD_ENV: str(read), "PYTHONUNBUFFERED": "1"}
-    try:
-        return subprocess.Popen(argv, cwd=cwd, env=env, stdin=subprocess.DEVNULL, stdout=stdout, stderr=stderr,
-                                start_new_session=True, close_fds=True, pass_fds=(read,))
-    finally:
-        os.close(read)
-
-
-def read_storage_pipe(fd: int) -> str:
-    """The storage URL :func:`start_job_process` gave the job, read by the job."""
-    with os.fdopen(fd, "rb") as pipe:
-        return pipe.read().decode()
-
-
-#: The line of a job's log that opens each attempt (the job queued again after its process died).
-_ATTEMPT = "autotune serve: attempt {}, "
-
-
-def attempt_lines(log: str, attempt: int) -> str | None:
-    """The lines of a job's log that its ``attempt`` wrote (from the line that opens it to the one
-    that opens the next); ``None`` if it never started."""
-    lines = log.splitlines(keepends=True)
-    opens = [i for i, line in enumerate(lines) if _ATTEMPT.format(attempt) in line]
-    if not opens:
-        return None
-    ends = [i for i, line in enumerate(lines) if _ATTEMPT.format(attempt + 1) in line]
-    return "".join(lines[opens[0]:ends[0] if ends else len(lines)])
 
 
 def _now() -> str:

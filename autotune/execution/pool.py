@@ -20,7 +20,7 @@ Finished = tuple[Hashable, "str | None", "str | None"]
 
 class TrialPool(Protocol):
     """What the study's loop needs of the place its trials run: Ray workers (:class:`LazyPool`), a
-    compile stage in front of them (:class:`autotune.study.compile_stage.CompileAhead`) or a replay
+    compile stage in front of them (:class:`autotune.execution.compile_stage.CompileAhead`) or a replay
     of a recorded landscape (:class:`autotune.landscapes.replay.ReplayPool`)."""
 
     @property

@@ -1,7 +1,7 @@
 """Replay: run a study against a recorded landscape instead of real trials.
 
 Kernel Tuner's simulation runner, for this project: :class:`ReplayPool` is a
-:class:`autotune.execution.pool.TrialPool`, so the real driver (:class:`autotune.study.loop.Study`,
+:class:`autotune.execution.pool.TrialPool`, so the real driver (:class:`autotune.study.study.Study`,
 given a pool factory), its sampler and its duplicate handling run unchanged; only the trials are
 answered from the recording. Each
 configuration gets the :class:`~autotune.records.TrialResult` the recording measured (same
@@ -231,7 +231,7 @@ class ReplayPool:
 def replay_study(landscape: Landscape | str | Path, *, trials: int | None = None, workdir: str | Path | None = None,
                  workers: int = 1, exhaustive: bool = False, noise_seed: int | None = None,
                  **options: Any) -> tuple[StudyResult, ReplayPool]:
-    """Run :class:`autotune.study.loop.Study` (the real driver) on ``landscape``; returns its result and the pool.
+    """Run :class:`autotune.study.study.Study` (the real driver) on ``landscape``; returns its result and the pool.
 
     The study's storage, outputs and cache go under ``workdir`` (a temporary folder by default),
     so nothing measured elsewhere is reused. ``trials`` defaults to the landscape's size;
@@ -239,7 +239,7 @@ def replay_study(landscape: Landscape | str | Path, *, trials: int | None = None
     is enqueued in file order (as the space's known-good list), a grid through the real driver.
     ``noise_seed``: measurements are drawn with the landscape's noise (:class:`ReplayPool`).
     """
-    from autotune.study.loop import Study
+    from autotune.study.study import Study
     from autotune.study.options import StudyOptions
 
     land = landscape if isinstance(landscape, Landscape) else load_landscape(landscape)

@@ -93,7 +93,7 @@ class Runs:
     def mean(self) -> float:
         """The mean over the runs, each weighed by the seconds it measured where every run's are
         known: for a throughput, all their samples over all their seconds, as the processes of one
-        run are added up (:mod:`autotune.workers.pooling`). A run of 3 s counts for a third of
+        run are added up (:mod:`autotune.workers.run_parts`). A run of 3 s counts for a third of
         one of 9 s."""
         if self.n == 1:
             return self.values[0]  # v x s / s can be one unit in the last place off v

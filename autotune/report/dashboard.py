@@ -1,7 +1,7 @@
 """What makes an autotune study read well in optuna-dashboard.
 
 optuna-dashboard shows a trial's user attributes as they are stored: autotune's keys
-(:mod:`autotune.trial_attrs`) are a storage format, and its ``result`` is a JSON record. So each
+(:mod:`autotune.storage.attrs`) are a storage format, and its ``result`` is a JSON record. So each
 trial also gets a note (optuna-dashboard's Markdown notes, kept in the study's system attributes)
 saying in words what the trial measured or why it failed, with its log tail; the best trial's
 note holds the ``best.env`` lines; the study's note summarises it; and the objective is named with
@@ -18,8 +18,8 @@ from autotune.rendering import format_value
 from autotune.report.data import StudyReport, study_report
 from autotune.report.figures import value_axis
 from autotune.report.write import require
-from autotune.study.outputs import TrialSummary
-from autotune.trial_attrs import StudyAttrs
+from autotune.results.outputs import TrialSummary
+from autotune.storage.attrs import StudyAttrs
 
 
 def trial_note(report: StudyReport, t: TrialSummary) -> str:

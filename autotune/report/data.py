@@ -1,7 +1,7 @@
 """What a report shows, read once from the stored study.
 
 Every figure and table of the report is drawn from a :class:`StudyReport`, and its trials are the
-very :class:`~autotune.study.outputs.TrialSummary` records that ``autotune show --json`` prints:
+very :class:`~autotune.results.outputs.TrialSummary` records that ``autotune show --json`` prints:
 the report cannot show a number that the stored trials do not hold.
 """
 
@@ -12,9 +12,11 @@ from typing import Any
 
 from pydantic import BaseModel, Field
 
-from autotune.study.outputs import BestConfig, TrialSummary
-from autotune.study.results import baseline_value, best_config, pareto_front, study_summaries
-from autotune.trial_attrs import StudyAttrs
+from autotune.results.outputs import BestConfig, TrialSummary
+from autotune.results.standings import baseline_value, pareto_front
+from autotune.results.best import best_config
+from autotune.results.summaries import study_summaries
+from autotune.storage.attrs import StudyAttrs
 
 
 class StudyReport(BaseModel):
@@ -84,7 +86,7 @@ class StudyReport(BaseModel):
 
 
 def study_report(study: Any, name: str) -> StudyReport:
-    """The report of an Optuna study that autotune stored (:func:`autotune.study.storage.load_study`)."""
+    """The report of an Optuna study that autotune stored (:func:`autotune.storage.optuna_storage.load_study`)."""
     attrs = StudyAttrs.of(study)
     directions = [d.name.lower() for d in study.directions]
     trials = study_summaries(study)

@@ -14,8 +14,8 @@ from typing import Any
 from autotune.objectives import objective
 from autotune.records import FailureCategory as C
 from autotune.report.data import StudyReport
-from autotune.study.outputs import TrialSummary
-from autotune.trial_attrs import StudyAttrs
+from autotune.results.outputs import TrialSummary
+from autotune.storage.attrs import StudyAttrs
 
 #: Failure categories get one marker colour each, always the same (a crash is red in every report).
 CATEGORY_COLOURS: dict[C, str] = {

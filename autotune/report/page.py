@@ -14,7 +14,7 @@ from typing import Any
 
 from autotune.rendering import fmt_flops, format_value, fmt_seconds, utilisation_line
 from autotune.report.data import StudyReport
-from autotune.study.outputs import TrialSummary
+from autotune.results.outputs import TrialSummary
 
 #: The sections of a report, by their element id, in page order. A test checks that each renders.
 SECTIONS = {

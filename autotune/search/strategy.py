@@ -41,7 +41,7 @@ from autotune.space import (
     compile_key,
     config_key,
 )
-from autotune.trial_attrs import TrialAttrs
+from autotune.storage.attrs import TrialAttrs
 
 #: Enumerate the space when it has at most this many configurations; sample it when larger.
 MAX_ENUMERATED = 20000
@@ -221,7 +221,7 @@ class AutotuneSampler(BaseSampler):
         yet, the largest expected improvement of the objective's log (0.05: about 5%) times the
         chance the configuration runs. 0 when none is left; None before two trials ran, or on a
         space with ranges (searched by TPE). The end of a study reports it
-        (:mod:`autotune.study.outlook`)."""
+        (:mod:`autotune.results.outlook`)."""
         import optuna
 
         if not self.categorical:

@@ -3,7 +3,7 @@
 What a study spends is the machine time its trials and compile jobs took: each one's wall seconds
 (a trial's include its own compile; a compile job's are its :class:`~autotune.records.CompileStage`)
 times the share of the instance it held, the same share a cost figure uses
-(:func:`autotune.pricing.trial_rate`: a trial that holds 1 of an inf2.xlarge's 2 NeuronCores uses
+(:func:`autotune.machine.pricing.trial_rate`: a trial that holds 1 of an inf2.xlarge's 2 NeuronCores uses
 half of it; a CPU or GPU trial the whole machine). Results remembered from an earlier run and
 configurations answered by an earlier trial cost nothing. The hours are instance-hours, and the
 dollars those hours at the study's price.
@@ -23,9 +23,9 @@ from typing import TYPE_CHECKING
 from pydantic import BaseModel
 
 from autotune.errors import PricingError
-from autotune.pricing import Price, instance_rate
+from autotune.machine.pricing import Price, instance_rate
 from autotune.records import TrialResult
-from autotune.trial_attrs import StudyAttrs, TrialAttrs
+from autotune.storage.attrs import StudyAttrs, TrialAttrs
 
 if TYPE_CHECKING:
     import optuna

@@ -4,9 +4,9 @@ of the study is written, so an option that needs a price it lacks leaves nothing
 
 from __future__ import annotations
 
-from autotune.host import instance_type
+from autotune.machine.host import instance_type
 from autotune.objectives import Constraint, Objective
-from autotune.pricing import check_instance_type, resolve_price, trial_rate
+from autotune.machine.pricing import check_instance_type, resolve_price, trial_rate
 from autotune.study.budget import Budget
 from autotune.study.options import StudyOptions
 from autotune.targets import Target

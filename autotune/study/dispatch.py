@@ -21,12 +21,13 @@ from autotune.measurement.noise import RUN_SECONDS, spread_text
 from autotune.records import MeasurementProtocol, TrialPlan, TrialResult
 from autotune.search.samplers import suggest
 from autotune.space import config_key
-from autotune.study import pruning
-from autotune.study.claims import Claims, over_budget
-from autotune.study.record import TrialRecorder
+from autotune.repeats import pruning
+from autotune.storage.claims import Claims, over_budget
+from autotune.study.tell import TrialRecorder
 from autotune.study.requests import TrialRequests
-from autotune.study.results import noise_figure, noise_of, standings
-from autotune.trial_attrs import TrialAttrs, write
+from autotune.results.best import noise_figure
+from autotune.results.standings import noise_of, standings
+from autotune.storage.attrs import TrialAttrs, write
 
 if TYPE_CHECKING:
     import optuna

@@ -1,339 +1,228 @@
-"""The study: Optuna proposes configurations, a pool of workers measures them.
+"""The study's ask-tell loop, the only one: ask Optuna for a trial, dispatch it (:mod:`.dispatch`),
+wait on the pool, tell each outcome (:mod:`.record`), until the study holds its trials, its time or
+budget runs out, or its sampler only proposes configurations measured already.
 
-The driver alone talks to the Optuna storage (ask/tell). Trial 0 is the baseline (every parameter
-at its default, usually the script's own behaviour), then the space's known-good configurations,
-then the sampler's proposals. A configuration already measured in the study (compared in canonical
-form) is not run again: Optuna is told the earlier result.
-
-``--trials N`` is the number of measured trials the study should hold: running the same study
-again continues it up to N, and a study that already has N runs nothing. Trials left running by a
-driver that was killed stop sending heartbeats; once stale they are marked failed and their
-configurations are queued again (Optuna's ``RetryFailedTrialCallback``).
-
-With ``confirm=K`` the K best configurations are measured once more at the end, unpruned, and
-the best is chosen on the mean of each one's measurements: one lucky measurement does not make
-the best. A re-measurement is a trial of its own (``confirms`` names the trial it measures
-again); it does not count towards ``--trials`` and the sampler does not learn from it.
-
-:class:`Study` sets a study up and owns what it found; the ask-tell loop is :mod:`.measure`, a
-proposal's way to a worker :mod:`.dispatch`, what Optuna is told :mod:`.record`. The same class
-runs a replay or a benchmark: a pool factory answers trials from a recording, and a study kept in
-Optuna's in-memory storage writes nothing.
+The pool may be Ray workers, a compile stage in front of them, a replay of a recorded landscape or
+a test's: the loop is the same (:class:`autotune.execution.pool.TrialPool`).
 """
 
 from __future__ import annotations
 
-import os
-import warnings
-from collections.abc import Callable
-from pathlib import Path
+import math
+import time
+from collections.abc import Callable, Hashable
 from typing import TYPE_CHECKING, Any
 
-from autotune.disk_space import no_space_reason, on_no_space
 from autotune.execution.pool import TrialPool
-from autotune.objectives import Constraint, objective
-from autotune.records import TrialResult
-from autotune.search.samplers import make_sampler
+from autotune.records import MeasurementProtocol, TrialRequest, TrialResult
+from autotune.search.configurations import enumerate_space, grid_size
 from autotune.space import SearchSpace, config_key
-from autotune.space.processes import most_processes, with_processes
-from autotune.study.claims import Claims
-from autotune.study.costing import StudyCost
-from autotune.study.database import sqlite_path
-from autotune.study.dispatch import Dispatch
-from autotune.study.kept_noise import KeptNoise
-from autotune.study.measure import AskTell
-from autotune.study.opening import Identity, open_tuning_study
-from autotune.study.racing import Racing, prior
-from autotune.study.ray_pools import RayPools
-from autotune.study.options import DEFAULT_DIR, StudyOptions, StudyProgress, StudyResult, default_storage, \
-    default_study_name
-from autotune.study.outputs import check_writable, write_outputs
-from autotune.study.record import TrialRecorder
-from autotune.study.requests import TrialRequests
-from autotune.study.results import baseline_value, best_config, maximizes, study_result, \
-    study_summaries, update_progress
-from autotune.study.storage import Heartbeats, open_storage
-from autotune.study.starting import enqueue_starting_points, warm_start
-from autotune.study.warm_start import WarmStart, earlier_studies
-from autotune.targets import Target, resolve_target
-from autotune.trial import check_script, load_trial_space, validate_for
-from autotune.trial_attrs import TrialAttrs, write
-from autotune.units import parse_size
+from autotune.repeats import pruning
+from autotune.study.budget import Budget
+from autotune.study.dispatch import Dispatch, Outcome
+from autotune.study.options import StudyOptions
+from autotune.repeats.racing import CONFIRM, RACE, Racing, Repeat
+from autotune.results.ranking import trial_key
+from autotune.results.standings import maximizes, noise_of, ranked_trials, standings, trial_counts
+from autotune.storage.optuna_storage import HEARTBEAT_S, Heartbeats
+from autotune.storage.attrs import TrialAttrs
 
 if TYPE_CHECKING:
     import optuna
 
-#: Makes the pool a study runs its trials on, given the study (once it is open).
-PoolFactory = Callable[["Study"], TrialPool]
+#: Proposals in a row answered without a run (measured before, invalid) after which the sampler
+#: is taken to have nothing new to propose.
+MAX_DUPLICATES = 50
 
 
-def tune(script: str | Path, *args: str, **options: Any) -> StudyResult:
-    """Tune ``script`` from Python; the keyword arguments are the options of
-    :class:`autotune.config.RunConfig` (and :class:`StudyOptions`).
+class AskTell:
+    """The loop of one study on one pool. ``beats``: heartbeats for the trials in flight (``None``
+    for a study no other driver can see); ``on_progress(running)`` after each round."""
 
-    >>> result = autotune.tune("train.py", trials=50, target="xla")   # doctest: +SKIP
-    >>> result.best.env["NEURON_CC_FLAGS"]                              # doctest: +SKIP
-    """
-    return Study(StudyOptions.checked(script=script, args=list(args), **options)).run()
-
-
-def _quiet_optuna() -> None:
-    """Optuna's logging, less what a driver that runs ask/tell by itself would only be warned of."""
-    import optuna
-
-    optuna.logging.set_verbosity(optuna.logging.WARNING)
-    warnings.filterwarnings("ignore", category=optuna.exceptions.ExperimentalWarning)
-    # The driver beats for its in-flight trials itself (ask/tell has no optimize loop).
-    warnings.filterwarnings("ignore", message="Heartbeat of storage is supposed to be used with Study.optimize")
-
-
-class Study:
-    """A study of ``options.script``, on Ray workers, or on the pool ``pools`` makes (a replay of a
-    recorded landscape, a test's).
-
-    ``in_memory``: the study is kept in this Optuna storage instead of ``options.storage`` and
-    writes nothing (no output files, no results kept in the cache root, no claims or heartbeats:
-    no other driver can see it); ``space``, ``sampler`` and ``starting_points`` then stand in for
-    the space file, ``options.sampler`` and the baseline with the space's known-good configurations.
-    """
-
-    def __init__(self, options: StudyOptions, pools: PoolFactory | None = None, *,
-                 in_memory: optuna.storages.InMemoryStorage | None = None, space: SearchSpace | None = None,
-                 sampler: optuna.samplers.BaseSampler | None = None,
-                 starting_points: list[dict[str, Any]] | None = None) -> None:
+    def __init__(self, study: optuna.Study, dispatch: Dispatch, budget: Budget, options: StudyOptions, *,
+                 beats: Heartbeats | None, on_progress: Callable[[int], None], racing: Racing | None = None) -> None:
+        self.study = study
+        #: What the study measures again between its trials (:mod:`.racing`); ``None``: nothing.
+        self.racing = racing
+        #: Race re-measurements told so far (read from the study once, then counted as told).
+        self._raced: int | None = None
+        self.dispatch = dispatch
+        self.told = dispatch.told
+        self.budget = budget
         self.o = options
-        self.pools = pools
-        self.in_memory = in_memory
-        self.given_sampler = sampler
-        self.starting_points = starting_points
-        self.script = check_script(options.script)
-        self.target: Target = resolve_target(options.target, self.script, options.gpus_per_trial)
-        loaded = space or load_trial_space(self.target, options.space, options.platform)
-        base_space, sets = with_processes(loaded.with_flags(options.script_flags()), options.sets,
-                                          options.nproc_per_node)
-        validate_for(self.target, base_space, {k: v for k, v in sets.items() if k not in base_space.parameters})
-        self.processes = most_processes(base_space)
-        self.target.check_processes(self.processes, options.cores_per_trial)
-        self.name = options.study or default_study_name(self.script, self.target.name, options.nproc_per_node)
-        self.out = Path(options.out) if options.out else DEFAULT_DIR / self.name
-        self.storage_url = "in-memory" if in_memory is not None else options.storage or default_storage()
-        if in_memory is None:
-            check_writable(self.out)
-            database = sqlite_path(self.storage_url)
-            if database is not None:
-                check_writable(database.parent)
-        self.notes: list[str] = []
-        self.objectives = [objective(name, options.direction) for name in options.objectives()]
-        self.constraints = [Constraint.parse(text) for text in options.constraint]
-        self.cost = StudyCost(self.target, options, self.objectives, self.constraints)
-        from autotune.cache import open_cache
+        self.beats = beats
+        self.on_progress = on_progress
+        self.deadline = time.monotonic() + options.timeout if options.timeout else math.inf
+        #: Every configuration of the space has been measured (the study ended before ``--trials``).
+        self.exhausted = False
+        #: Why the study asks for no more trials although it has fewer than ``--trials``: a trial
+        #: showed that the script cannot run here as it is (its data is missing, the disk is full),
+        #: whatever the configuration.
+        self.stopped: str | None = None
+        #: The configurations of the space, while it stays small and all-categorical.
+        self._grid: tuple[SearchSpace, set[str]] | None = None
 
-        self.cache = open_cache(options.cache) if in_memory is None else None
-        from autotune.provenance import caller_env, provenance
+    def stop(self, why: str) -> None:
+        """Ask for no more trials: every configuration would fail the same way (``why``: the data
+        is missing, the disk is full). Said once, whatever stops the study first."""
+        if self.stopped:
+            return
+        self.stopped = why
+        self.told.notes.append(f"{why}. Every configuration would fail the same way, so the study asks for no more "
+                               "trials; once that is put right, the same command continues it")
 
-        #: Where it measures, and the parts of that which key remembered results (and the study).
-        self.provenance: dict[str, Any] = provenance(self.target, self.script, options.args,
-                                                     instance_type=self.cost.instance_type,
-                                                     env=caller_env(self.target, options.trial_env()))
-        #: What a trial gets: its plan in the caller's environment (the variables the target reads,
-        #: the user's PJRT_DEVICE or XLA_FLAGS, and those given with --env travel with each trial
-        #: and key its result), the script, the protocol.
-        self.requests = TrialRequests(
-            self.target, base_space.restrict(sets), self.script, options,
-            environ={**os.environ, **options.trial_env()}, caller_env=caller_env(self.target, options.trial_env()),
-            cache_root=self.cache.path if self.cache is not None else None,
-            memory_limit=parse_size(options.memory_limit) if options.memory_limit else None,
-            provenance=self.provenance)
-        _quiet_optuna()
-        self.baseline_params = self.space.defaults()
-        self.progress = StudyProgress(self.name, self.target.name, options.trials, metric=self.objectives[0].name,
-                                      maximize=self.objectives[0].maximize)
-        #: What earlier studies of the same script give this one (``--warm-start``, ``--warm``).
-        self.warm = WarmStart()
-        #: The Optuna study and what tells it each outcome, once :meth:`run` has opened it.
-        self._opened: tuple[optuna.Study, TrialRecorder] | None = None
-        #: The ask-tell loop, while it runs; it keeps why the study ended early.
-        self.loop: AskTell | None = None
+    def timed_out(self) -> bool:
+        return time.monotonic() >= self.deadline
 
-    @property
-    def space(self) -> SearchSpace:
-        """The study's space as it stands (a knob that never reached the script is held from then on)."""
-        return self.requests.space
+    def counts(self, exclude: set[int]) -> tuple[int, int]:
+        return trial_counts(self.study, exclude)
 
-    @property
-    def study(self) -> optuna.Study:
-        return self._open()[0]
+    def measure(self, pool: TrialPool) -> None:
+        """Ask, run and tell trials until the study holds ``--trials`` of them (or time runs out)."""
+        if self.beats is None:
+            self._measure(pool)
+            return
+        with self.beats:
+            self._measure(pool)
 
-    @property
-    def recorder(self) -> TrialRecorder:
-        return self._open()[1]
-
-    def _open(self) -> tuple[optuna.Study, TrialRecorder]:
-        if self._opened is None:
-            raise RuntimeError("the study is not open: Study.run() opens it")
-        return self._opened
-
-    # -- set-up --------------------------------------------------------------------------------
-    def _sampler(self) -> optuna.samplers.BaseSampler:
-        if self.given_sampler is not None:
-            return self.given_sampler
-        if len(self.objectives) > 1 and self.o.sampler == "autotune":
-            self.notes.append("autotune's sampler optimises one objective: this multi-objective study uses "
-                              "Optuna's TPE")
-            return make_sampler("tpe", self.space, self.o.seed)
-        return make_sampler(self.o.sampler, self.space, self.o.seed)
-
-    def _open_study(self, storage: optuna.storages.BaseStorage) -> optuna.Study:
-        study, name = open_tuning_study(storage, self.name, self._sampler(),
-                                        identity=Identity.of(self.script, self.o.args, self.provenance),
-                                        target=self.target.name, objectives=self.objectives, options=self.o,
-                                        space_source=self.space.source, notes=self.notes)
-        if name != self.name:
-            self.name = self.progress.study = name
-            if self.o.out is None:
-                self.out = DEFAULT_DIR / name
-                if self.in_memory is None:
-                    check_writable(self.out)
-        return study
-
-    # -- the loop --------------------------------------------------------------------------------
-    def run(self) -> StudyResult:
+    def _measure(self, pool: TrialPool) -> None:
         import optuna
 
-        from autotune.execution.scheduler import connect
-        from autotune.study.reconnecting import waited_out
+        in_flight: dict[Hashable, optuna.Trial] = {}
+        #: Re-measurements running: tag -> the repeat.
+        again: dict[Hashable, Repeat] = {}
+        consecutive_dups = 0
+        last_check = 0.0
 
-        started_ray = False
-        if self.pools is None and self.o.ray_address:
-            # Before the storage is touched: an unreachable cluster must leave nothing written.
-            started_ray = connect(self.o.ray_address)
-        try:
-            storage = self.in_memory if self.in_memory is not None else open_storage(self.storage_url)
-            # Before the study is made: a --warm-start that names no study must leave nothing written.
-            warm_from = earlier_studies(storage, None, script=self.script, target=self.target.name,
-                                        objectives=[o.name for o in self.objectives], named=list(self.o.warm_start),
-                                        same_script=self.o.warm)
-            study = self._open_study(storage)
-            claims = Claims(storage, study, self.storage_url) if self.in_memory is None else None
-        except BaseException:
-            if started_ray:
-                import ray
+        def tell(tag: Hashable, result_json: str | None, error: str | None) -> None:
+            if tag in again:
+                repeat = again.pop(tag)
+                self.told.tell_confirmation(repeat.trial, result_json, error, why=repeat.why)
+                if repeat.why == RACE and self._raced is not None:
+                    self._raced += 1
+                return
+            trial = in_flight.pop(tag)
+            self._release(trial)
+            self.told.tell_held(trial, result_json, error)
 
-                ray.shutdown()
-            raise
-        recorder = TrialRecorder(study, self.o, self.cache, self.progress, self.baseline_params,
-                                 self.notes, on_told=self.write_outputs, objectives=self.objectives,
-                                 constraints=self.constraints, usd_per_sample_second=self.cost.usd_per_sample_second,
-                                 on_result=self._learn_from, on_no_space=self._no_space)
-        self._opened = study, recorder
-        write(study, provenance=self.provenance, price=self.cost.price.model_dump() if self.cost.price else None,
-              devices_per_trial=self.cost.devices_per_trial)
-        note = self.target.availability_note()
-        if note:
-            self.notes.append(note)
-        self.warm = warm_start(storage, [name for name in warm_from if name != self.name], study, self.space,
-                               self.target.check, self.notes)
-        for told in study.get_trials(deepcopy=False, states=(optuna.trial.TrialState.COMPLETE,
-                                                             optuna.trial.TrialState.FAIL)):
-            attrs = TrialAttrs.of(told)  # a resumed study: what its trials showed still holds
-            if attrs.idle or (attrs.config_key == config_key(self.baseline_params) and attrs.result):
-                self._learn_from(told.number, TrialResult.model_validate_json(attrs.result or ""), stored=True)
-        optuna.storages.fail_stale_trials(study)
-        enqueue_starting_points(study, self.space, self.baseline_params, self.warm, self.starting_points)
-        pool, trials, done = self._pool(started_ray)
-        try:
-            dispatch = Dispatch(study, recorder, self.requests, pool, claims=claims, cache=self.cache, out=self.out,
-                                objectives=self.objectives, constraints=self.constraints,
-                                devices_per_trial=self.cost.devices_per_trial)
-            beats = Heartbeats(storage) if self.in_memory is None else None
-            self.loop = AskTell(study, dispatch, self.cost.budget, self.o, beats=beats,
-                                on_progress=self._update_progress, racing=self._racing(study))
-            self.loop.measure(pool)
-            if self.o.confirm > 0 and not self.loop.timed_out():
-                self.loop.confirm(trials, lambda params, name, protocol: self.requests.request(
-                    params, self.out / "trials" / name, protocol))
-            kept = self._kept_noise()
-            if kept is not None:
-                kept.keep(study, full=self._no_space)
-            self._update_progress(0)
-            spend = self.cost.budget.spend(study)
-            write(study, spend=spend.model_dump())
-            if spend.stopped:
-                self.notes.append(spend.stopped)
-            self.notes.extend(waited_out(storage))
-            self.write_outputs()
-        finally:
-            pool.shutdown()
-            done()
-        return self.result()
+        while True:
+            want_more, running_elsewhere = self._wants_more(in_flight)
+            exhausted = consecutive_dups >= MAX_DUPLICATES
+            while pool.free > 0 and not self.timed_out() \
+                    and self.budget.allows(self.study, len(in_flight) + len(again)):
+                if self.stopped is None and self._measure_again(
+                        pool, again, finishing=(not want_more or exhausted) and not in_flight):
+                    continue
+                if not want_more or exhausted:
+                    break
+                if self._every_configuration_taken():  # only where a trial could start: it reads every trial
+                    exhausted = True
+                    break
+                trial = self.study.ask()
+                # At once: a driver killed before the trial is submitted must still leave a trial
+                # that goes stale (one with no heartbeat at all never does, and a resume would wait).
+                if self.beats is not None:
+                    self.beats.hold(trial._trial_id)
+                if self.dispatch(trial) is Outcome.submitted:
+                    in_flight[trial.number] = trial
+                    consecutive_dups = 0
+                else:
+                    self._release(trial)
+                    consecutive_dups += 1
+                want_more, running_elsewhere = self._wants_more(in_flight)
+                exhausted = consecutive_dups >= MAX_DUPLICATES
+            if exhausted and not in_flight and not again:
+                self.exhausted = True
+                self.told.notes.append("every configuration the sampler proposes was measured already: "
+                                       "the space is exhausted")
+                return
+            if not in_flight and not again:
+                if running_elsewhere and not self.timed_out():
+                    optuna.storages.fail_stale_trials(self.study)  # another driver's trials, or a killed one's
+                    time.sleep(1.0)
+                    continue
+                return
+            self.on_progress(len(in_flight) + len(again))
+            for tag, result_json, error in pool.wait(timeout=1.0):
+                tell(tag, result_json, error)
+            if time.monotonic() - last_check > HEARTBEAT_S:
+                optuna.storages.fail_stale_trials(self.study)
+                last_check = time.monotonic()
 
-    def _pool(self, started_ray: bool) -> tuple[TrialPool, TrialPool, Callable[[], None]]:
-        """The pool the study hands its configurations to, the trial slots that measure again (the
-        same pool, but for a compile stage in front of them), and what to do once both are shut down."""
-        if self.pools is not None:
-            pool = self.pools(self)
-            return pool, pool, lambda: None
-        ray = RayPools(self.target, self.o, self.baseline_params, self.processes, self.requests.compile_split,
-                       self.notes, ray_started=started_ray)
-        return ray.pool, ray.trials, ray.done
+    def _measure_again(self, pool: TrialPool, again: dict[Hashable, Repeat], *, finishing: bool) -> bool:
+        """Hand ``pool`` the re-measurement :class:`Racing` asks for now, if any."""
+        if self.racing is None:
+            return False
+        measured = standings(self.study)
+        if self._raced is None:  # the study's earlier runs' races, read once: this driver counts its own
+            self._raced = sum(TrialAttrs.of(t).again == RACE for t in self.study.get_trials(deepcopy=False))
+        spent = self._raced + sum(r.why == RACE for r in again.values())
+        busy = {trial_key(r.trial) for r in again.values()}
+        repeat = self.racing.next(measured, spent, busy, maximize=maximizes(self.study), finishing=finishing,
+                                  decisive=pruning.decisive_seconds(noise_of(self.study, measured)),
+                                  ran=self.told.ran > 0)
+        if repeat is None:
+            return False
+        runs = next(s.runs.n for s in measured if s.trial.number == repeat.trial.number)
+        tag = ("again", repeat.trial.number, runs)
+        self.dispatch.again(repeat.trial, f"{repeat.trial.number:04d}-again{runs}", tag)
+        again[tag] = repeat
+        return True
 
-    # -- between-run noise --------------------------------------------------------------------
-    def _kept_noise(self) -> KeptNoise | None:
-        """Where the cache root keeps this study's noise (none for a study that writes nothing)."""
-        if self.cache is None:
-            return None
-        return KeptNoise(self.cache, self.provenance, self.target.name, self.storage_url, self.name)
+    def _wants_more(self, in_flight: dict[Hashable, optuna.Trial]) -> tuple[bool, int]:
+        """Whether the study wants another trial, and how many other drivers run."""
+        counted, running_elsewhere = self.counts(exclude={n for n in in_flight if isinstance(n, int)})
+        return counted + len(in_flight) + running_elsewhere < self.o.trials and self.stopped is None, \
+            running_elsewhere
 
-    def _racing(self, study: optuna.Study) -> Racing | None:
-        """What the study measures again (``--race``): none for a study of several objectives,
-        whose front has no one best to race for."""
-        if self.o.race <= 0 or len(self.objectives) > 1:
-            return None
-        kept = self._kept_noise()
-        if kept is not None:
-            kept.write_prior(study)
-        return Racing.of(self.o.race, self.o.trials, prior(study), config_key(self.baseline_params))
+    def _release(self, trial: optuna.Trial) -> None:
+        if self.beats is not None:
+            self.beats.release(trial._trial_id)
 
-    def _learn_from(self, number: int, result: TrialResult, stored: bool = False) -> None:
-        """What a trial's result says of the study beyond its value: knobs that never reach the
-        script, the script's own DataLoader values (the baseline's), or a script that cannot run
-        here at all (``stored``: a trial of the study before this run, which stopped nothing)."""
-        if not stored and result.failure is not None and result.failure.category.stops_study and self.loop:
-            self.loop.stop(f"trial {number} failed: {result.failure.reason}")
-        self.notes.extend(self.requests.hold_idle_knobs(number, result, self.baseline_params, self.study.sampler))
-        self.notes.extend(self.requests.same_as_script(number, result, self.baseline_params, self.study.sampler))
+    def _every_configuration_taken(self) -> bool:
+        """Whether each configuration of a small all-categorical space has a trial already, measured
+        or running (the sampler would only propose duplicates; a larger space is left to the
+        sampler, which stops the study after MAX_DUPLICATES in a row)."""
+        import optuna
 
-    def _no_space(self, path: Path) -> None:
-        """A write of the study's own found no space: it stops as for a trial that found none."""
-        if self.loop is not None:
-            self.loop.stop(f"{path} could not be written: {no_space_reason(path)}")
+        from autotune.search.strategy import MAX_ENUMERATED
 
-    # -- results -----------------------------------------------------------------------------
-    def result(self) -> StudyResult:
-        from autotune.search.strategy import AutotuneSampler
+        space = self.dispatch.requests.space
+        free = space.free_parameters
+        if any(p.choices is None for p in free) or grid_size(space) > MAX_ENUMERATED:
+            return False
+        if self._grid is None or self._grid[0] is not space:
+            self._grid = (space, {config_key(c) for c in enumerate_space(space)})
+        taken = {TrialAttrs.of(t).config_key for t in self.study.get_trials(deepcopy=False)
+                 if TrialAttrs.of(t).counted or t.state == optuna.trial.TrialState.RUNNING}
+        return self._grid[1] <= taken
 
-        sampler = self.study.sampler
-        gain = sampler.expected_gain(self.study) if isinstance(sampler, AutotuneSampler) else None
-        loop = self.loop
-        result = study_result(self.study, name=self.name, storage=self.storage_url, target=self.target.name,
-                              out=self.out, provenance=self.provenance, notes=self.notes, ran=self.recorder.ran,
-                              reused=self.recorder.reused, space=self.space, expected_gain=gain,
-                              exhausted=loop is not None and loop.exhausted,
-                              stopped=loop.stopped if loop is not None else None)
-        return result.model_copy(update={"spend": self.cost.budget.spend(self.study),
-                                         "measured_again": self.recorder.again})
+    def confirm(self, pool: TrialPool,
+                request: Callable[[dict[str, Any], str, MeasurementProtocol], TrialRequest]) -> None:
+        """Measure the best ``confirm`` configurations once more, unpruned (each at most once per
+        study: a resumed study measures only those not measured again yet). ``request(params,
+        name, protocol)`` is the request of a re-measurement whose files go under ``trials/<name>``."""
+        todo = ranked_trials(self.study)[:self.o.confirm]
+        done = {TrialAttrs.of(t).confirms for t in self.study.get_trials(deepcopy=False)}
+        todo = [t for t in todo if t.number not in done]
+        in_flight: dict[Hashable, optuna.trial.FrozenTrial] = {}
+        while todo or in_flight:
+            while todo and pool.free and not self.timed_out() and self.budget.allows(self.study, len(in_flight)):
+                original = todo.pop(0)
+                params = TrialResult.model_validate_json(TrialAttrs.of(original).result or "").plan.params
+                tag = ("confirm", original.number)
+                pool.submit(request(params, f"{original.number:04d}-again",
+                                    pruning.measuring_again(self.o.protocol, self.study)), tag=tag)
+                in_flight[tag] = original
+            if not in_flight:
+                break
+            self.on_progress(len(in_flight))
+            for tag, result_json, error in pool.wait(timeout=1.0):
+                self.told.tell_confirmation(in_flight.pop(tag), result_json, error, why=CONFIRM)
+        skipped = [t.number for t in todo]
+        if skipped:
+            self.told.notes.append(f"the study's time or budget ran out before trials {', '.join(map(str, skipped))} "
+                                   "were measured again")
 
-    def write_outputs(self) -> None:
-        if self.in_memory is not None:
-            return
-        trials = study_summaries(self.study)
-        best = best_config(self.study, self.name, self.provenance)
-        with on_no_space(self.out, self._no_space):
-            write_outputs(self.out, best, trials, baseline_value(self.study), maximize=maximizes(self.study))
 
-    def _update_progress(self, running: int) -> None:
-        if self.in_memory is not None:  # nothing shows it: each update reads every trial
-            return
-        update_progress(self.progress, self.study, running)
-        if self.o.on_update:
-            self.o.on_update(self.progress)
+

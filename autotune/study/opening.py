@@ -16,8 +16,8 @@ from typing import TYPE_CHECKING, Any
 
 from autotune.errors import AutotuneError
 from autotune.objectives import Objective
-from autotune.study.storage import open_study
-from autotune.trial_attrs import StudyAttrs, write
+from autotune.storage.optuna_storage import open_study
+from autotune.storage.attrs import StudyAttrs, write
 
 if TYPE_CHECKING:
     import optuna

@@ -14,17 +14,11 @@ from autotune.config import RunConfig
 from autotune.records import MeasurementProtocol
 from autotune.objectives import speedup
 from autotune.study.budget import Spend
-from autotune.study.database import ShownURL
-from autotune.study.outlook import SearchOutlook
-from autotune.study.outputs import BestConfig, TrialSummary
-
-DEFAULT_DIR = Path(".autotune")
+from autotune.storage.database import ShownURL
+from autotune.results.outlook import SearchOutlook
+from autotune.results.outputs import BestConfig, TrialSummary
 
 EXIT_OK, EXIT_BAD_INPUT, EXIT_ALL_FAILED = 0, 2, 3
-
-
-def default_storage(cwd: Path | None = None) -> str:
-    return f"sqlite:///{(cwd or Path.cwd()) / DEFAULT_DIR / 'autotune.db'}"
 
 
 def default_study_name(script: Path, target: str, nproc_per_node: int = 1) -> str:

@@ -9,7 +9,7 @@ from typing import TYPE_CHECKING, Any
 
 from autotune.records import CompileRequest, MeasurementProtocol, TrialPlan, TrialRequest, TrialResult
 from autotune.space import SearchSpace, compile_key, config_key
-from autotune.study.compile_stage import compile_job
+from autotune.execution.compile_stage import compile_job
 from autotune.study.options import StudyOptions
 from autotune.targets import Target
 from autotune.trial import plan_for

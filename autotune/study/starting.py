@@ -10,7 +10,7 @@ from typing import TYPE_CHECKING, Any
 from autotune.search.configurations import starting_points
 from autotune.space import SearchSpace, config_key
 from autotune.study.warm_start import WarmStart, after_baseline, describe, read_warm_start
-from autotune.trial_attrs import StudyAttrs, TrialAttrs, trial_attrs, write
+from autotune.storage.attrs import StudyAttrs, TrialAttrs, trial_attrs, write
 
 if TYPE_CHECKING:
     import optuna

@@ -12,10 +12,10 @@ from typing import TYPE_CHECKING
 
 from autotune.objectives import Constraint, Objective, objective
 from autotune.records import FailureCategory, TrialResult
-from autotune.study.numerics import constraint_value, loss_deviation
+from autotune.measurement.numerics import constraint_value, loss_deviation
 from autotune.study.options import StudyOptions
-from autotune.study.results import _baseline_losses
-from autotune.trial_attrs import StudyAttrs, TrialAttrs, write
+from autotune.results.standings import _baseline_losses
+from autotune.storage.attrs import StudyAttrs, TrialAttrs, write
 
 if TYPE_CHECKING:
     import optuna

@@ -12,7 +12,7 @@ from pathlib import Path
 from typing import Any, ClassVar, Mapping, MutableMapping, Sequence
 
 from autotune.errors import InvalidConfigError
-from autotune.host import host_device
+from autotune.machine.host import host_device
 from autotune.measurement.failures import FailurePattern
 from autotune.records import RuntimeKnobs, TrialPlan
 from autotune.space import SearchSpace, builtin_space

@@ -13,7 +13,7 @@ from __future__ import annotations
 
 from collections.abc import Mapping, MutableMapping, Sequence
 
-from autotune.host import nvidia_gpus
+from autotune.machine.host import nvidia_gpus
 
 #: The Ray resource of a GPU; an actor asks for it as ``num_gpus``.
 GPU_RESOURCE = "GPU"

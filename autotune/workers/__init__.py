@@ -1,8 +1,4 @@
-"""The trial side: the Ray worker (``ray_worker.py``), the process launcher (``launcher.py``) and
-what runs inside the user's process: the harness (``harness.py``), its step clock
-(``step_clock.py``), the backends' counters (``backends.py``) and tensor helpers (``tensors.py``),
-and a worker the script spawns made one of the trial's ranks (``spawned.py``).
-
-It may import targets, measurement, records and the small helpers below them; the in-process
-part never imports Optuna, Ray or the driver's parts (an import-linter contract).
-"""
+"""What launches a trial: the Ray actor that holds a trial's devices (:mod:`.ray_worker`), the
+process launcher (:mod:`.launcher`: timeout, memory limit, process group), torchrun for a trial of
+several processes (:mod:`.multiprocess`), and one run made of several processes of a script that
+ends too soon (:mod:`.run_parts`). What runs inside the trial's processes is :mod:`autotune.harness`."""

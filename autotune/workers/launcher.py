@@ -1,6 +1,6 @@
 """Runs one trial in its own process group, with a hard timeout and a host-memory limit.
 
-The trial process is ``python -m autotune.workers.harness SPEC.json`` (or torchrun running it on
+The trial process is ``python -m autotune.harness SPEC.json`` (or torchrun running it on
 each of ``nproc_per_node`` ranks, :mod:`.multiprocess`); it starts with the plan's env vars and
 writes its report next to the spec, each rank of a multi-process trial its own under ``ranks/``. Whatever happens to it (a segfault, ``os._exit``, an
 abort inside a compiler, a hang, a memory blow-up) ends here as a :class:`TrialResult` with a
@@ -10,7 +10,6 @@ failure category and the tail of its log: this function does not raise for a fai
 from __future__ import annotations
 
 import dataclasses
-import math
 import os
 import re
 import shutil
@@ -26,7 +25,7 @@ import psutil
 from autotune.disk_space import full, no_space_reason, out_of_space
 from autotune.log_tail import log_tail as log_tail_of
 from autotune.measurement.failures import classify
-from autotune.process_tree import die_with_parent, kill_tree
+from autotune.process_tree import die_with_parent
 from autotune.records import (
     Failure,
     FailureCategory,
@@ -37,13 +36,13 @@ from autotune.records import (
     TrialSpec,
 )
 from autotune.targets import failure_patterns, get_target
-from autotune.workers import multiprocess, pooling
-from autotune.workers.knob_effects import knob_effects
+from autotune.workers import multiprocess, run_parts
+from autotune.workers.process_watch import TrialPause, WatchedTree
+from autotune.harness.knob_effects import knob_effects
 
 #: What a failed trial's result keeps of its log: the last lines, at most so many characters.
 LOG_TAIL_LINES = 40
 LOG_TAIL_CHARS = 6000
-PSS_EVERY_S = 2.0
 #: The lines of its log that the note on a script that exited with an error code quotes.
 LATE_EXIT_LINES = 3
 
@@ -100,18 +99,18 @@ def run_trial(
             return TrialResult(status="failed", plan=plan, failure=_no_space(directory))
 
     result = process(trial_dir, limits.timeout_s)
-    if not result.ok or not pooling.short(result.measurement, protocol, stopped_early=result.stopped_early):
+    if not result.ok or not run_parts.short(result.measurement, protocol, stopped_early=result.stopped_early):
         return result
     assert result.measurement is not None
-    if not pooling.reachable(result.measurement, protocol):
+    if not run_parts.reachable(result.measurement, protocol):
         result.notes.append(
             f"the script ended after {result.measurement.seconds:.1f} s of steady steps, and this host's runs vary "
-            f"from one to the next: {pooling.MAX_PROCESSES} processes of it would not measure the "
+            f"from one to the next: {run_parts.MAX_PROCESSES} processes of it would not measure the "
             f"{protocol.min_measure_seconds:.0f} s asked, so it ran once")
         return result
     parts = [result.measurement]
     walls = [result.wall_seconds]
-    while len(parts) < pooling.MAX_PROCESSES and sum(m.seconds for m in parts) < protocol.min_measure_seconds:
+    while len(parts) < run_parts.MAX_PROCESSES and sum(m.seconds for m in parts) < protocol.min_measure_seconds:
         left = limits.timeout_s - sum(walls)
         if left < max(walls):
             break
@@ -126,7 +125,7 @@ def run_trial(
         result.peak_host_memory_bytes = max(result.peak_host_memory_bytes or 0,
                                             again.peak_host_memory_bytes or 0) or None
         result.ended_at = again.ended_at
-    result.measurement = pooling.pooled(parts, protocol)
+    result.measurement = run_parts.pooled(parts, protocol)
     result.wall_seconds = sum(walls)
     if len(parts) > 1:
         result.notes.append(
@@ -190,11 +189,11 @@ def _run_process(
             return TrialResult(status="failed", plan=plan, log_path=str(log_path), started_at=started_at,
                                failure=Failure(category=FailureCategory.crash,
                                                reason=f"cannot start {command[0]} on this node: {exc.strerror}"))
-        tree = _Tree(proc.pid)
+        tree = WatchedTree(proc.pid)
         limit = limits.memory_limit()
         # Stopped for at most its own timeout in all: a measurement that never ends (or a mark
         # that never goes) delays a compile job, never stops it for good.
-        held = _Pause(tree, pause, cap_s=limits.timeout_s)
+        held = TrialPause(tree, pause, cap_s=limits.timeout_s)
         try:
             while proc.poll() is None:
                 used = tree.memory(limit)
@@ -362,114 +361,3 @@ def _gib(n: int) -> str:
     return f"{n / 2**30:.2f} GiB"
 
 
-class _Pause:
-    """Stops and continues a trial's processes as ``wanted`` says; counts the time stopped."""
-
-    def __init__(self, tree: _Tree, wanted: Callable[[], bool] | None, cap_s: float = math.inf) -> None:
-        self.tree = tree
-        self.wanted = wanted
-        #: Seconds it may be stopped in all; past them it runs on whatever ``wanted`` says.
-        self.cap_s = cap_s
-        self.since: float | None = None
-        self.total = 0.0
-
-    def poll(self) -> float:
-        """Seconds the trial has been stopped so far."""
-        if self.wanted is not None:
-            wanted = self.stopped() < self.cap_s and self.wanted()
-            if wanted and self.since is None:
-                self._signal(signal.SIGSTOP)
-                self.since = time.monotonic()
-            elif not wanted:
-                self.release()
-        return self.stopped()
-
-    def stopped(self) -> float:
-        return self.total + (time.monotonic() - self.since if self.since is not None else 0.0)
-
-    def release(self) -> None:
-        if self.since is not None:
-            self._signal(signal.SIGCONT)
-            self.total += time.monotonic() - self.since
-            self.since = None
-
-    def _signal(self, sig: signal.Signals) -> None:
-        """To the process group, and to each process of the tree outside it: torchrun starts each
-        rank in a session of its own."""
-        try:
-            os.killpg(self.tree.pid, sig)
-        except (ProcessLookupError, PermissionError):
-            pass
-        for p in self.tree.alive():
-            try:
-                p.send_signal(sig)
-            except (psutil.NoSuchProcess, psutil.AccessDenied):
-                pass
-
-
-class _Tree:
-    """The trial's process tree, remembered as it grows so that a kill misses no descendant."""
-
-    def __init__(self, pid: int) -> None:
-        self.pid = pid
-        self.known: dict[int, psutil.Process] = {}
-        self._pss = 0
-        self._pss_at = -1e9
-        try:
-            self.known[pid] = psutil.Process(pid)
-        except psutil.NoSuchProcess:
-            pass
-
-    def alive(self) -> list[psutil.Process]:
-        """The tree's processes alive now, each descendant seen so far among them."""
-        root = self.known.get(self.pid)
-        if root is not None:
-            try:
-                for child in root.children(recursive=True):
-                    self.known.setdefault(child.pid, child)
-            except psutil.NoSuchProcess:
-                pass
-        alive = []
-        for p in list(self.known.values()):
-            try:
-                if p.is_running() and p.status() != psutil.STATUS_ZOMBIE:
-                    alive.append(p)
-            except psutil.NoSuchProcess:
-                pass
-        return alive
-
-    def memory(self, limit: int) -> int:
-        """Host memory of the whole tree, cheap enough to poll ten times a second.
-
-        RSS alone counts the pages that forked DataLoader workers share with their parent once per
-        process (1.35 GiB summed for 0.5 GiB used), while PSS, which counts them once, costs a
-        page-table walk (63 ms for a 6 GiB torch-xla process: polled at 10 Hz, most of a core).
-        So: RSS for a single process; for a tree, PSS every few seconds and whenever the RSS
-        sum crosses the limit, so that no trial is killed on the inflated figure.
-        """
-        procs = self.alive()
-        rss = 0
-        for p in procs:
-            try:
-                rss += p.memory_info().rss
-            except (psutil.NoSuchProcess, psutil.AccessDenied):
-                pass
-        if len(procs) <= 1:
-            return rss
-        now = time.monotonic()
-        if rss > limit or now - self._pss_at > PSS_EVERY_S:
-            self._pss, self._pss_at = self._sum_pss(procs), now
-        return min(rss, self._pss) if self._pss else rss
-
-    @staticmethod
-    def _sum_pss(procs: list[psutil.Process]) -> int:
-        total = 0
-        for p in procs:
-            try:
-                total += p.memory_full_info().pss
-            except (psutil.NoSuchProcess, psutil.AccessDenied, AttributeError):
-                pass
-        return total
-
-    def kill(self) -> None:
-        kill_tree(self.pid, self.alive())

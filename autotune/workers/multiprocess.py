@@ -21,16 +21,15 @@ from typing import Iterable
 
 from autotune.measurement.ranks import combined_windows
 from autotune.measurement.windows import Window, estimate
+from autotune.harness.apply import HOOK_DIR
 from autotune.records import CompileStats, HarnessReport, Measurement, RankResult, TrialPlan, TrialSpec
-from autotune.workers.ranks import SPEC_ENV
+from autotune.harness.ranks import SPEC_ENV
 
-#: The folder of ``sitecustomize.py``, first on every trial's ``PYTHONPATH``.
-HOOK_DIR = Path(__file__).resolve().parent / "hook"
 
 
 def trial_command(plan: TrialPlan, spec_path: Path) -> list[str]:
     """The trial process's command line: the harness, or torchrun running it on each rank."""
-    harness = ["-m", "autotune.workers.harness", str(spec_path)]
+    harness = ["-m", "autotune.harness", str(spec_path)]
     if plan.launch is None:
         return [*plan.wrapper, sys.executable, *harness]
     return [*plan.wrapper, sys.executable, "-m", "torch.distributed.run", "--standalone",

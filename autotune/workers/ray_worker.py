@@ -19,7 +19,7 @@ from typing import Any, Iterator
 
 import psutil
 
-from autotune.host import host_device
+from autotune.machine.host import host_device
 from autotune.targets import get_target
 from autotune.targets.gpus import GPU_RESOURCE
 

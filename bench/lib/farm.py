@@ -6,7 +6,7 @@ and a measurement about one. Today a device slot compiles a configuration, then 
 (:func:`compile_then_measure`). With a compile farm, K cheap CPU workers compile ahead of the
 measurements and the D device slots only load a published artifact and measure it
 (:func:`compile_farm`): the study's own compile stage
-(:class:`autotune.study.compile_stage.CompileAhead`) in front of simulated compile workers and
+(:class:`autotune.execution.compile_stage.CompileAhead`) in front of simulated compile workers and
 device slots, so that a change of the study's policy is a change of what the farm gives.
 ``bench/compile_farm.py`` prints what the two give.
 
@@ -299,7 +299,7 @@ def _result(job: FarmJob, *, ok: bool) -> TrialResult:
 def compile_farm(jobs: list[FarmJob], slots: int, workers: int, ahead: int | None = None) -> StudyTimeline:
     """The compile farm: ``workers`` CPU workers compile ahead; ``slots`` device slots only measure.
 
-    The policy is the study's own (:class:`autotune.study.compile_stage.CompileAhead`), driven as
+    The policy is the study's own (:class:`autotune.execution.compile_stage.CompileAhead`), driven as
     the study's loop drives it, on a simulated clock:
 
     * The study hands over the next configuration, in its order, while the compile stage has room:
@@ -316,7 +316,7 @@ def compile_farm(jobs: list[FarmJob], slots: int, workers: int, ahead: int | Non
     Artifacts are shared whether or not the landscape's target reads its cache back across
     processes: a farm is built on published artifacts.
     """
-    from autotune.study.compile_stage import CompileAhead
+    from autotune.execution.compile_stage import CompileAhead
 
     if workers < 1:
         raise ValueError("a compile farm needs at least one compile worker; 0 is compile_then_measure")

@@ -1,4 +1,4 @@
-"""A study on a recorded landscape, in memory: :class:`autotune.study.loop.Study` itself (the same
+"""A study on a recorded landscape, in memory: :class:`autotune.study.study.Study` itself (the same
 ask-tell loop, suggestion code, duplicate rule, early stop and pruning) on Optuna's in-memory
 storage, its trials answered by :class:`autotune.landscapes.replay.ReplayPool`, writing nothing, so
 that ``bench/search_bench.py`` and ``bench/surrogate_bench.py`` compare strategies over many seeds
@@ -14,7 +14,7 @@ from typing import TYPE_CHECKING, Any
 from autotune.landscapes.landscape import Landscape
 from autotune.landscapes.replay import ReplayedTrial, ReplayPool, script_path
 from autotune.measurement.noise import RunNoise, Runs
-from autotune.study.racing import Standing, standing
+from autotune.results.ranking import Standing, ranked
 
 if TYPE_CHECKING:
     import optuna
@@ -55,7 +55,7 @@ class Trace:
 
 def _chosen(steps: list[Step]) -> float | None:
     """The recorded throughput of the configuration the study reports over ``steps``: the study's
-    own rule (:func:`autotune.study.racing.standing`), by the mean of what its runs read, each drawn
+    own rule (:func:`autotune.repeats.racing.standing`), by the mean of what its runs read, each drawn
     toward the others' by as much as its runs are uncertain (one run of a noisy host counts for less)."""
     runs: dict[str, list[float]] = {}
     values: dict[str, float] = {}
@@ -68,7 +68,7 @@ def _chosen(steps: list[Step]) -> float | None:
     if not runs:
         return None
     measured = [Standing(SimpleNamespace(number=first[k]), Runs(tuple(v)), False) for k, v in runs.items()]
-    best = standing(measured, RunNoise.of(v for v in runs.values() if len(v) > 1), maximize=True)[0]
+    best = ranked(measured, RunNoise.of(v for v in runs.values() if len(v) > 1), maximize=True)[0]
     return values[next(k for k in runs if first[k] == best.trial.number)]
 
 
@@ -98,9 +98,9 @@ def simulate(landscape: Landscape, sampler: optuna.samplers.BaseSampler, *,
     import optuna
 
     from autotune.measurement.windows import PRUNE_MARGIN
-    from autotune.study.loop import Study
+    from autotune.study.study import Study
     from autotune.study.options import StudyOptions
-    from autotune.trial_attrs import TrialAttrs
+    from autotune.storage.attrs import TrialAttrs
 
     if early_stop not in (None, PRUNE_MARGIN):
         raise ValueError(f"the study prunes at {PRUNE_MARGIN:.0%} of the best or not at all, not at {early_stop}")

@@ -1,5 +1,5 @@
 """bench/search_bench.py --confirm reports the configuration the study would: the study's own
-standing (:func:`autotune.study.racing.standing`), not a rule of the benchmark's."""
+standing (:func:`autotune.repeats.racing.standing`), not a rule of the benchmark's."""
 
 from __future__ import annotations
 

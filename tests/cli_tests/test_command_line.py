@@ -93,7 +93,7 @@ def test_the_results_table_in_a_pipe_shows_every_knob_whole(tmp_path: Path) -> N
     (`batches_per_exec…`) would hide the very configuration the study found."""
     import optuna
 
-    from autotune.trial_attrs import trial_attrs
+    from autotune.storage.attrs import trial_attrs
 
     storage = f"sqlite:///{tmp_path / 'long.db'}"
     study = optuna.create_study(direction="maximize", storage=storage, study_name="long")

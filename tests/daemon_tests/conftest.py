@@ -141,7 +141,7 @@ class DaemonProcess:
         """Stop every job process the queue knows of: they outlive the daemon by design."""
         from autotune.daemon.jobs import JobStore
         from autotune.daemon.runner import stop_process_tree
-        from autotune.study.database import sqlite_path
+        from autotune.storage.database import sqlite_path
 
         database = sqlite_path(self.storage)
         if database is not None and not database.exists():  # a daemon that never started

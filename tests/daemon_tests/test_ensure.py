@@ -10,7 +10,7 @@ from pathlib import Path
 import optuna
 import pytest
 
-from autotune.study.outputs import BestConfig
+from autotune.results.outputs import BestConfig
 
 from .conftest import FAST, SCRIPTS, autotune
 
@@ -61,7 +61,7 @@ def test_ensure_tunes_once_then_answers_from_the_store(start_daemon, tmp_path: P
 
 def test_the_key_tells_questions_apart(tmp_path: Path) -> None:
     from autotune.daemon.ensure import ensure_key, space_identity
-    from autotune.daemon.records import RunOptions
+    from autotune.daemon.messages import RunOptions
     from autotune.targets import get_target
 
     script = tmp_path / "train.py"

@@ -9,8 +9,8 @@ from typer.main import get_command
 
 from autotune.cli import app
 from autotune.daemon.jobs import JobRecord
-from autotune.daemon.records import JobSpec, JobState, RunOptions
-from autotune.daemon.runner import DaemonSettings, job_argv
+from autotune.daemon.messages import JobSpec, JobState, RunOptions
+from autotune.daemon.job_files import DaemonSettings, job_argv
 
 
 def _run_params(tmp_path: Path, run: RunOptions) -> dict:

@@ -15,7 +15,7 @@ import optuna
 import pytest
 
 from autotune.report.data import study_report
-from autotune.study.storage import load_study
+from autotune.storage.optuna_storage import load_study
 
 from .conftest import FAST, SCRIPTS, autotune
 

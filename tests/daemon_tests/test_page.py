@@ -85,7 +85,7 @@ def test_the_page_follows_a_job_and_links_to_its_report(start_daemon, open_page,
 def test_a_running_jobs_estimate_is_its_pace_so_far() -> None:
     """Two trials of six in 60 s: about 120 s left; a queued job has no report to link to yet."""
     from autotune.daemon.page import jobs_page
-    from autotune.daemon.records import JobInfo, JobState
+    from autotune.daemon.messages import JobInfo, JobState
 
     now = 1_000_000.0
     running = JobInfo(id="job-1", state=JobState.running, study="s", script="/x/train.py", trials=6, created_at=now - 90,

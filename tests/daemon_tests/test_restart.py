@@ -38,7 +38,7 @@ def _wait_for_trial_processes(pid: int, running: Callable[[], int], timeout: flo
     """Until every trial in flight has its process (so its driver has recorded its heartbeat)."""
     deadline = time.monotonic() + timeout
     while time.monotonic() < deadline:
-        harnesses = [p for p in _tree(pid) if "autotune.workers.harness" in _cmdline(p)]
+        harnesses = [p for p in _tree(pid) if "autotune.harness" in _cmdline(p)]
         if harnesses and len(harnesses) >= running():
             time.sleep(2)
             return
@@ -86,7 +86,7 @@ def test_a_killed_daemon_restarts_with_its_queue_and_jobs(start_daemon, tmp_path
     # 2. Then the second job starts; SIGKILL the daemon and the job's processes (a lost machine)
     # while trials are being measured. Not between the study's ask() and the trial's first
     # heartbeat: Optuna never sees a trial without a heartbeat as stale, and the resumed study
-    # would wait for it (a gap of autotune.study.loop, not of the daemon).
+    # would wait for it (a gap of autotune.study.study, not of the daemon).
     d.wait_for(second, lambda j: j["done"] >= 1 and j["running"] >= 1)
     pid = JobStore(d.storage).get(second).pid
     _wait_for_trial_processes(pid, lambda: d.job(second)["running"])

@@ -20,10 +20,10 @@ import pytest
 
 from autotune.daemon.jobs import JobRecord, JobStore
 from autotune.daemon.listening import MAX_JSON_BYTES
-from autotune.daemon.records import JobSpec, JobState
+from autotune.daemon.messages import JobSpec, JobState
 from autotune.daemon.runner import MAX_ATTEMPTS
-from autotune.daemon.server import MAX_PENDING_UPLOADS
-from autotune.host import host_identity
+from autotune.daemon.service import MAX_PENDING_UPLOADS
+from autotune.machine.host import host_identity
 
 from .conftest import SCRIPTS, DaemonProcess, autotune, free_port
 
@@ -315,8 +315,9 @@ def test_a_job_alive_on_another_host_is_never_run_again(tmp_path: Path) -> None:
 def test_a_jobs_process_beats_and_takes_a_cancel_from_a_daemon_elsewhere(tmp_path: Path) -> None:
     """The daemon that holds the database is on another host: it cannot signal the job's process
     here, which learns of the cancel from its own heartbeat and stops as that SIGINT would."""
-    from autotune.daemon.records import EXIT_CANCELLED, RunOptions
-    from autotune.daemon.runner import DaemonSettings, JobFiles, job_argv, start_job_process, stop_process_tree
+    from autotune.daemon.messages import EXIT_CANCELLED, RunOptions
+    from autotune.daemon.job_files import DaemonSettings, JobFiles, job_argv, start_job_process
+    from autotune.daemon.runner import stop_process_tree
 
     storage = f"sqlite:///{tmp_path / 'autotune.db'}"
     store = JobStore(storage)

@@ -11,11 +11,12 @@ import pytest
 
 from autotune.objectives import objective
 from autotune.records import Measurement, TrialPlan, TrialResult
-from autotune.study import results
+from autotune.results import best, standings, summaries
+from autotune.study import outcome
 from autotune.study.options import StudyOptions, StudyProgress
-from autotune.study.record import TrialRecorder
-from autotune.study.storage import open_storage
-from autotune.trial_attrs import TrialAttrs, trial_attrs, write
+from autotune.study.tell import TrialRecorder
+from autotune.storage.optuna_storage import open_storage
+from autotune.storage.attrs import TrialAttrs, trial_attrs, write
 
 BASE = '{"mode": "default"}'
 
@@ -38,10 +39,10 @@ def add(study: optuna.Study, key: str, throughput: float, losses: list[float] | 
 
 def figures(study: optuna.Study) -> tuple:
     """What the driver, the reports and ``autotune best`` read of a study."""
-    best = results.best_config(study, "s")
-    return ([(s.trial.number, s.runs, s.flaky) for s in results.standings(study)],
-            results.trial_counts(study, exclude=set()), results.baseline_value(study),
-            [t.model_dump() for t in results.study_summaries(study)], best.model_dump() if best else None)
+    found = best.best_config(study, "s")
+    return ([(s.trial.number, s.runs, s.flaky) for s in standings.standings(study)],
+            standings.trial_counts(study, exclude=set()), standings.baseline_value(study),
+            [t.model_dump() for t in summaries.study_summaries(study)], found.model_dump() if found else None)
 
 
 def test_a_study_read_as_its_trials_finish_says_what_it_says_read_afresh(tmp_path) -> None:
@@ -59,15 +60,15 @@ def test_a_study_read_as_its_trials_finish_says_what_it_says_read_afresh(tmp_pat
     add(study, '{"mode": "a"}', 110.0)
     add(study, '{"mode": "diverged"}', 300.0, losses=[9.0, 9.0])  # best until the baseline's losses are known
     assert figures(study) == afresh()
-    assert results.best_config(study, "s").trial == 2
+    assert best.best_config(study, "s").trial == 2
     write(baseline, result=result(100.0, [1.0, 1.0]), counted=True)
     study.tell(baseline, [100.0])
     add(study, '{"mode": "a"}', 120.0, confirms=1, again="race")
     add(study, '{"mode": "a"}', 110.0, duplicate_of=1)
     study.ask()  # running
     assert figures(study) == afresh()
-    assert results.best_config(study, "s").trial == 1
-    assert results.trial_counts(study, exclude=set()) == (5, 1)
+    assert best.best_config(study, "s").trial == 1
+    assert standings.trial_counts(study, exclude=set()) == (5, 1)
 
 
 def test_a_figure_asked_again_reads_only_the_trials_finished_since(tmp_path, monkeypatch) -> None:
@@ -78,15 +79,15 @@ def test_a_figure_asked_again_reads_only_the_trials_finished_since(tmp_path, mon
     for n in range(60):
         add(study, f'{{"mode": "m{n}"}}', 100.0 + n)
     progress = StudyProgress("s", "inductor", 100)
-    results.update_progress(progress, study, running=0)
+    outcome.update_progress(progress, study, running=0)
     reads = []
     of = TrialAttrs.of.__func__  # type: ignore[attr-defined]
     monkeypatch.setattr(TrialAttrs, "of", classmethod(lambda cls, t: reads.append(t.number) or of(cls, t)))
     for _ in range(3):
-        results.update_progress(progress, study, running=0)
-        results.trial_counts(study, exclude=set())
+        outcome.update_progress(progress, study, running=0)
+        standings.trial_counts(study, exclude=set())
     add(study, '{"mode": "new"}', 500.0)
-    results.update_progress(progress, study, running=0)
+    outcome.update_progress(progress, study, running=0)
     assert progress.best_value == 500.0 and progress.done == 62
     assert set(reads) <= {0, 61}, reads  # the new trial, and the baseline's runs looked up
 

@@ -13,8 +13,8 @@ import optuna
 import pytest
 
 from autotune.study.options import StudyResult
-from autotune.study.storage import rdb_storage
-from autotune.trial_attrs import TrialAttrs
+from autotune.storage.optuna_storage import rdb_storage
+from autotune.storage.attrs import TrialAttrs
 
 SCRIPTS = Path(__file__).resolve().parents[1] / "scripts"
 

@@ -20,7 +20,7 @@ import optuna
 import pytest
 
 from autotune.study.options import StudyResult
-from autotune.study.storage import rdb_storage
+from autotune.storage.optuna_storage import rdb_storage
 from autotune.targets.neuron.cores import NeuronCoreSlot
 from study_tests.test_study import TWO_POINT_SPACE
 

@@ -15,8 +15,8 @@ import pytest
 import sqlalchemy as sa
 
 from autotune.errors import InvalidConfigError
-from autotune.study.database import CONNECT_TIMEOUT_S, engine_url, redacted, sqlite_path
-from autotune.study.storage import load_study, open_storage
+from autotune.storage.database import CONNECT_TIMEOUT_S, engine_url, redacted, sqlite_path
+from autotune.storage.optuna_storage import load_study, open_storage
 
 TINY = str(Path(__file__).resolve().parents[1] / "scripts" / "tiny_train.py")
 

@@ -319,7 +319,7 @@ def test_confirm_measures_the_best_again_and_picks_the_best_mean(path, tmp_path)
 
     import optuna
 
-    from autotune.trial_attrs import TrialAttrs
+    from autotune.storage.attrs import TrialAttrs
 
     assert path.exists(), f"{path} is tracked in the repository and must be there"
     land = load_landscape(path)

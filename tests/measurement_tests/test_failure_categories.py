@@ -15,9 +15,9 @@ from autotune.records import Failure, FailureCategory, TrialPlan, TrialResult
 from autotune.report.figures import CATEGORY_COLOURS
 from autotune.search.strategy import measured_history
 from autotune.space import config_key, parse_space
-from autotune.study.outlook import search_outlook
-from autotune.study.outputs import TrialSummary
-from autotune.trial_attrs import write
+from autotune.results.outlook import search_outlook
+from autotune.results.outputs import TrialSummary
+from autotune.storage.attrs import write
 
 C = FailureCategory
 

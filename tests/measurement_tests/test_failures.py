@@ -175,7 +175,7 @@ def test_a_full_disk_is_its_own_category_whatever_it_broke(text: str) -> None:
 
 
 def test_a_script_error_says_what_the_script_raised() -> None:
-    from autotune.workers.ending import MESSAGE_CHARS, raised
+    from autotune.harness.ending import MESSAGE_CHARS, raised
 
     assert raised(KeyError("labels")) == "the script raised KeyError: 'labels'"
     assert raised(RuntimeError("\nfirst line\nsecond line")) == "the script raised RuntimeError: first line"

@@ -17,7 +17,7 @@ from autotune.measurement.noise import RUN_SECONDS, RunNoise, measure_seconds
 from autotune.provenance import caller_env, provenance
 from autotune.records import TrialResult
 from autotune.targets import resolve_target
-from autotune.trial_attrs import TrialAttrs
+from autotune.storage.attrs import TrialAttrs
 
 SCRIPT = Path(__file__).resolve().parents[1] / "scripts" / "tiny_train.py"
 LOUD = RunNoise.of([[1000.0, 1500.0, 700.0]] * 2)  # one run to the next: +-40% and more

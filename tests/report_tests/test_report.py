@@ -118,7 +118,7 @@ def test_a_study_of_two_objectives_shows_its_pareto_front(tmp_path: Path) -> Non
     import optuna
 
     from autotune.report import write_report
-    from autotune.trial_attrs import trial_attrs
+    from autotune.storage.attrs import trial_attrs
 
     study = optuna.create_study(directions=["maximize", "minimize"], storage=f"sqlite:///{tmp_path / 'two.db'}",
                                 study_name="two")

@@ -8,7 +8,7 @@ from autotune.search import strategy
 from autotune.search.models import CategoricalGP
 from autotune.search.strategy import FIT_BEST, FIT_LATEST, AutotuneSampler
 from autotune.space import config_key, parse_space
-from autotune.trial_attrs import trial_attrs
+from autotune.storage.attrs import trial_attrs
 
 LEVELS = list(range(20))
 SPACE = parse_space(f"""\

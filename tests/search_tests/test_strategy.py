@@ -19,9 +19,9 @@ from autotune.search import strategy
 from autotune.search.encoding import _distance_table, _positions
 from autotune.search.strategy import AutotuneSampler
 from autotune.space import builtin_space, config_key, parse_space
-from autotune.study.loop import Study
+from autotune.study.study import Study
 from autotune.study.options import StudyOptions
-from autotune.trial_attrs import write
+from autotune.storage.attrs import write
 
 SPACE = parse_space("""\
 target: xla

@@ -16,7 +16,7 @@ from autotune.landscapes.replay import replay_study
 from autotune.records import TrialResult
 from autotune.rendering import render_study
 from autotune.study.budget import spend_over_time
-from autotune.study.loop import tune
+from autotune.study.study import tune
 
 from .test_study import SCRIPTS
 

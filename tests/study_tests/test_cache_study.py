@@ -8,8 +8,8 @@ from pathlib import Path
 
 import pytest
 
-from autotune.host import host_device
-from autotune.study.loop import tune
+from autotune.machine.host import host_device
+from autotune.study.study import tune
 from autotune.targets.neuron import NeuronTarget
 
 SCRIPTS = Path(__file__).resolve().parents[1] / "scripts"

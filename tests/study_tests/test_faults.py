@@ -12,9 +12,9 @@ import optuna
 import psutil
 import pytest
 
-from autotune.study.loop import tune
+from autotune.study.study import tune
 from autotune.study.options import EXIT_ALL_FAILED
-from autotune.study.results import numerics_violated
+from autotune.results.standings import numerics_violated
 from autotune.targets.inductor import InductorTarget
 from autotune.workers.launcher import TrialLimits, run_trial
 from bench.fleet_faults import full_disk, mount_refused
@@ -120,7 +120,7 @@ def test_a_trial_killed_from_outside_is_a_crash(tmp_path):
     victim = None
     for _ in range(200):
         victim = next((p for p in psutil.process_iter(["cmdline"])
-                       if "autotune.workers.harness" in " ".join(p.info["cmdline"] or [])
+                       if "autotune.harness" in " ".join(p.info["cmdline"] or [])
                        and str(tmp_path) in " ".join(p.info["cmdline"] or [])), None)
         if victim:
             break

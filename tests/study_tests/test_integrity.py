@@ -127,9 +127,9 @@ def test_a_measurement_is_remembered_when_another_driver_took_its_trial_for_lost
     from autotune.objectives import objective
     from autotune.records import Measurement, TrialPlan, TrialResult
     from autotune.study.options import StudyOptions, StudyProgress
-    from autotune.study.record import TrialRecorder
-    from autotune.study.storage import open_storage
-    from autotune.trial_attrs import write
+    from autotune.study.tell import TrialRecorder
+    from autotune.storage.optuna_storage import open_storage
+    from autotune.storage.attrs import write
 
     storage = open_storage(f"sqlite:///{tmp_path / 'db.sqlite'}")
     study = optuna.create_study(storage=storage, study_name="s", direction="maximize")

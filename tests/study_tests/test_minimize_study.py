@@ -9,7 +9,7 @@ from pathlib import Path
 
 import pytest
 
-from autotune.study.loop import tune
+from autotune.study.study import tune
 
 SCRIPTS = Path(__file__).resolve().parents[2] / "tests" / "scripts"
 

@@ -15,9 +15,9 @@ import pytest
 from autotune.errors import AutotuneError, InvalidConfigError
 from autotune.objectives import Constraint, objective, speedup
 from autotune.records import MeasurementProtocol, TrialResult
-from autotune.study.loop import tune
-from autotune.study.outputs import BestConfig
-from autotune.trial_attrs import TrialAttrs
+from autotune.study.study import tune
+from autotune.results.outputs import BestConfig
+from autotune.storage.attrs import TrialAttrs
 
 SCRIPTS = Path(__file__).resolve().parents[1] / "scripts"
 INFER = SCRIPTS / "infer_only.py"

@@ -1,4 +1,4 @@
-"""One ask-tell loop: the study's. Benchmarks, replays and tests drive :class:`autotune.study.loop.Study`
+"""One ask-tell loop: the study's. Benchmarks, replays and tests drive :class:`autotune.study.study.Study`
 itself; a study kept in memory writes nothing."""
 
 from __future__ import annotations
@@ -18,7 +18,7 @@ REPO = Path(__file__).resolve().parents[2]
 def test_optuna_is_asked_for_trials_in_one_module() -> None:
     asking = sorted(str(path.relative_to(REPO)) for folder in ("autotune", "bench")
                     for path in (REPO / folder).rglob("*.py") if re.search(r"\.ask\(", path.read_text()))
-    assert asking == ["autotune/study/measure.py"]
+    assert asking == ["autotune/study/loop.py"]
 
 
 def test_a_study_kept_in_memory_writes_nothing(tmp_path, monkeypatch) -> None:

@@ -13,7 +13,7 @@ import pytest
 
 from autotune.records import MeasurementProtocol, TrialRequest, TrialResult
 from autotune.space import config_key
-from autotune.study.loop import Study
+from autotune.study.study import Study
 from autotune.study.options import StudyOptions, StudyResult
 from autotune.workers.launcher import TrialLimits, run_trial
 
@@ -169,7 +169,7 @@ def test_only_a_trial_that_ran_shows_a_knob_never_reaches_the_script(tmp_path) -
 
     from autotune.records import Failure, FailureCategory, KnobEffect, TrialPlan
     from autotune.search.strategy import AutotuneSampler
-    from autotune.study.loop import Study
+    from autotune.study.study import Study
     from autotune.study.options import StudyOptions
 
     (tmp_path / "space.yaml").write_text(IDLE_SPACE)

@@ -14,8 +14,8 @@ import optuna
 import pytest
 
 from autotune.records import MeasurementProtocol
-from autotune.study.outputs import BestConfig
-from autotune.study.loop import tune
+from autotune.results.outputs import BestConfig
+from autotune.study.study import tune
 from autotune.study.options import StudyResult
 
 ROOT = Path(__file__).resolve().parents[2]

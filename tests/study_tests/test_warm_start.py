@@ -14,7 +14,7 @@ import pytest
 
 from autotune.landscapes.replay import replay_study
 from autotune.space import parse_space
-from autotune.study.loop import tune
+from autotune.study.study import tune
 from autotune.study.warm_start import of_space
 
 from .test_study import SCRIPTS

@@ -11,7 +11,7 @@ from pathlib import Path
 import pytest
 
 from autotune.records import MeasurementProtocol, TrialRequest
-from autotune.study.compile_stage import compile_job
+from autotune.execution.compile_stage import compile_job
 from autotune.targets import get_target
 from autotune.workers.multiprocess import trial_command
 
@@ -37,7 +37,7 @@ def test_neuron_compiles_ahead_under_neuron_parallel_compile_with_the_platform_n
     assert "NEURON_PLATFORM_TARGET_OVERRIDE" not in measure.env
     assert trial_command(job, Path("/tmp/spec.json"))[:4] == ["neuron_parallel_compile", *trial_command(
         measure, Path("/tmp/spec.json"))[:3]]
-    assert trial_command(job, Path("/tmp/spec.json"))[-3:] == ["-m", "autotune.workers.harness", "/tmp/spec.json"]
+    assert trial_command(job, Path("/tmp/spec.json"))[-3:] == ["-m", "autotune.harness", "/tmp/spec.json"]
 
 
 def test_a_neuron_configuration_that_names_its_target_keeps_it():

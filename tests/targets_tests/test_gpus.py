@@ -14,7 +14,7 @@ import pytest
 from autotune.cache import open_cache
 from autotune.errors import InvalidConfigError
 from autotune.execution.scheduler import plan_placement
-from autotune.host import nvidia_gpus
+from autotune.machine.host import nvidia_gpus
 from autotune.records import Failure, FailureCategory, TrialPlan, TrialResult
 from autotune.targets import get_target
 from autotune.targets.gpus import VISIBLE_DEVICES, cuda_gpus

@@ -22,7 +22,7 @@ pytestmark = [pytest.mark.neuron, pytest.mark.timeout(1800)]
 
 pytest.importorskip("torch_neuronx")
 
-from autotune.study.loop import tune  # noqa: E402
+from autotune.study.study import tune  # noqa: E402
 from autotune.targets.neuron import NeuronTarget, compile_cache_env  # noqa: E402
 
 # One training step of a tiny MLP under the plan's runtime knobs; prints the loss last.

@@ -24,7 +24,7 @@ from autotune.records import APPLY_ENV, ApplySpec, MeasurementProtocol, TrialRes
 from autotune.targets.neuron.flags import merge_compiler_args
 from autotune.trial import prepare_trial
 from autotune.workers.launcher import TrialLimits, run_trial
-from autotune.workers.multiprocess import HOOK_DIR
+from autotune.harness.apply import HOOK_DIR
 
 STAND_IN = '''
 """A stand-in for torch-neuronx: the documented inference API, recorded, traced on the CPU."""

@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import os
 import re
+from collections.abc import Callable
 from pathlib import Path
 
 import pytest
@@ -16,12 +17,13 @@ import pytest
 from autotune.records import FailureCategory as C, TrialResult
 from autotune.workers.multiprocess import rank_log
 
-from .conftest import RunScript
 from .test_launcher import dies_soon
 
 pytestmark = pytest.mark.slow
 
 SCRIPTS = Path(__file__).resolve().parents[1] / "scripts"
+
+RunScript = Callable[..., TrialResult]  # the run_script fixture
 
 
 def own_lines(result: TrialResult, local_rank: int) -> str:

@@ -8,7 +8,7 @@ import re
 from importlib.util import find_spec
 
 from autotune.errors import TargetError
-from autotune.host import instance_type
+from autotune.machine.host import instance_type
 
 #: Platform families and the built-in space of each.
 PLATFORM_SPACES: dict[str, str] = {
@@ -37,7 +37,7 @@ def platform_family(platform: str) -> str | None:
 
 def detect_platform() -> str:
     """The Neuron platform family of this machine: ``AUTOTUNE_NEURON_PLATFORM``, else that of its
-    EC2 instance type (:func:`autotune.host.instance_type`), else ``trn1``."""
+    EC2 instance type (:func:`autotune.machine.host.instance_type`), else ``trn1``."""
     configured = os.environ.get(PLATFORM_ENV)
     if configured:
         family = platform_family(configured)
