@@ -61,11 +61,6 @@ class Published:
         write_atomic(self._path(key, ".json"), json.dumps({**doc, "key": key, "published_at": time.time()},
                                                           sort_keys=True))
 
-    def withdraw(self, key: str) -> None:
-        """Forget that ``key`` was compiled (its artifacts were pruned, or a measure job found
-        them missing): the next compile job compiles it again."""
-        self._path(key, ".json").unlink(missing_ok=True)
-
     def withdraw_all(self) -> None:
         """Forget every configuration compiled under this root (some of their graphs were pruned)."""
         for manifest in self.root.glob("*/*.json"):

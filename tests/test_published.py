@@ -39,7 +39,7 @@ def test_a_manifest_is_there_only_once_published(tmp_path):
     assert doc["seconds"] == 12.5 and doc["key"] == KEY and doc["published_at"] > 0
     assert (tmp_path / "compiled" / "ab" / f"{KEY}.json").is_file()
     assert not list((tmp_path / "compiled" / "ab").glob(".*.tmp")), "written through a temporary file"
-    published.withdraw(KEY)
+    published.withdraw_all()
     assert published.manifest(KEY) is None
 
 

@@ -14,7 +14,7 @@ from __future__ import annotations
 
 from typing import Sequence
 
-from autotune.measurement.windows import Estimate, Window, estimate, without_compiles
+from autotune.measurement.windows import Window, without_compiles
 
 
 def common_span(ranks: Sequence[Sequence[Window]]) -> tuple[float, float] | None:
@@ -60,6 +60,3 @@ def combined_windows(ranks: Sequence[Sequence[Window]]) -> list[Window]:
         steps = parts[0][1] * width / parts[0][2]
         slices.append(Window(steps=max(1, round(steps)), samples=rate * width, seconds=width, start=lo))
     return slices
-def combined_estimate(ranks: Sequence[Sequence[Window]]) -> Estimate | None:
-    """The trial's throughput and its 95% interval from every rank's windows."""
-    return estimate(combined_windows(ranks))

@@ -27,18 +27,6 @@ def _baseline_losses(study: optuna.Study) -> list[float]:
     return list(_folded(study).base_losses)
 
 
-def numerics_violated(study: optuna.Study, trial: optuna.trial.FrozenTrial, base: list[float] | None = None,
-                      attrs: StudyAttrs | None = None) -> bool:
-    """Whether ``trial``'s first losses left the baseline's by more than the study's tolerance.
-
-    Decided from the stored losses, so that a trial told before its baseline finished is judged
-    all the same. ``attrs``: the study's attributes, where the caller has read them (on an RDB
-    storage each read is a query; a caller that judges every trial reads them once).
-    """
-    attrs = attrs or StudyAttrs.of(study)
-    return _violates_numerics(TrialAttrs.of(trial), _baseline_losses(study) if base is None else base, attrs)
-
-
 def _violates_numerics(told: TrialAttrs, base: list[float], attrs: StudyAttrs,
                        result: TrialResult | None = None) -> bool:
     """Whether the trial's first losses left the baseline's; ``result``: its result, where the
@@ -370,5 +358,3 @@ def trial_counts(study: optuna.Study, exclude: set[int]) -> tuple[int, int]:
     fold = _folded(study, trials)
     with fold.lock:
         return fold.counted, sum(t.number not in exclude for t in fold.running(trials))
-
-

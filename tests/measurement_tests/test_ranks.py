@@ -5,7 +5,8 @@ from __future__ import annotations
 
 import pytest
 
-from autotune.measurement.ranks import combined_estimate, combined_windows, common_span
+from autotune.measurement.ranks import combined_windows, common_span
+from autotune.measurement.windows import estimate
 from autotune.measurement.windows import Window
 from autotune.records import HarnessReport, Measurement, TimedWindow
 from autotune.workers.multiprocess import combine, combined_measurement, failed_ranks, rank_log
@@ -18,7 +19,7 @@ def steady(rate: float, start: float, count: int, seconds: float = 1.0, jitter: 
 
 
 def test_ranks_in_lockstep_add_up() -> None:
-    est = combined_estimate([steady(100, 0.0, 6, jitter=2), steady(100, 0.01, 6, jitter=2)])
+    est = estimate(combined_windows([steady(100, 0.0, 6, jitter=2), steady(100, 0.01, 6, jitter=2)]))
     assert est is not None
     assert est.throughput == pytest.approx(200, rel=0.01)
     assert est.ci_low < 200 < est.ci_high and est.rel_half_width < 0.05
@@ -36,7 +37,7 @@ def test_only_the_time_every_rank_measured_counts() -> None:
 def test_a_window_that_compiled_is_left_out_as_for_one_process() -> None:
     slow = Window(steps=10, samples=10, seconds=1.0, compiles=1, start=2.0)
     ranks = [steady(100, 0.0, 6), [*steady(100, 0.0, 2), slow, *steady(100, 3.0, 3)]]
-    assert combined_estimate(ranks).throughput == pytest.approx(200, rel=0.01)  # type: ignore[union-attr]
+    assert estimate(combined_windows(ranks)).throughput == pytest.approx(200, rel=0.01)  # type: ignore[union-attr]
 
 
 def test_ranks_that_never_overlap_have_no_common_time() -> None:

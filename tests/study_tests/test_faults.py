@@ -14,7 +14,6 @@ import pytest
 
 from autotune.study.study import tune
 from autotune.study.options import EXIT_ALL_FAILED
-from autotune.results.standings import numerics_violated
 from autotune.targets.inductor import InductorTarget
 from autotune.workers.launcher import TrialLimits, run_trial
 from bench.fleet_faults import full_disk, mount_refused
@@ -152,7 +151,6 @@ known_good:
     study = optuna.load_study(study_name=result.study, storage=result.storage)
     frozen = study.trials[cast.number]
     assert frozen.user_attrs["numerics_constraint"] > 0, "Optuna's constraint records the violation"
-    assert numerics_violated(study, frozen)
     # With the guard off the same measurement may win.
     loose = tune(SCRIPTS / "precision_sensitive.py", trials=2, target="inductor", space=str(space), seed=0,
                  study="loose", numerics_guard=False)
