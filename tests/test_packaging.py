@@ -47,6 +47,7 @@ def test_the_wheel_holds_the_package_alone_with_its_data_files(tmp_path: Path) -
     assert "autotune/workers/harness.py" in names
     assert {"autotune/search_spaces/xla.yaml", "autotune/search_spaces/inductor.yaml"} <= set(names)
     assert "autotune/instances.yaml" in names, "the instance catalogue (pricing.py) ships with the package"
+    assert "autotune/schemas/best.schema.json" in names, "best.json's JSON Schema ships with the package"
     (metadata,) = [n for n in names if n.endswith(".dist-info/METADATA")]
     fields = zipfile.ZipFile(wheel).read(metadata).decode()
     assert "\nName: torch-autotune\n" in fields and "\nLicense-Expression: Apache-2.0\n" in fields, fields[:800]
