@@ -177,8 +177,8 @@ class BestConfig(BaseModel):
         "The env var that carries the compiler flags (`NEURON_CC_FLAGS`, `XLA_FLAGS`); null where none does."))
     compiler_flags: str | None = Field(default=None, description="The compiler flags: that variable's value.")
     knobs: Annotated[dict[str, Any], _SchemaOf(RuntimeKnobs)] = Field(default_factory=dict, description=(
-        "What the configuration changes in the script's process, as `apply.knobs` says, without those it leaves "
-        "as they are."))
+        "The runtime knobs the trial set, those it left unset out; a production run applies `apply.knobs`, "
+        "which leaves out what only served the measurement (`threads`, `lazy_device`, `trace.cache_dir`)."))
     launch: str | None = Field(default=None, description=(
         "How the job starts the script, as it was measured (`torchrun --nproc_per_node=2`); null: plain "
         "`python`, one process."))
