@@ -2,6 +2,8 @@
 
 A trial's plan goes from the driver to the trial process as JSON, and its result comes back the
 same way; nothing else is shared. Every record is a pydantic model so that both ends validate it.
+A record that a user reads in an output file (best.json, a trial's report.json) describes each field
+(``Field(description=...)``): docs/reference/outputs.md and best.json's JSON Schema are written from them.
 """
 
 from __future__ import annotations
@@ -103,11 +105,11 @@ _CONVICTING = frozenset({FailureCategory.compile_error, FailureCategory.crash, F
 class CompileSpec(BaseModel):
     """How the harness compiles the user's model (inductor, openxla or neuron backend)."""
 
-    backend: str
-    mode: str | None = None
-    fullgraph: bool = False
-    dynamic: bool | None = None
-    options: dict[str, Any] = Field(default_factory=dict)
+    backend: str = Field(description="`torch.compile`'s backend (`inductor`, `openxla`, `eager`: no compile).")
+    mode: str | None = Field(default=None, description="Its `mode` (`default`, `reduce-overhead`, `max-autotune`).")
+    fullgraph: bool = Field(default=False, description="Its `fullgraph`.")
+    dynamic: bool | None = Field(default=None, description="Its `dynamic`.")
+    options: dict[str, Any] = Field(default_factory=dict, description="Its `options`: the backend's settings.")
 
 
 class TraceSpec(BaseModel):
@@ -115,35 +117,36 @@ class TraceSpec(BaseModel):
     the compiler settings of the plan's flags variable replace the same settings of the script's
     own ``compiler_args`` (trace reads no ``NEURON_CC_FLAGS``)."""
 
-    #: Where traced models are kept, keyed by model, example inputs, compiler arguments and
-    #: versions, so that a second trial of the same loads it instead of compiling it again.
-    cache_dir: str | None = None
-    #: ``torch_neuronx.DataParallel`` over the process's NeuronCores, and dynamic batching; ``None``
-    #: keeps the script's own choice.
-    data_parallel: bool | None = None
-    dynamic_batch: bool | None = None
+    cache_dir: str | None = Field(default=None, description=(
+        "Where traced models are kept, keyed by model, example inputs, compiler arguments and versions, so "
+        "that a second trial of the same loads it instead of compiling it again."))
+    data_parallel: bool | None = Field(default=None, description=(
+        "`torch_neuronx.DataParallel` over the process's NeuronCores; null keeps the script's own choice."))
+    dynamic_batch: bool | None = Field(default=None, description=(
+        "DataParallel's dynamic batching; null keeps the script's own choice."))
 
 
 class RuntimeKnobs(BaseModel):
     """What the harness changes inside the user's process. ``None`` keeps the script's own value."""
 
-    batch_size: int | None = None
-    num_workers: int | None = None
-    batches_per_execution: int | None = None
-    #: Compile the user's model with these options; ``backend == "eager"`` undoes the script's own
-    #: ``torch.compile`` calls.
-    compile: CompileSpec | None = None
-    #: Run the model's forward under ``torch.autocast(autocast_device, autocast_dtype)``.
-    autocast_dtype: str | None = None
-    autocast_device: str | None = None
-    #: Cast the model's parameters (and its floating inputs) to this dtype.
-    model_dtype: str | None = None
-    #: The device executes lazily (XLA): the harness waits for it at the edges of a timing window.
-    lazy_device: bool = False
-    #: Torch intra-op threads for this trial (parallel trials on one CPU must not oversubscribe it).
-    threads: int | None = None
-    #: ``torch_neuronx.trace`` calls of the script take the configuration's compiler settings.
-    trace: TraceSpec | None = None
+    batch_size: int | None = Field(default=None, description="The DataLoader's batch size, of each process.")
+    num_workers: int | None = Field(default=None, description="The DataLoader's worker processes.")
+    batches_per_execution: int | None = Field(default=None, description=(
+        "The device loader's `batches_per_execution` (torch-xla's `MpDeviceLoader`)."))
+    compile: CompileSpec | None = Field(default=None, description=(
+        "Compile the user's model with these options; backend `eager` undoes the script's own `torch.compile`."))
+    autocast_dtype: str | None = Field(default=None, description=(
+        "Run the model's forward under `torch.autocast` of this dtype (`bfloat16`)."))
+    autocast_device: str | None = Field(default=None, description=(
+        "The device type of that autocast (`cpu`, `cuda`, `xla`)."))
+    model_dtype: str | None = Field(default=None, description=(
+        "Cast the model's parameters (and its floating inputs) to this dtype."))
+    lazy_device: bool = Field(default=False, description=(
+        "The device executes lazily (XLA): a trial waits for it at the edges of a timing window."))
+    threads: int | None = Field(default=None, description=(
+        "Torch intra-op threads of a trial (parallel trials on one CPU must not oversubscribe it)."))
+    trace: TraceSpec | None = Field(default=None, description=(
+        "`torch_neuronx.trace` calls of the script take the configuration's compiler settings."))
 
 
 #: What the harness changes in the script for each runtime knob, and what a script that gives it
@@ -177,12 +180,10 @@ class ScriptFlag(BaseModel):
     true, no flag when false.
     """
 
-    param: str
-    flag: str
-    #: The text after the flag; ``None`` for a switch.
-    value: str | None = None
-    #: ``False``: a switch that is off, taken out of the script's arguments.
-    present: bool = True
+    param: str = Field(description="The parameter.")
+    flag: str = Field(description="The script's flag (`--batch_size`).")
+    value: str | None = Field(default=None, description="The text after the flag; null for a switch.")
+    present: bool = Field(default=True, description="False: a switch that is off, taken out of the script's arguments.")
 
     @classmethod
     def of(cls, param: str, flag: str, value: Any) -> ScriptFlag:
@@ -232,11 +233,12 @@ class ScriptFlag(BaseModel):
 class KnobRoute(BaseModel):
     """One way a parameter reaches the script."""
 
-    kind: Literal["env var", "compiler flag", "script argument", "interception", "launch", "target"]
-    #: What it sets: the env var, the flag as given, what the harness changes, the launch command.
-    detail: str
-    #: For an interception, the runtime knobs it sets (the keys of :data:`INTERCEPTIONS`).
-    knobs: list[str] = Field(default_factory=list)
+    kind: Literal["env var", "compiler flag", "script argument", "interception", "launch", "target"] = Field(
+        description="How it reaches the script.")
+    detail: str = Field(description=(
+        "What it sets: the env var, the flag as given, what the harness changes, the launch command."))
+    knobs: list[str] = Field(default_factory=list, description=(
+        "For an interception, the runtime knobs it sets, by their names in `knobs`."))
 
 
 class TrialPlan(BaseModel):
@@ -389,23 +391,25 @@ class ApplySpec(BaseModel):
 
     Nothing of the machine that tuned it: no trial paths, placement or thread limits."""
 
-    study: str
-    trial: int
-    target: str
-    #: The file name of the study's script: a process running a script of that name gets the
-    #: configuration's :attr:`script_flags` in its arguments.
-    script: str
-    #: The configuration's env vars (also exported by ``best.env``), watched for a script that
-    #: replaces them itself.
-    env: dict[str, str] = Field(default_factory=dict)
-    flags_env: str | None = None
-    knobs: RuntimeKnobs = Field(default_factory=RuntimeKnobs)
-    script_flags: list[ScriptFlag] = Field(default_factory=list)
-    routes: dict[str, list[KnobRoute]] = Field(default_factory=dict)
-    params: dict[str, Any] = Field(default_factory=dict)
-    nproc_per_node: int = 1
-    launch: str | None = None
-    speedup: float | None = None
+    study: str = Field(description="The study.")
+    trial: int = Field(description="The configuration's first trial.")
+    target: str = Field(description="The target it was tuned for.")
+    script: str = Field(description=(
+        "The file name of the study's script: a process running a script of that name gets `script_flags`."))
+    env: dict[str, str] = Field(default_factory=dict, description=(
+        "The configuration's env vars (best.env exports them too), watched for a script that replaces them."))
+    flags_env: str | None = Field(default=None, description="The env var of the compiler flags, where there is one.")
+    knobs: RuntimeKnobs = Field(default_factory=RuntimeKnobs, description=(
+        "What the configuration changes inside each Python process of the job."))
+    script_flags: list[ScriptFlag] = Field(default_factory=list, description=(
+        "The parameters given to the script as flags of its own."))
+    routes: dict[str, list[KnobRoute]] = Field(default_factory=dict, description=(
+        "How each parameter reaches the script, by parameter; an empty list: its value is the script's own."))
+    params: dict[str, Any] = Field(default_factory=dict, description="The configuration's parameters.")
+    nproc_per_node: int = Field(default=1, description="The job's processes.")
+    launch: str | None = Field(default=None, description=(
+        "How the job starts the script (`torchrun --nproc_per_node=2`)."))
+    speedup: float | None = Field(default=None, description="The configuration's speedup over the baseline, times.")
 
     @classmethod
     def of(cls, plan: TrialPlan, *, study: str, trial: int, script: str, env: dict[str, str],
@@ -429,45 +433,43 @@ class TimedWindow(BaseModel):
     """One timing window of one process, on the host's monotonic clock, so that the windows of
     the ranks of a trial can be laid side by side."""
 
-    start: float
-    seconds: float
-    steps: int
-    samples: float
-    compiles: int = 0
-    #: The run's phase (:class:`autotune.measurement.windows.Window`).
-    phase: int = 0
+    start: float = Field(description="When it opened, seconds on the host's monotonic clock.")
+    seconds: float = Field(description="How long it lasted, seconds.")
+    steps: int = Field(description="Steps it timed.")
+    samples: float = Field(description="Samples those steps processed.")
+    compiles: int = Field(default=0, description="Graphs compiled while it ran.")
+    phase: int = Field(default=0, description="The run's phase: a later phase trains with an optimizer of its own.")
 
 
 class Measurement(BaseModel):
-    throughput: float  # samples/s over the steady-state windows
-    ci95_low: float
-    ci95_high: float
-    #: Seconds from one step to the next over the measurement: for a loop that serves one batch
-    #: per call of the model, the latency a request sees (``--objective latency_p99``).
-    step_time_median: float
-    step_time_p90: float
-    step_time_p99: float | None = None  # None: measured before it was recorded
-    samples_per_step: float
-    steps_measured: int
-    windows: int
-    converged: bool
-    warmup_steps: int
-    warmup_seconds: float
-    #: Stopped early, its interval entirely below the protocol's ``stop_below``: a real
-    #: measurement, only less precise than a converged one.
-    pruned: bool = False
-    #: Phases of the run the figure covers: more than one where a later phase trains with an
-    #: optimizer of its own, each phase measured in steady state, the run measured to its end.
-    phases: int = 1
-    #: The model's FLOPs per sample: one call of the model the harness found, forward and, where
-    #: the loop trains, backward (``autotune.harness.flops``); ``None`` where it could not be counted.
-    flops_per_sample: float | None = None
-    #: The device type of the model's parameters at that call (``cpu``, ``cuda``, ``xla``): a model
-    #: left on the CPU of a GPU host is measured against no GPU's peak.
-    model_device: str | None = None
-    #: Processes of the script the figure was measured over: more than one where the script ended
-    #: before a noisy host's seconds were measured and ran again (:mod:`autotune.workers.run_parts`).
-    processes: int = 1
+    throughput: float = Field(description="Samples/s over the steady-state windows.")
+    ci95_low: float = Field(description="Low end of the 95% interval of `throughput`, samples/s.")
+    ci95_high: float = Field(description="High end of the 95% interval of `throughput`, samples/s.")
+    step_time_median: float = Field(description=(
+        "Median seconds from one step to the next: for a loop that serves one batch per call of the model, the "
+        "latency a request sees."))
+    step_time_p90: float = Field(description="90th percentile of those seconds.")
+    step_time_p99: float | None = Field(default=None, description=(
+        "99th percentile of those seconds; null in a result from before it was recorded."))
+    samples_per_step: float = Field(description="Samples of one step (its batch).")
+    steps_measured: int = Field(description="Steady steps the figure covers.")
+    windows: int = Field(description="Timing windows the figure covers.")
+    converged: bool = Field(description="Its interval reached the protocol's width before the time cap.")
+    warmup_steps: int = Field(description="Steps before the steady state (compiling, warming caches).")
+    warmup_seconds: float = Field(description="Seconds of those steps.")
+    pruned: bool = Field(default=False, description=(
+        "Stopped early, its interval wholly below the study's bar: a real measurement, only less precise."))
+    phases: int = Field(default=1, description=(
+        "Phases of the run the figure covers: more than one where a later phase trains with an optimizer of "
+        "its own."))
+    flops_per_sample: float | None = Field(default=None, description=(
+        "The model's FLOPs per sample: one call of the model, forward and, where the loop trains, backward; "
+        "null where they could not be counted."))
+    model_device: str | None = Field(default=None, description=(
+        "The device type of the model's parameters at that call (`cpu`, `cuda`, `xla`)."))
+    processes: int = Field(default=1, description=(
+        "Processes of the script the figure was measured over: more than one where the script ended before "
+        "enough seconds were measured and ran again."))
 
     @property
     def ci95_half_width(self) -> float:
@@ -490,13 +492,14 @@ class Measurement(BaseModel):
 
 
 class CompileStats(BaseModel):
-    graphs_compiled: int = 0
-    #: Graphs compiled after warm-up: more than a few means a recompilation storm.
-    graphs_after_warmup: int = 0
-    compile_seconds: float | None = None
-    #: What the backend reports of its own compile cache, where it does.
-    cache_hits: int | None = None
-    cache_misses: int | None = None
+    graphs_compiled: int = Field(default=0, description="Graphs compiled.")
+    graphs_after_warmup: int = Field(default=0, description=(
+        "Graphs compiled after warm-up: more than a few is a recompilation storm."))
+    compile_seconds: float | None = Field(default=None, description=(
+        "Seconds the compiler took, where the backend reports them."))
+    cache_hits: int | None = Field(default=None, description="The backend's compile cache hits, where it counts them.")
+    cache_misses: int | None = Field(default=None, description=(
+        "The backend's compile cache misses, where it counts them."))
 
     @property
     def recompilation_storm(self) -> bool:
@@ -520,10 +523,12 @@ class CompileStage(BaseModel):
 
 
 class Failure(BaseModel):
-    category: FailureCategory
-    reason: str
-    exit_code: int | None = None
-    signal: str | None = None
+    """Why a trial gave no figure."""
+
+    category: FailureCategory = Field(description="Its category.")
+    reason: str = Field(description="What happened, in words.")
+    exit_code: int | None = Field(default=None, description="The process's exit code, where it exited.")
+    signal: str | None = Field(default=None, description="The signal that ended it (`SIGKILL`), where one did.")
 
 
 class HarnessReport(BaseModel):
@@ -532,36 +537,34 @@ class HarnessReport(BaseModel):
     # A NaN loss is the evidence of a numerics failure: it must survive the trip through JSON.
     model_config = ConfigDict(ser_json_inf_nan="constants")
 
-    finished: bool = False  # the script ran to its end or was stopped after converging
-    stopped_early: bool = False
-    steps_seen: int = 0
-    measurement: Measurement | None = None
-    compile: CompileStats = Field(default_factory=CompileStats)
-    losses: list[float] = Field(default_factory=list)
-    metrics: dict[str, float] = Field(default_factory=dict)
-    error: str | None = None  # "ExceptionType: message" of what ended the script
-    failure: Failure | None = None
-    #: The code of the script's own ``sys.exit()`` with an error code; a failure only when nothing
-    #: was measured before it.
-    exit_code: int | None = None
-    #: The rank of a multi-process trial that wrote it (``RANK``, or the spawn order), else ``None``.
-    rank: int | None = None
-    pid: int | None = None
-    #: The steady-state windows behind ``measurement``, for combining the ranks of a trial.
-    windows: list[TimedWindow] = Field(default_factory=list)
-    #: Each runtime knob of the plan that needs something of the script (:data:`INTERCEPTIONS`),
-    #: and whether the harness found it (a DataLoader for the batch size, the model for a cast).
-    knobs_applied: dict[str, bool] = Field(default_factory=dict)
-    #: What the script itself gave its DataLoaders for the loader's knobs (``batch_size``,
-    #: ``num_workers``; the DataLoader's default where it gave none), before the configuration
-    #: replaced it: each distinct value, over every DataLoader of every process.
-    script_loader: dict[str, list[int]] = Field(default_factory=dict)
-    #: The configuration's env vars that the script replaced or removed itself
-    #: (``os.environ["NEURON_CC_FLAGS"] = ...``), each with where it did so (``train.py:12``).
-    env_overrides: dict[str, str] = Field(default_factory=dict)
-    #: What a reader of the result should know of how the configuration was applied (a flag of the
-    #: script's own that the configuration replaced).
-    notes: list[str] = Field(default_factory=list)
+    finished: bool = Field(default=False, description="The script ran to its end or was stopped after converging.")
+    stopped_early: bool = Field(default=False, description="Stopped once measured, before the script's end.")
+    steps_seen: int = Field(default=0, description="Steps of the script seen, warm-up included.")
+    measurement: Measurement | None = Field(default=None, description="What it measured; null where nothing.")
+    compile: CompileStats = Field(default_factory=CompileStats, description="What was compiled.")
+    losses: list[float] = Field(default_factory=list, description="The losses of the first training steps.")
+    metrics: dict[str, float] = Field(default_factory=dict, description=(
+        "The script's own figures, by name (`autotune.report()`), each in its own unit."))
+    error: str | None = Field(default=None, description="`ExceptionType: message` of what ended the script.")
+    failure: Failure | None = Field(default=None, description="Why it gave no figure, where it gave none.")
+    exit_code: int | None = Field(default=None, description=(
+        "The code of the script's own `sys.exit()` with an error code; a failure only when nothing was "
+        "measured before it."))
+    rank: int | None = Field(default=None, description=(
+        "The rank of a multi-process trial that wrote it (`RANK`, or the spawn order); null for one process."))
+    pid: int | None = Field(default=None, description="The process id.")
+    windows: list[TimedWindow] = Field(default_factory=list, description=(
+        "The steady-state windows behind `measurement`, for combining the ranks of a trial."))
+    knobs_applied: dict[str, bool] = Field(default_factory=dict, description=(
+        "Each runtime knob that needs something of the script, and whether it was found (a DataLoader for "
+        "the batch size, the model for a cast)."))
+    script_loader: dict[str, list[int]] = Field(default_factory=dict, description=(
+        "What the script itself gave its DataLoaders for `batch_size` and `num_workers` before the "
+        "configuration replaced it: each distinct value."))
+    env_overrides: dict[str, str] = Field(default_factory=dict, description=(
+        "The configuration's env vars that the script replaced or removed itself, each with where (`train.py:12`)."))
+    notes: list[str] = Field(default_factory=list, description=(
+        "What a reader should know of how the configuration was applied."))
 
 
 class KnobEffect(BaseModel):

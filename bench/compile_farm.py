@@ -33,29 +33,7 @@ so a study of 50 trials needs more than that; the smallest K that reaches 85% in
 printed too. Whatever K, the farm's study takes about M/T of today's at best, T being today's
 slot seconds per trial.
 
-What the figures say (median of 10 seeds, 50 trials, 2 slots, as it prints them):
-
-* ``xla-vit`` (no warm compile recorded: a load is assumed at 5% of the compile; 8 of 56
-  configurations fail, each charged its whole recorded wall time as compile, about one mean
-  compile): the wall target passes (0.16 of today's at K = 16), the utilisation target fails at
-  K = 8 and 16 (44% and 74% measuring). Per trial W is about 593 s and M about 77 s (90 s per
-  measured configuration, 8 in 56 never measured). K = 8 workers finish 8/593 s = 0.8
-  configurations a minute while 2 slots could take 2/77 s = 1.56 a minute, so the slots measure
-  at most 8·77/(2·593) = 52% of the time; 85% needs K >= 0.85·2·593/77 = 13 in steady state, and
-  22 workers in a 50-trial study, whose slots wait for the first compiles and whose supply barely
-  exceeds the demand at K = 16 (compiles vary from 0.2 to 3 times the mean). A deeper ``--ahead``
-  cannot help a pipeline short of compiles: with K + D ahead no worker waits for admission
-  (``--ahead 40`` gives the same figures at K = 8, 75% instead of 74% at K = 16).
-* ``inductor-vit`` (a load is the recorded warm compile, 19.5% of the cold one, about 2 minutes at
-  this scale, twice the rest; 24 graphs are compiled by two configurations each, and 12 of the 60
-  configurations are eager and compile nothing): the utilisation target passes from K = 6 on (89%
-  at K = 8), the wall target fails (0.40 of today's at K = 16). The farm is short of slots, not of
-  compiles: M is about 141 s per trial against T = 380 s today, because today's design already
-  loads a twin's graphs from the cache and compiles nothing for an eager configuration, so no K
-  brings the study under about M/T = 0.37 of today's. The wall target needs a cheaper load: with
-  ``--load-fraction 0.05`` (5%, the assumption used for xla) it is 0.27 at K = 16, at 0.03 it is
-  0.25 (PASS), at 0 it is 0.21; shorter measure jobs need more compiles, so slots measuring at
-  K = 16 then falls from 91.0% to 86.4%, 84.9% (FAIL) and 79.3% (FAIL).
+What the figures said, and which targets they pass: docs/results/fleet.md#a-compile-farm-on-paper.
 
 Usage::
 

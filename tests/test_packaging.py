@@ -48,6 +48,7 @@ def test_the_wheel_holds_the_package_alone_with_its_data_files(tmp_path: Path) -
     assert {"autotune/search_spaces/xla.yaml", "autotune/search_spaces/inductor.yaml"} <= set(names)
     assert "autotune/machine/instances.yaml" in names, "the instance catalogue (machine/pricing.py) ships with the package"
     assert "autotune/harness/hook/sitecustomize.py" in names, "the hook every trial and applied job puts first on PYTHONPATH"
+    assert "autotune/schemas/best.schema.json" in names, "best.json's JSON Schema ships with the package"
     (metadata,) = [n for n in names if n.endswith(".dist-info/METADATA")]
     fields = zipfile.ZipFile(wheel).read(metadata).decode()
     assert "\nName: torch-autotune\n" in fields and "\nLicense-Expression: Apache-2.0\n" in fields, fields[:800]
@@ -101,7 +102,7 @@ def test_provenance_names_the_installed_version() -> None:
     """Each result records the autotune it was measured with: read by the distribution's name."""
     from importlib.metadata import version
 
-    from autotune.provenance import provenance
+    from autotune.machine.provenance import provenance
     from autotune.targets import resolve_target
 
     script = ROOT / "tests" / "scripts" / "tiny_train.py"

@@ -1,18 +1,23 @@
-"""The command-line reference page, written from the command line itself.
+"""The reference pages, written from the code: ``python -m autotune.cli.reference`` writes them all.
 
-``python -m autotune.cli.reference`` writes ``docs/reference/cli.md``: every command and every
-option of :data:`autotune.cli.app.app`, with its help text, default and env var, as ``--help``
-shows them. ``tests/cli_tests/test_reference.py`` fails when the committed page is not what this
-writes. Only the parameters' plain attributes are read (no ``--help`` formatting, no metavar
-derivation), so that the page is the same under every typer and click release the package allows.
+``docs/reference/cli.md`` (here): every command and every option of :data:`autotune.cli.app.app`,
+with its help text, default and env var, as ``--help`` shows them. Only the parameters' plain
+attributes are read (no ``--help`` formatting, no metavar derivation), so that the page is the same
+under every typer and click release the package allows. ``docs/reference/outputs.md``
+(:mod:`.outputs_reference`): every output file, key by key. And best.json's JSON Schema, which
+ships in the package. ``tests/cli_tests/test_reference.py`` fails when a committed one is not what
+this writes.
 """
 
 from __future__ import annotations
 
 import inspect
+import json
 import sys
 from pathlib import Path
-from typing import Any
+from typing import Any, Callable
+
+from autotune.cli import outputs_reference
 
 #: The page, from the repository's root.
 PAGE = Path("docs") / "reference" / "cli.md"
@@ -133,20 +138,38 @@ def _text(text: str | None) -> str:
     return " ".join((text or "").split())
 
 
+def schema() -> str:
+    """best.json's JSON Schema, as the package ships it."""
+    from autotune.results.outputs import best_schema
+
+    return json.dumps(best_schema(), indent=2) + "\n"
+
+
+def files() -> dict[Path, Callable[[], str]]:
+    """What this writes, from the repository's root, and what writes each."""
+    from autotune.results.outputs import SCHEMA_FILE
+
+    return {PAGE: page, outputs_reference.PAGE: outputs_reference.page, Path("autotune") / SCHEMA_FILE: schema}
+
+
 def main(argv: list[str] | None = None) -> int:
-    """Write the page under the folder given (default: this directory), or with ``--check`` only
-    say whether the page there is current (exit 1 when stale)."""
+    """Write every file of :func:`files` under the folder given (default: this directory), or with
+    ``--check`` only say whether those there are current (exit 1 when one is stale)."""
     args = list(sys.argv[1:] if argv is None else argv)
     check = "--check" in args
     root = Path(next((a for a in args if a != "--check"), "."))
-    path, text = root / PAGE, page()
-    if check:
-        if path.exists() and path.read_text() == text:
-            return 0
-        print(f"{path} is stale: run python -m autotune.cli.reference", file=sys.stderr)
+    stale = []
+    for name, write in files().items():
+        path, text = root / name, write()
+        if check:
+            if not path.exists() or path.read_text() != text:
+                stale.append(str(path))
+            continue
+        path.parent.mkdir(parents=True, exist_ok=True)
+        path.write_text(text)
+    if stale:
+        print(f"stale: {', '.join(stale)}: run python -m autotune.cli.reference", file=sys.stderr)
         return 1
-    path.parent.mkdir(parents=True, exist_ok=True)
-    path.write_text(text)
     return 0
 
 

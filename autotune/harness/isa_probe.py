@@ -2,8 +2,9 @@
 
 Before its first CPU kernel, every process that compiles with inductor checks each vector ISA
 the CPU claims (AVX2, AVX-512, ...) by building a small library, which inductor's own cache
-keeps, and then loading it in a fresh Python that imports torch: about 2 s an ISA on this
-machine's CPU, paid again by every trial, cold or warm, even when every graph comes from the cache.
+keeps, and then loading it in a fresh Python that imports torch: seconds an ISA
+(docs/results/trial.md#inductors-vector-isa-probe), paid again by every trial, cold or warm, even
+when every graph comes from the cache.
 
 The answer depends only on the compiler, the ISA flags, torch's version and the CPU, which is
 exactly the key recorded here. Only successful probes are remembered: a failed one is cheap to

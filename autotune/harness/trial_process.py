@@ -165,8 +165,8 @@ class TrialRuntime:
         """``torch.autograd.backward``, which ``Tensor.backward()`` calls as a script may itself: a
         step boundary once the gradients are there (for loops that update their weights by hand),
         and the loss it starts from, for the numerics guard. One wrapper, not one here and one
-        around ``Tensor.backward``: on a step of 300 µs (a corpus script's Linear layer) each
-        Python frame the harness adds per step costs 1 to 2% of the trial's figure. A backward()
+        around ``Tensor.backward``: on a short step each Python frame the harness adds per step
+        shows in the trial's figure (docs/results/trial.md#the-harnesss-cost-per-step). A backward()
         run inside another (reentrant checkpointing) is part of the outer one."""
         orig_autograd = torch.autograd.backward
         runtime = self

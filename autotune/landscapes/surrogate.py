@@ -22,11 +22,8 @@ strategies can be compared over many seeds on the whole space; this is that, for
 
 A configuration is encoded one column per level of each parameter ("unset", the script's own
 value, or inactive under its ``when``, being a level of its own), plus the value itself for a
-numeric parameter (a batch size: a tree can split on it). Why boosting for the throughput: on
-the recorded landscapes (56 and 60 configurations; 5-fold, two seeds) its median held-out error
-was 20% (xla) and 9% (inductor), against 22% and 10% for a random forest with scikit-learn's
-defaults and 36% and 11% for extra trees; on a synthetic landscape of multiplicative effects
-(``tests/landscapes_tests/test_surrogate.py``) fitted on half of it, 3 to 4% against 7 to 12%.
+numeric parameter (a batch size: a tree can split on it). Boosting for the throughput: its
+held-out error was the lowest (docs/results/search.md#the-surrogates-model).
 The classifier and the other regressors are random forests with scikit-learn's defaults: which
 configurations fail is a matter of a flag or a pair, not of a smooth trend.
 
@@ -232,20 +229,15 @@ class Residuals:
 
     Depth-2 trees add up main effects and pairs, so a configuration whose measurement departs from
     what its parameters add up to elsewhere in the space is pulled back to that sum, however well
-    it was measured: on the whole xla recording the known-good ``{batch_size: 64, openxla: true}``
-    measured 2,139.7 samples/s (95% interval ±18%) and the boosting alone answered 1,150, half of
-    its best, because nearly every fast configuration recorded beside it had other flags set. The
-    process puts such a configuration, and in part its neighbours, back where the measurements
-    say, and leaves configurations far from every record to the boosting.
+    it was measured. The process
+    puts such a configuration, and in part its neighbours, back where the measurements say, and
+    leaves configurations far from every record to the boosting.
 
     A recorded interval is the spread within one run; two runs of one configuration can differ by
-    more (the same inductor configuration measured 1,803 and 2,204 samples/s, ±2% each, minutes
-    apart). So the noise of each residual is its interval's plus a term between runs, which the
-    data may set to 0: with the spread of the residuals and how many parameters apart they stay
-    alike, it is chosen by the marginal likelihood of the residuals. Fitted on the first whole inductor
-    recording it was 0.1 (a tenth), and the recorded best, one run at 2,587.9, was answered 2,298;
-    on the one that replaced it, whose top twelve were measured twice (a median of 7.7% apart), it
-    is 0.1 again; on the whole xla recording it is 0, and the known-good is answered 1,878."""
+    more. So the noise of each residual is its interval's plus a term between runs, which the data
+    may set to 0: with the spread of the residuals and how many parameters apart they stay alike,
+    it is chosen by the marginal likelihood of the residuals (what it chose on the recordings:
+    docs/results/search.md#the-residual-process)."""
 
     SPREADS = (0.003, 0.01, 0.03, 0.1)
     LENGTHS = (0.5, 1.0, 2.0, 4.0)
@@ -281,11 +273,7 @@ def _weights(sigma: np.ndarray) -> np.ndarray:
     Not the inverse of its variance, as a textbook fit would weigh it: the spread of a
     measurement grows with the throughput where a script's epoch is short (its fastest
     configurations run fewest steps), so inverse variances leave the top of a landscape, where a
-    search ends, to the slow and precise configurations. With 5-fold held-out errors (two seeds)
-    on the four recorded landscapes (whole xla with its refinements, whole inductor, the small
-    xla and inductor ones), inverse spread against inverse variance: 15.1% against 19.5%, 10.9%
-    against 11.2%, 20.8% against 19.6%, 9.6% against 8.7%; rank correlations 0.87, 0.84, 0.81,
-    0.90 against 0.83, 0.85, 0.79, 0.89. Unweighted: 14.3%, 13.2%, 20.5%, 8.9%."""
+    search ends, to the slow and precise configurations (docs/results/search.md#each-measurements-weight)."""
     return (1 / sigma) / np.mean(1 / sigma)
 
 

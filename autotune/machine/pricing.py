@@ -132,18 +132,18 @@ class Price(BaseModel):
 class Cost(BaseModel):
     """A cost figure with everything it was computed from, as ``best.json`` and the tables show it."""
 
-    #: The instance the price is for (``None``: not known; a price given by flag still applies).
-    instance_type: str | None
-    #: US dollars per hour, and where that price came from.
-    per_hour: float
-    source: str
-    #: What one trial measured, samples/s.
-    trial_samples_per_second: float
-    #: The whole instance's samples/s: the trial's times the trials that fit side by side.
-    instance_samples_per_second: float
-    trials_side_by_side: int
-    #: US dollars per 1e6 samples at ``instance_samples_per_second`` and ``per_hour``.
-    usd_per_million_samples: float
+    instance_type: str | None = Field(description=(
+        "The instance the price is for; null where it is not known (a price given by flag still applies)."))
+    per_hour: float = Field(description="The price, US dollars per hour.")
+    source: str = Field(description=(
+        "Where the price came from: `catalogue: us-east-1 on-demand, 2026-11-23`, `--price-per-hour` or "
+        "`prices file /path`."))
+    trial_samples_per_second: float = Field(description="What one trial measured, samples/s.")
+    instance_samples_per_second: float = Field(description=(
+        "The whole instance's samples/s: the trial's times the trials that fit side by side."))
+    trials_side_by_side: int = Field(description="The trials the instance runs side by side, each on its devices.")
+    usd_per_million_samples: float = Field(description=(
+        "US dollars per 1e6 samples at `instance_samples_per_second` and `per_hour`."))
 
     @classmethod
     def of(cls, trial_samples_per_second: float, price: Price, *, instance_type: str | None,
@@ -279,21 +279,20 @@ class Utilisation(BaseModel):
     """How far a measured configuration is from the hardware: the model's FLOPs per sample, the
     FLOP/s its throughput makes of them, and that over the peak of the devices its trial held."""
 
-    flops_per_sample: float
-    flops_per_second: float
-    #: Dense bf16 FLOP/s of the devices the trial held; ``None`` where no peak is known.
-    peak_flops_per_second: float | None = None
-    #: Where the peak came from, or why there is none.
-    peak_source: str
-    #: Model FLOPs utilisation: ``flops_per_second`` over ``peak_flops_per_second``.
-    mfu: float | None = None
+    flops_per_sample: float = Field(description="The model's FLOPs per sample: forward, and backward where it trains.")
+    flops_per_second: float = Field(description="FLOP/s: FLOPs per sample times the samples/s measured.")
+    peak_flops_per_second: float | None = Field(default=None, description=(
+        "The dense bf16 peak of the devices the trial held, FLOP/s; null where no peak is known."))
+    peak_source: str = Field(description="Where the peak came from, or why there is none.")
+    mfu: float | None = Field(default=None, description=(
+        "Model FLOPs utilisation, a fraction: `flops_per_second` over `peak_flops_per_second`."))
 
 
 def utilisation(flops_per_sample: float | None, samples_per_second: float | None, provenance: dict[str, Any],
                 *, devices_per_trial: int | None, processes: int = 1,
                 model_device: str | None = None) -> Utilisation | None:
     """The utilisation of a trial that measured ``samples_per_second`` of a model of
-    ``flops_per_sample`` where ``provenance`` says (:func:`autotune.provenance.provenance`); it held
+    ``flops_per_sample`` where ``provenance`` says (:func:`autotune.machine.provenance.provenance`); it held
     ``devices_per_trial`` NeuronCores or GPUs (``None``: none; on a GPU, then ``processes``
     processes, one GPU each);
     ``model_device``: the device type its model was on (``cpu``: no accelerator's peak applies).

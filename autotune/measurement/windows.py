@@ -34,7 +34,7 @@ def mser_truncation(values: Sequence[float]) -> int:
     Picks the cut ``d`` in the first quarter of the series minimising the squared standard error
     of the mean of ``values[d:]``, and cuts only when that at least halves the score of the whole
     series: trimming already steady windows would drop the noisiest ones and make the confidence
-    interval too narrow (measured: 90% coverage for a nominal 95% without this rule, 94-95% with).
+    interval too narrow (docs/results/noise.md#cutting-the-warm-up).
     """
     n = len(values)
     if n < 4:

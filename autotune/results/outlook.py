@@ -19,9 +19,9 @@ few to call a search converged; a best that improved beyond the noise in the las
 more trials likely to find more; no improvement beyond the noise in the last ``max(5, n/3)``
 trials, every knob tried and a model that expects less than ``GAIN_SMALL`` (or none) make the
 search look converged; anything between is ``unclear``. After those quiet trials the model's
-expectation counts only beyond the best's own noise too: a model fitted on measurements of ±16%
-keeps expecting a few percent somewhere, which a study that has not improved beyond its noise in
-28 trials does not make likely. It says "likely" and "looks": it reads
+expectation counts only beyond the best's own noise too: a model fitted on noisy measurements
+keeps expecting a few percent somewhere (docs/results/search.md#the-outlook). It says "likely"
+and "looks": it reads
 the trials a study ran, and a search can always miss a narrow peak.
 """
 

@@ -8,111 +8,130 @@ import json
 import shlex
 import tempfile
 from pathlib import Path
-from typing import Any
+from typing import Annotated, Any
 
-from pydantic import BaseModel, Field, computed_field
+from pydantic import BaseModel, Field, GetJsonSchemaHandler, computed_field
+from pydantic.json_schema import JsonSchemaValue
 
 from autotune.atomic_file import write_atomic
 from autotune.errors import AutotuneError
 from autotune.objectives import speedup
 from autotune.machine.pricing import Cost, Utilisation
-from autotune.records import APPLY_ENV, ApplySpec, CompileStage
+from autotune.provenance import Provenance
+from autotune.records import APPLY_ENV, ApplySpec, CompileStage, RuntimeKnobs
 from autotune.harness.apply import HOOK_DIR
 
 
 #: The version of best.json's layout: 2 gives one figure per configuration (the mean over its
 #: runs) under every name, and each run's own figure only in ``runs`` (docs/reference/outputs.md).
 SCHEMA_VERSION = 2
+#: The file, in the package, of best.json's JSON Schema (:func:`best_schema`).
+SCHEMA_FILE = "schemas/best.schema.json"
+
+#: The unit of an objective's figure, in each description of one.
+UNITS = ("samples/s for throughput, ms for a latency, US dollars per 1e6 samples for cost, bytes for "
+         "peak_memory, a script's metric in its own unit")
+
+
+class _SchemaOf:
+    """A mapping whose JSON Schema is ``model``'s: the value stays the dict it was given (a study
+    stored by an older version keeps its keys), while the schema and the reference name each key."""
+
+    def __init__(self, model: type[BaseModel]) -> None:
+        self.model = model
+
+    def __get_pydantic_json_schema__(self, _schema: Any, handler: GetJsonSchemaHandler) -> JsonSchemaValue:
+        return handler(self.model.__pydantic_core_schema__)
 
 
 class RunFigure(BaseModel):
     """One run of a configuration: its first trial, or a re-measurement of it."""
 
-    #: The trial that measured it.
-    trial: int
-    #: The preferred objective's value this run measured.
-    value: float
-    #: Samples per second this run measured, and the 95% interval of that one process (or of the
-    #: processes of one run, added up): how well the run was measured, not where the next run reads.
-    throughput: float | None = None
-    ci95_low: float | None = None
-    ci95_high: float | None = None
-    #: Seconds of steady steps it measured (``None`` where the harness did not time it).
-    seconds: float | None = None
-    #: Why it was measured again (``noise``, ``race``, ``final``, ``confirm``); ``None`` for the
-    #: configuration's first trial.
-    again: str | None = None
-    #: Stopped once clearly behind the study's best: a rough figure, with no interval of its own.
-    pruned: bool = False
-    #: Every objective's value this run measured, by name.
-    values: dict[str, float] = Field(default_factory=dict)
+    trial: int = Field(description="The trial that measured it.")
+    value: float = Field(description=f"The preferred objective's value this run measured ({UNITS}).")
+    throughput: float | None = Field(default=None, description="Samples/s this run measured.")
+    ci95_low: float | None = Field(default=None, description=(
+        "Low end of the 95% interval of this run's throughput, samples/s: how well the run was measured "
+        "(its processes added up), not where the next run reads."))
+    ci95_high: float | None = Field(default=None, description="High end of that interval, samples/s.")
+    seconds: float | None = Field(default=None, description=(
+        "Seconds of steady steps it measured; null where the harness did not time them."))
+    again: str | None = Field(default=None, description=(
+        "Why it was measured again: `noise`, `race`, `final` or `confirm`; null for the configuration's first trial."))
+    pruned: bool = Field(default=False, description=(
+        "Stopped once clearly behind the study's best: a rough figure, with no interval of its own."))
+    values: dict[str, float] = Field(default_factory=dict, description=(
+        f"Every objective's value this run measured, by name ({UNITS})."))
 
 
 class TrialSummary(BaseModel):
-    number: int
-    state: str  # COMPLETE, FAIL, RUNNING, WAITING, PRUNED
-    params: dict[str, Any]
-    #: The figure of this trial's configuration: the preferred objective's mean over every run of
-    #: it (``--prefer``; the only objective of a single-objective study), the same in each of its
-    #: trials; this trial's own run is ``run``.
-    value: float | None = None
-    #: Every objective's mean over the configuration's runs, by name.
-    values: dict[str, float] = Field(default_factory=dict)
-    #: How many runs ``value`` is the mean of.
-    runs: int = 0
-    #: What this trial itself measured (``None`` where it measured nothing: a failure, a duplicate).
-    run: RunFigure | None = None
-    #: The ``--constraint`` bounds its result breaks: measured, but never the best.
-    violated: list[str] = Field(default_factory=list)
-    #: The parameters it set that never reached the script: it measured the script's own value of
-    #: each (its figure is another configuration's), so it is never the best.
-    idle: list[str] = Field(default_factory=list)
-    #: The configuration's samples per second (the mean over its runs) and its 95% interval.
-    throughput: float | None = None
-    ci95_low: float | None = None
-    ci95_high: float | None = None
-    #: US dollars per 1e6 samples at ``throughput`` on the study's instance, where its price is
-    #: known (see ``BestConfig.cost``).
-    usd_per_million_samples: float | None = None
-    #: The model's FLOPs per sample, the FLOP/s at ``throughput``, and their share of the devices'
-    #: peak where one is known (see ``BestConfig.utilisation``).
-    flops_per_sample: float | None = None
-    flops_per_second: float | None = None
-    mfu: float | None = None
-    #: Measured until clearly behind the study's best, then stopped: a wider interval.
-    pruned: bool = False
-    category: str | None = None
-    reason: str | None = None
-    log_tail: str | None = None
-    wall_seconds: float | None = None
-    compile_seconds: float | None = None
-    duplicate_of: int | None = None
-    #: A re-measurement of this trial's configuration (not counted as a trial), and why it was
-    #: measured again: ``noise``, ``race`` or ``confirm`` (:mod:`autotune.repeats.racing`).
-    confirms: int | None = None
-    again: str | None = None
-    #: The 95% interval of ``value``: where the mean of more runs of the configuration would lie,
-    #: the between-run noise measured here included.
-    value_ci95_low: float | None = None
-    value_ci95_high: float | None = None
-    cached: bool = False  # answered from a result remembered in the cache root
-    cache_hits: int | None = None  # the compiler cache's own counters, where it exposes them
-    cache_misses: int | None = None
-    #: With a compile stage (``--compile-workers``): the wall seconds of its compile job (0 when
-    #: its graphs were published already), and the compile time its measure job still paid.
-    compile_stage_seconds: float | None = None
-    measure_compile_seconds: float | None = None
-    #: The compile job itself: its compiler's time, whether the graphs were published before, where it ran.
-    compile_stage: CompileStage | None = None
-    env: dict[str, str] = Field(default_factory=dict)
-    #: Where it ran: host, Ray node id, worker, the devices it held (``TrialResult.placement``).
-    placement: dict[str, str] = Field(default_factory=dict)
-    started_at: float | None = None
-    ended_at: float | None = None
-    #: The first losses left the baseline's: measured, but never the best.
-    numerics_violated: bool = False
-    losses: list[float] = Field(default_factory=list)
+    """One trial of a study, with its configuration's figure: a row of trials.csv."""
 
+    number: int = Field(description="The trial's number in the study, from 0.")
+    state: str = Field(description="Optuna's state of the trial: COMPLETE, FAIL, PRUNED, RUNNING or WAITING.")
+    params: dict[str, Any] = Field(description="The configuration's parameters, by name.")
+    value: float | None = Field(default=None, description=(
+        "The configuration's figure: the preferred objective's mean over every run of it, the same in each of "
+        f"its trials ({UNITS}); this trial's own run is `run`."))
+    values: dict[str, float] = Field(default_factory=dict, description=(
+        f"Every objective's mean over the configuration's runs, by name ({UNITS})."))
+    runs: int = Field(default=0, description="How many runs `value` is the mean of.")
+    run: RunFigure | None = Field(default=None, description=(
+        "What this trial itself measured; null where it measured nothing (a failure, a duplicate)."))
+    violated: list[str] = Field(default_factory=list, description=(
+        "The `--constraint` bounds its result breaks: measured, but never the best."))
+    idle: list[str] = Field(default_factory=list, description=(
+        "The parameters it set that never reached the script: it measured the script's own value of each "
+        "(another configuration's figure), so it is never the best."))
+    throughput: float | None = Field(default=None, description="The configuration's samples/s: the mean over its runs.")
+    ci95_low: float | None = Field(default=None, description="Low end of the 95% interval of `throughput`, samples/s.")
+    ci95_high: float | None = Field(default=None, description=(
+        "High end of the 95% interval of `throughput`, samples/s."))
+    usd_per_million_samples: float | None = Field(default=None, description=(
+        "US dollars per 1e6 samples at `throughput` on the study's instance; null where no price is known."))
+    flops_per_sample: float | None = Field(default=None, description=(
+        "The model's FLOPs per sample (forward, and backward where it trains); null where not counted."))
+    flops_per_second: float | None = Field(default=None, description=(
+        "FLOP/s at `throughput`: FLOPs per sample times it."))
+    mfu: float | None = Field(default=None, description=(
+        "Model FLOPs utilisation, a fraction: `flops_per_second` over the peak of the devices a trial held; "
+        "null where no peak is known (a CPU)."))
+    pruned: bool = Field(default=False, description=(
+        "Measured until clearly behind the study's best, then stopped: a wider interval."))
+    category: str | None = Field(default=None, description=(
+        "Why it gave no figure: a failure category (`compile_error`, `crash`, ...); null where it measured."))
+    reason: str | None = Field(default=None, description="That failure, in words.")
+    log_tail: str | None = Field(default=None, description="The end of a failed trial's log.")
+    wall_seconds: float | None = Field(default=None, description="Seconds the trial took, wall clock.")
+    compile_seconds: float | None = Field(default=None, description=(
+        "Seconds its compiler took, where the backend reports them."))
+    duplicate_of: int | None = Field(default=None, description=(
+        "The earlier trial of the same configuration that answered this one."))
+    confirms: int | None = Field(default=None, description=(
+        "A re-measurement (no trial of `--trials`): the trial whose configuration it measures again."))
+    again: str | None = Field(default=None, description=(
+        "Why a re-measurement measured it again: `noise`, `race`, `final` or `confirm`."))
+    value_ci95_low: float | None = Field(default=None, description=(
+        "Low end of the 95% interval of `value`, in its unit: where the mean of more runs would lie, "
+        "the between-run noise included."))
+    value_ci95_high: float | None = Field(default=None, description="High end of that interval, in `value`'s unit.")
+    cached: bool = Field(default=False, description="Answered from a result remembered in the cache root.")
+    cache_hits: int | None = Field(default=None, description="The compiler cache's own hits, where it counts them.")
+    cache_misses: int | None = Field(default=None, description="The compiler cache's own misses, where it counts them.")
+    compile_stage_seconds: float | None = Field(default=None, description=(
+        "With `--compile-workers`: wall seconds of its compile job (0 when its graphs were published already)."))
+    measure_compile_seconds: float | None = Field(default=None, description=(
+        "With `--compile-workers`: the compile seconds its measure job still paid."))
+    compile_stage: CompileStage | None = Field(default=None, description=(
+        "With `--compile-workers`: the compile job itself."))
+    env: dict[str, str] = Field(default_factory=dict, description="The env vars it ran with.")
+    placement: dict[str, str] = Field(default_factory=dict, description=(
+        "Where it ran: host, Ray node id, worker, the devices it held."))
+    started_at: float | None = Field(default=None, description="When it started, seconds since the epoch.")
+    ended_at: float | None = Field(default=None, description="When it ended, seconds since the epoch.")
+    numerics_violated: bool = Field(default=False, description=(
+        "Its first losses left the baseline's: measured, but never the best."))
+    losses: list[float] = Field(default_factory=list, description="Its first losses.")
 
     def interval(self) -> tuple[float | None, float | None]:
         """The 95% interval of ``value`` a reader is shown."""
@@ -123,107 +142,108 @@ class Noise(BaseModel):
     """How far one run of a configuration reads from the next on the study's machine
     (:class:`autotune.measurement.noise.RunNoise`)."""
 
-    #: One run of ``run_seconds`` lies within +-``spread`` (a fraction) of its configuration's
-    #: mean, 95% of the time; ``None`` while too few runs were measured again to say (then
-    #: ``seen`` says what they read).
-    spread: float | None = None
-    #: The length of run ``spread`` is for, in seconds of steady steps: a shorter run varies more.
-    run_seconds: float = 10.0
-    #: Where ``spread`` is unknown: what the runs measured again read, in words.
-    seen: str | None = None
-    #: The study's runs of configurations it measured more than once, and the degrees of freedom
-    #: of the estimate: those runs' and, weighed as a few, earlier studies' here.
-    repeats: int
-    df: int
-    #: Of ``df``, what earlier studies here gave.
-    earlier_df: int = 0
+    spread: float | None = Field(default=None, description=(
+        "A fraction: one run of `run_seconds` lies within +-spread of its configuration's mean, 95% of the "
+        "time; null while too few runs were measured again to say (then `seen` says what they read)."))
+    run_seconds: float = Field(default=10.0, description=(
+        "Seconds of steady steps of the run `spread` is for: a shorter run varies more."))
+    seen: str | None = Field(default=None, description=(
+        "Where `spread` is null: what the runs measured again read, in words."))
+    repeats: int = Field(description="The study's runs of configurations it measured more than once.")
+    df: int = Field(description=(
+        "Degrees of freedom of the estimate: those runs' and, weighed as a few, earlier studies' here."))
+    earlier_df: int = Field(default=0, description="Of `df`, what earlier studies on this machine gave.")
 
 
 class FrontPoint(BaseModel):
     """A configuration of a multi-objective study's Pareto front."""
 
-    trial: int
-    params: dict[str, Any]
-    values: dict[str, float]
+    trial: int = Field(description="The configuration's trial.")
+    params: dict[str, Any] = Field(description="Its parameters, by name.")
+    values: dict[str, float] = Field(description=f"Every objective's mean over its runs, by name ({UNITS}).")
 
 
 class BestConfig(BaseModel):
     """The tuned configuration, in the form a training job uses directly."""
 
-    #: The layout of this file (:data:`SCHEMA_VERSION`).
-    schema_version: int = SCHEMA_VERSION
-    study: str
-    trial: int
-    target: str
-    params: dict[str, Any]
-    env: dict[str, str]
-    flags_env: str | None = None
-    compiler_flags: str | None = None
-    knobs: dict[str, Any] = Field(default_factory=dict)
-    #: How the job starts the script, as it was measured (``torchrun --nproc_per_node=2``); ``None``:
-    #: plain ``python``, one process.
-    launch: str | None = None
-    nproc_per_node: int = 1
-    #: The script's arguments with its tuned flags, where some parameter is a flag of the script's
-    #: own (``--arg``); ``None``: the script runs with the arguments it was tuned with.
-    script_args: list[str] | None = None
-    metric: str = "throughput"
-    #: The configuration's figure: the mean of ``metric`` over its runs (each in ``runs``), each
-    #: run weighed by its seconds of steady steps where every run's are known (all the runs'
-    #: samples over all their seconds), and a 95% interval for it that includes the between-run
-    #: noise (``noise``): where the mean of more runs of it would lie.
-    value: float
-    value_ci95_low: float | None = None
-    value_ci95_high: float | None = None
-    #: The configuration's samples per second, the same mean over its runs, and its 95% interval
-    #: (``value`` and its interval where ``metric`` is throughput).
-    throughput: float | None = None
-    ci95_low: float | None = None
-    ci95_high: float | None = None
-    #: Each run of the configuration, the first trial's first: what that run alone measured.
-    runs: list[RunFigure] = Field(default_factory=list)
-    noise: Noise | None = None
-    #: The baseline's figure (the same mean over its runs), and each of its runs.
-    baseline_value: float | None = None
-    baseline_runs: list[RunFigure] = Field(default_factory=list)
-    #: ``value`` over ``baseline_value`` (the inverse where less is better).
-    speedup: float | None = None
-    #: Every objective's mean over the configuration's runs, and the constraints every best keeps.
-    objectives: dict[str, float] = Field(default_factory=dict)
-    constraints: list[str] = Field(default_factory=list)
-    #: A multi-objective study's Pareto front; this configuration is its point best in ``metric``.
-    front: list[FrontPoint] = Field(default_factory=list)
-    provenance: dict[str, Any] = Field(default_factory=dict)
-    #: What a million samples cost at ``throughput``, with the price used and where it came from;
-    #: ``None`` where no price is known.
-    cost: Cost | None = None
-    #: The model's FLOPs per sample, the FLOP/s achieved at ``throughput``, and the model FLOPs
-    #: utilisation against the devices' peak, with where that peak came from (or why none is
-    #: known: a CPU); ``None`` where the FLOPs could not be counted.
-    utilisation: Utilisation | None = None
-    #: What a production run applies (``source best.env``, ``autotune exec``): every knob as the
-    #: trial applied it, by the hook of :mod:`autotune.harness.apply`.
-    apply: ApplySpec | None = None
-    #: The study's search space (a file or a built-in name) and its baseline configuration: what
-    #: ``autotune verify`` measures the best against again.
-    space: str | None = None
-    baseline_params: dict[str, Any] | None = None
+    schema_version: int = Field(default=SCHEMA_VERSION, json_schema_extra={"const": SCHEMA_VERSION}, description=(
+        "The layout of this file: 2, one figure per configuration (the mean over its runs) under every name."))
+    study: str = Field(description="The study's name.")
+    trial: int = Field(description="The configuration's first trial.")
+    target: str = Field(description="The target it was tuned for: `neuron`, `xla` or `inductor`.")
+    params: dict[str, Any] = Field(description="The configuration's parameters, by name.")
+    env: dict[str, str] = Field(description="The configuration's env vars (best.env exports them).")
+    flags_env: str | None = Field(default=None, description=(
+        "The env var that carries the compiler flags (`NEURON_CC_FLAGS`, `XLA_FLAGS`); null where none does."))
+    compiler_flags: str | None = Field(default=None, description="The compiler flags: that variable's value.")
+    knobs: Annotated[dict[str, Any], _SchemaOf(RuntimeKnobs)] = Field(default_factory=dict, description=(
+        "The runtime knobs the trial set, those it left unset out; a production run applies `apply.knobs`, "
+        "which leaves out what only served the measurement (`threads`, `lazy_device`, `trace.cache_dir`)."))
+    launch: str | None = Field(default=None, description=(
+        "How the job starts the script, as it was measured (`torchrun --nproc_per_node=2`); null: plain "
+        "`python`, one process."))
+    nproc_per_node: int = Field(default=1, description=(
+        "Processes of the job, each with the configuration's batch size."))
+    script_args: list[str] | None = Field(default=None, description=(
+        "The script's arguments with its tuned flags, where some parameter is a flag of the script's own "
+        "(`--arg`); null: the script runs with the arguments it was tuned with."))
+    metric: str = Field(default="throughput", description=(
+        "The objective of `value`: `throughput`, another objective's name, or a metric the script reports."))
+    value: float = Field(description=(
+        f"The configuration's figure: the mean of `metric` over its runs ({UNITS}), each run weighed by its "
+        "seconds of steady steps where every run's are known."))
+    value_ci95_low: float | None = Field(default=None, description=(
+        "Low end of the 95% interval of `value`, in its unit: where the mean of more runs would lie, the "
+        "between-run noise (`noise`) included."))
+    value_ci95_high: float | None = Field(default=None, description="High end of that interval, in `value`'s unit.")
+    throughput: float | None = Field(default=None, description=(
+        "The configuration's samples/s, the same mean over its runs (`value` where `metric` is throughput)."))
+    ci95_low: float | None = Field(default=None, description="Low end of the 95% interval of `throughput`, samples/s.")
+    ci95_high: float | None = Field(default=None, description=(
+        "High end of the 95% interval of `throughput`, samples/s."))
+    runs: list[RunFigure] = Field(default_factory=list, description=(
+        "Each run of the configuration, the first trial's first: what that run alone measured."))
+    noise: Noise | None = Field(default=None, description=(
+        "How far one run reads from the next on the study's machine; null while no configuration was "
+        "measured twice."))
+    baseline_value: float | None = Field(default=None, description=(
+        "The baseline's figure: the same mean over its runs, in `value`'s unit."))
+    baseline_runs: list[RunFigure] = Field(default_factory=list, description="Each run of the baseline.")
+    speedup: float | None = Field(default=None, description=(
+        "`value` over `baseline_value` (the inverse where less is better): times the baseline."))
+    objectives: dict[str, float] = Field(default_factory=dict, description=(
+        f"Every objective's mean over the configuration's runs, by name ({UNITS})."))
+    constraints: list[str] = Field(default_factory=list, description=(
+        "The study's `--constraint` bounds, which every best keeps."))
+    front: list[FrontPoint] = Field(default_factory=list, description=(
+        "A multi-objective study's Pareto front (empty for one objective); this configuration is its point "
+        "best in `metric`."))
+    provenance: Annotated[dict[str, Any], _SchemaOf(Provenance)] = Field(default_factory=dict, description=(
+        "Where it was measured: versions, device, instance type, script."))
+    cost: Cost | None = Field(default=None, description=(
+        "What 1e6 samples cost at `throughput`, with the price used and where it came from; null where no "
+        "price is known."))
+    utilisation: Utilisation | None = Field(default=None, description=(
+        "The model's FLOPs per sample, the FLOP/s at `throughput`, and their share of the devices' peak; null "
+        "where the FLOPs could not be counted."))
+    apply: ApplySpec | None = Field(default=None, description=(
+        "What a production run applies (`source best.env`, `autotune exec`): every knob as the trial applied "
+        "it, in each Python process of the job."))
+    space: str | None = Field(default=None, description="The study's search space: a file or a built-in name.")
+    baseline_params: dict[str, Any] | None = Field(default=None, description=(
+        "The baseline's parameters: what `autotune verify` measures the best against again."))
 
-    @computed_field  # type: ignore[prop-decorator]
+    @computed_field(  # type: ignore[prop-decorator]
+        description="The batch of one step of the whole job: `batch_size` (each process's) times `nproc_per_node`; "
+                    "null where the configuration sets no batch size.")
     @property
     def global_batch_size(self) -> int | None:
-        """The batch of one step of the whole job: the per-process batch size times the processes."""
         batch = self.params.get("batch_size")
         return batch * self.nproc_per_node if isinstance(batch, int) else None
 
     def variables(self) -> dict[str, str]:
-        """The env vars of a production run, but ``PYTHONPATH``: the configuration's own, the
-        configuration for the hook that applies every other knob in each Python process
-        (:data:`~autotune.records.APPLY_ENV`), the parameters as JSON for ``autotune.params()``, and
-        one ``AUTOTUNE_<KNOB>`` per parameter for scripts that read their own settings; where
-        parameters are flags of the script, its arguments with them (``AUTOTUNE_SCRIPT_ARGS``,
-        shell words); for a job of several processes, how to start it (``AUTOTUNE_LAUNCH``), since
-        the batch size is each process's."""
+        """The env vars of a production run, but ``PYTHONPATH``: the configuration's own, then those
+        of :data:`ENV_VARIABLES` that it needs."""
         out = {k: str(v) for k, v in self.env.items()}
         if self.apply is not None:
             out[APPLY_ENV] = self.apply.model_dump_json(exclude_defaults=True)
@@ -256,6 +276,22 @@ class BestConfig(BaseModel):
         return "\n".join([head, *self.env_lines()]) + "\n"
 
 
+#: best.env's variables beside the configuration's own (``env``), and what each holds.
+ENV_VARIABLES = {
+    APPLY_ENV: "The configuration as JSON (`apply` of best.json), for the hook on `PYTHONPATH` that applies every "
+               "knob in each Python process of the job.",
+    "AUTOTUNE_PARAMS": "The parameters as a JSON object, as `autotune.params()` reads them.",
+    "AUTOTUNE_<KNOB>": "One per parameter, named by it upper-cased (`AUTOTUNE_BATCH_SIZE`): its value, a bool as 1 "
+                       "or 0, for a script that reads its own settings.",
+    "AUTOTUNE_SCRIPT_ARGS": "Where some parameter is a flag of the script's own: the script's arguments with it, "
+                            "as shell words.",
+    "AUTOTUNE_LAUNCH": "Where the job was measured through torchrun: how to start it (`torchrun --nproc_per_node=2`), "
+                       "since the batch size is each process's.",
+    "AUTOTUNE_NPROC_PER_NODE": "With `AUTOTUNE_LAUNCH`: the job's processes.",
+    "PYTHONPATH": "The hook's folder, before the caller's path: its `sitecustomize` applies the configuration.",
+}
+
+
 def _shell_value(v: Any) -> str:
     if isinstance(v, bool):
         return "1" if v else "0"
@@ -268,6 +304,9 @@ CSV_FIELDS = ["number", "state", "value", "value_ci95_low", "value_ci95_high", "
               "duplicate_of", "confirms", "again", "values", "params"]
 #: The trial's own run (``TrialSummary.run``), after the configuration's figures.
 RUN_FIELDS = ["value", "throughput", "ci95_low", "ci95_high", "seconds"]
+#: trials.csv's columns that are no field of :class:`TrialSummary`, and what each holds.
+CSV_COMPUTED = {"speedup": "The configuration's figure over the baseline's (the inverse where less is better): "
+                           "times the baseline."}
 
 
 def trials_csv(trials: list[TrialSummary], baseline: float | None, maximize: bool = True) -> str:
@@ -305,6 +344,13 @@ def check_writable(directory: Path) -> Path:
     except OSError as exc:
         raise AutotuneError(f"cannot write to {directory}: {exc.strerror or exc}; choose another directory") from None
     return directory
+
+
+def best_schema() -> dict[str, Any]:
+    """best.json's JSON Schema, as :data:`SCHEMA_FILE` ships it: the file as written, computed
+    keys included."""
+    return {"$schema": "https://json-schema.org/draft/2020-12/schema",
+            **BestConfig.model_json_schema(mode="serialization")}
 
 
 def write_outputs(out: Path, best: BestConfig | None, trials: list[TrialSummary], baseline: float | None,

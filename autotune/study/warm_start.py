@@ -130,9 +130,8 @@ def after_baseline(points: list[dict[str, Any]], bests: list[dict[str, Any]]) ->
     script chose those knobs by measuring, and its best is measured in the guess's place; the guess
     stays a configuration the sampler may propose, with the earlier results as its prior. One
     that moves a knob no earlier best moved (a knob the earlier space lacked) is still measured:
-    nothing replaced it. On the surrogate of the whole inductor space after a study of the small
-    one (``bench/surrogate_bench.py --warm-start``, 10 seeds), measuring ``{mode: default}``
-    after the earlier best as well cost each seed one trial.
+    nothing replaced it. Measuring the guess after the earlier best as well cost trials
+    (docs/results/search.md#warm-starts).
     """
     if not points:
         return list(bests)

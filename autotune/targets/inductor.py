@@ -109,8 +109,8 @@ class InductorTarget(Target):
         return TrialPlan(target=self.name, params=dict(params), env={}, knobs=knobs, notes=notes)
 
     def cache_env(self, root: str, params: Mapping[str, Any]) -> tuple[dict[str, str], list[str]]:
-        # One shared directory: measured here, a second process's first compiled step went from
-        # 33 s to 7 s, far better than torch.compiler's mega-cache on CPU (16 s).
+        # One shared directory: a second process's first compiled step loads its kernels from it, far
+        # sooner than from torch.compiler's mega-cache on CPU (docs/results/trial.md#inductors-compile-cache).
         return {"TORCHINDUCTOR_CACHE_DIR": f"{root}/{CACHE_DIR}"}, []
 
     def cached_plan(self, params: Mapping[str, Any], cache_root: str,

@@ -97,8 +97,8 @@ class WatchedTree:
         """Host memory of the whole tree, cheap enough to poll ten times a second.
 
         RSS alone counts the pages that forked DataLoader workers share with their parent once per
-        process (1.35 GiB summed for 0.5 GiB used), while PSS, which counts them once, costs a
-        page-table walk (63 ms for a 6 GiB torch-xla process: polled at 10 Hz, most of a core).
+        process, while PSS, which counts them once, costs a page-table walk too slow to poll ten
+        times a second (docs/results/trial.md#host-memory-of-a-trial).
         So: RSS for a single process; for a tree, PSS every few seconds and whenever the RSS
         sum crosses the limit, so that no trial is killed on the inflated figure.
         """

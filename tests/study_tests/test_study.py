@@ -3,18 +3,23 @@
 from __future__ import annotations
 
 import csv
+import json
 import os
+import re
 import signal
 import subprocess
 import sys
 import time
+from importlib import resources
 from pathlib import Path
 
+import jsonschema
 import optuna
 import pytest
 
-from autotune.records import MeasurementProtocol
-from autotune.results.outputs import BestConfig
+from autotune.cli.outputs_reference import PAGE, alternatives, is_model
+from autotune.records import HarnessReport, MeasurementProtocol
+from autotune.results.outputs import SCHEMA_FILE, BestConfig
 from autotune.study.study import tune
 from autotune.study.options import StudyResult
 
@@ -51,7 +56,61 @@ def _check_outputs(result: StudyResult) -> BestConfig:
     rows = list(csv.DictReader((out / "trials.csv").open()))
     assert len(rows) == len(result.trials)
     assert best.provenance["script_sha256"] and best.provenance["versions"]["torch"]
+    _check_the_reference(out)
     return best
+
+
+def _check_the_reference(out: Path) -> None:
+    """Every key of the study's best.json (nested ones too), every column of its trials.csv, every
+    variable of its best.env and every key of its first trial's report.json is in the reference page, and
+    best.json validates against the schema the package ships."""
+    page = (ROOT / PAGE).read_text()
+    best = json.loads((out / "best.json").read_text())
+    schema = json.loads(resources.files("autotune").joinpath(SCHEMA_FILE).read_text())
+    jsonschema.Draft202012Validator(schema).validate(best)
+    assert _undocumented(best, schema, schema["$defs"], _tables(page, "`best.json`")) == []
+    report_schema = HarnessReport.model_json_schema(mode="serialization")
+    report = json.loads(sorted((out / "trials").glob("*/report.json"))[0].read_text())
+    assert _undocumented(report, report_schema, report_schema.get("$defs", {}),
+                         _tables(page, "A trial's `report.json`")) == []
+    columns = next(csv.reader((out / "trials.csv").open()))
+    assert set(columns) - _tables(page, "`trials.csv`")[""] == set()
+    variables = set(re.findall(r"^export (\w+)=", (out / "best.env").read_text(), re.M))
+    named = {f"AUTOTUNE_{name.upper()}" for name in best["params"]} | set(best["env"])
+    assert variables - named - _tables(page, "`best.env`")[""] == set()
+    assert named - set(best["env"]) <= variables, "an AUTOTUNE_<KNOB> for each parameter"
+
+
+def _tables(page: str, heading: str) -> dict[str, set[str]]:
+    """The keys each table of the page's section ``heading`` names, by each path in the table's
+    heading ("" for the section's first table)."""
+    section = page.split(f"\n## {heading}\n", 1)[1].split("\n## ", 1)[0]
+    tables: dict[str, set[str]] = {}
+    for i, part in enumerate(section.split("\n### ")):
+        head, _, body = part.partition("\n")
+        keys = set(re.findall(r"^\| `([^`]+)` \|", body, re.M))
+        for path in re.findall(r"`([^`]+)`", head) if i else [""]:
+            tables[path] = keys
+    return tables
+
+
+def _undocumented(value: object, schema: dict, defs: dict, tables: dict[str, set[str]], path: str = "") -> list[str]:
+    """The keys under ``value`` (at ``path``, of ``schema``) that no table names: a model's keys
+    must be in the table of its path; a mapping's keys are data, its values are looked into."""
+    for alt in alternatives(schema, defs):
+        if isinstance(value, dict) and is_model(alt):
+            missing = [f"{path}.{key}" for key in value if key not in tables.get(path, set())]
+            for key, item in value.items():
+                missing += _undocumented(item, alt["properties"].get(key, {}), defs, tables,
+                                         f"{path}.{key}" if path else key)
+            return missing
+        if isinstance(value, dict) and alt.get("type") == "object":
+            inner = alt.get("additionalProperties")
+            return [m for item in value.values() if isinstance(inner, dict)
+                    for m in _undocumented(item, inner, defs, tables, f"{path}.*")]
+        if isinstance(value, list) and alt.get("type") == "array":
+            return [m for item in value for m in _undocumented(item, alt.get("items", {}), defs, tables, f"{path}[]")]
+    return []
 
 
 def test_xla_study_of_the_vit_example(ray_cluster, tmp_path, monkeypatch) -> None:

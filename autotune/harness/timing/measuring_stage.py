@@ -79,12 +79,11 @@ class MeasuringStage:
         ``last_boundary``) ended, which ends the open window; the next one opens when the loop asks
         for its next training batch. An epoch's test pass inside a window made the trial's figure
         training plus testing, where the script's own figure (and what a user reads as its speed)
-        is training: 13% below it for a corpus LSTM whose small epochs each end with a test pass.
-        The step ends where the training loader ran out, or else where the loop asked for the
-        evaluation's first batch (``asked_at``): not once that batch has come, whose loading (24 ms
-        for the LSTM's test batch of 256, against 6 ms for a training batch of 64) is the
-        evaluation's. On a lazy device the window ends here only where a graph was cut since the
-        step began (``synced``; else its work may still be queued: ``None``), once the device has
+        is training (docs/results/trial.md#an-evaluation-between-training-steps). The step ends
+        where the training loader ran out, or else where the loop asked for the evaluation's first
+        batch (``asked_at``): not once that batch has come, whose loading is the evaluation's. On
+        a lazy device the window ends here only where a graph was cut since the step began
+        (``synced``; else its work may still be queued: ``None``), once the device has
         run it."""
         if self.exhausted_at is not None and last_boundary is not None and self.exhausted_at >= last_boundary:
             end = self.exhausted_at

@@ -280,7 +280,7 @@ class StepClock:
     def finish(self) -> None:
         """The script ended: the window it was in counts, if it holds a step past warm-up, up to
         where its last step ended. What the script did after that (forward-forward MNIST's
-        predictions over both layers: half a second, after 6.5 s of its last phase) is no step. On
+        predictions over both layers) is no step. On
         a lazy device the window ends once the device has run the steps it was given."""
         if self.done or self.warming or self.timed.start is None or self.steps <= self.timed.first_step:
             return
