@@ -102,7 +102,7 @@ def test_provenance_names_the_installed_version() -> None:
     """Each result records the autotune it was measured with: read by the distribution's name."""
     from importlib.metadata import version
 
-    from autotune.machine.provenance import provenance
+    from autotune.provenance import provenance
     from autotune.targets import resolve_target
 
     script = ROOT / "tests" / "scripts" / "tiny_train.py"

@@ -17,7 +17,7 @@ from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
 from autotune.execution.pool import Finished, TrialPool
-from autotune.records import CompileOutcome, CompileRequest, CompileStage, TrialRequest, TrialResult
+from autotune.records import CompileRequest, CompileStage, TrialRequest
 from autotune.targets import Target
 
 if TYPE_CHECKING:
@@ -109,8 +109,11 @@ class CompileAhead:
         """Compile jobs that failed, then the measure jobs that finished (each with its compile stage)."""
         done = self._compiled()
         self._start_measurements()
-        for tag, result_json, error in self.trials.wait(timeout):
-            done.append((tag, self._measured(tag, result_json), error))
+        for job in self.trials.wait(timeout):
+            stage = self.measuring.pop(job.tag, None)
+            if stage is not None and job.result is not None:
+                job.result.compile_stage = stage
+            done.append(job)
         return done
 
     def shutdown(self) -> None:
@@ -120,17 +123,16 @@ class CompileAhead:
     def _compiled(self) -> list[Finished]:
         """Compile jobs that failed, as the trial's outcome; those that compiled join the line for a trial slot."""
         failed: list[Finished] = []
-        for tag, outcome_json, error in self.compilers.wait(0.0):
-            measure = self.compiling.pop(tag)
-            if outcome_json is None:
-                failed.append((tag, None, f"the compile job failed: {error}"))
-                continue
-            outcome = CompileOutcome.model_validate_json(outcome_json)
-            if outcome.result is not None and not outcome.result.ok:
+        for job in self.compilers.wait(0.0):
+            measure = self.compiling.pop(job.tag)
+            outcome = job.compiled
+            if outcome is None:
+                failed.append(Finished(job.tag, error=f"the compile job failed: {job.error}"))
+            elif outcome.result is not None and not outcome.result.ok:
                 outcome.result.compile_stage = outcome.stage
-                failed.append((tag, outcome.result.model_dump_json(), None))
+                failed.append(Finished(job.tag, result=outcome.result))
             else:
-                self.ready.append(_Waiting(tag, measure, outcome.stage))
+                self.ready.append(_Waiting(job.tag, measure, outcome.stage))
         return failed
 
     def _start_measurements(self) -> None:
@@ -140,12 +142,3 @@ class CompileAhead:
             if waiting.stage is not None:
                 self.measuring[waiting.tag] = waiting.stage
             self.trials.submit(waiting.measure, tag=waiting.tag)
-
-    def _measured(self, tag: Hashable, result_json: str | None) -> str | None:
-        """A measure job's result, with its compile stage."""
-        stage = self.measuring.pop(tag, None)
-        if stage is None or result_json is None:
-            return result_json
-        result = TrialResult.model_validate_json(result_json)
-        result.compile_stage = stage
-        return result.model_dump_json()

@@ -17,6 +17,7 @@ from pathlib import Path
 from typing import Any, Iterator
 
 from autotune.errors import AutotuneError
+from autotune.execution.pool import Finished
 from autotune.records import CompileRequest, TrialRequest
 from autotune.targets.base import Target
 
@@ -300,8 +301,8 @@ class WorkerPool:
         ref = worker.run.remote(request.model_dump_json())
         self.running[ref] = _Running(request, worker, ref, attempts, tag, lost)
 
-    def wait(self, timeout: float) -> list[tuple[Any, str | None, str | None]]:
-        """Finished trials as ``(tag, result_json, error)``; a lost worker's trial is run again once."""
+    def wait(self, timeout: float) -> list[Finished]:
+        """The jobs that finished; a lost worker's trial is run again once."""
         import ray
         from ray.exceptions import RayActorError, RayError
 
@@ -311,11 +312,11 @@ class WorkerPool:
             self._run_queued()
             return self._unrunnable()
         ready, _ = ray.wait(list(self.running), num_returns=len(self.running), timeout=timeout)
-        done: list[tuple[Any, str | None, str | None]] = []
+        done: list[Finished] = []
         for ref in ready:
             job = self.running.pop(ref)
             try:
-                done.append((job.tag, _noting_loss(ray.get(ref), job.lost), None))
+                done.append(_finished(job.tag, ray.get(ref), job.lost))
                 self.idle.append(job.worker)
             except RayActorError as exc:
                 self._replace(job.worker)
@@ -323,10 +324,10 @@ class WorkerPool:
                     job.attempts, job.lost = job.attempts + 1, _first_line(exc)
                     self.queued.append(job)
                 else:
-                    done.append((job.tag, None, f"the worker running this trial died twice: {_first_line(exc)}"))
+                    done.append(Finished(job.tag, error=f"the worker running this trial died twice: {_first_line(exc)}"))
             except RayError as exc:
                 self.idle.append(job.worker)
-                done.append((job.tag, None, f"the worker failed: {_first_line(exc)}"))
+                done.append(Finished(job.tag, error=f"the worker failed: {_first_line(exc)}"))
         self._run_queued()
         return done + self._unrunnable()
 
@@ -335,15 +336,14 @@ class WorkerPool:
             job = self.queued.pop(0)
             self.submit(for_attempt(job.request, job.attempts), job.tag, attempts=job.attempts, lost=job.lost)
 
-    def _unrunnable(self) -> list[tuple[Any, str | None, str | None]]:
+    def _unrunnable(self) -> list[Finished]:
         """Waiting trials that no worker is left to run: every worker is lost, and no replacement
         was placed within ``PLACE_TIMEOUT_S`` (the cluster has no room left for one)."""
         now = time.monotonic()
         if not self.queued or self.idle or self.running or \
                 any(now - asked < PLACE_TIMEOUT_S for _, asked in self.starting.values()):
             return []
-        done: list[tuple[Any, str | None, str | None]] = [
-            (job.tag, None, f"no worker is left to run this trial: {job.lost}") for job in self.queued]
+        done = [Finished(job.tag, error=f"no worker is left to run this trial: {job.lost}") for job in self.queued]
         self.queued = []
         return done
 
@@ -384,19 +384,20 @@ class WorkerPool:
         self.idle, self.running, self.queued, self.starting = [], {}, [], {}
 
 
-def _noting_loss(result_json: str, lost: str | None) -> str:
-    """The result (or a compile job's outcome), with why an earlier attempt ended in its placement (``lost``)."""
-    if lost is None:
-        return result_json
+def _finished(tag: Any, reply: str, lost: str | None) -> Finished:
+    """A worker's reply (JSON, which any Ray version carries) as the job it finished, with why an
+    earlier attempt ended in its placement (``lost``)."""
     from autotune.records import CompileOutcome, TrialResult
 
-    if '"stage"' in result_json[:20]:
-        outcome = CompileOutcome.model_validate_json(result_json)
-        outcome.stage.placement["lost"] = lost
-        return outcome.model_dump_json()
-    result = TrialResult.model_validate_json(result_json)
-    result.placement["lost"] = lost
-    return result.model_dump_json()
+    if '"stage"' in reply[:20]:
+        outcome = CompileOutcome.model_validate_json(reply)
+        if lost is not None:
+            outcome.stage.placement["lost"] = lost
+        return Finished(tag, compiled=outcome)
+    result = TrialResult.model_validate_json(reply)
+    if lost is not None:
+        result.placement["lost"] = lost
+    return Finished(tag, result=result)
 
 
 def _first_line(exc: BaseException) -> str:

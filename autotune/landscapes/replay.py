@@ -170,7 +170,7 @@ class ReplayPool:
         self.cache = CompileCacheModel(self.landscape)
         self.clock = 0.0
         self.trials: list[ReplayedTrial] = []
-        self._running: list[tuple[float, int, Hashable, str]] = []
+        self._running: list[tuple[float, int, Hashable, TrialResult]] = []
         self._seq = 0
         self._noise_seed = noise_seed
         self._runs: dict[str, int] = {}  # runs drawn so far, by configuration
@@ -197,7 +197,7 @@ class ReplayPool:
         finish = self.clock + charge.seconds
         self.trials.append(ReplayedTrial(tag, rec.key, self.clock, finish, charge, rec, run.throughput if run.ok else None))
         self._seq += 1
-        heapq.heappush(self._running, (finish, self._seq, tag, result.model_dump_json()))
+        heapq.heappush(self._running, (finish, self._seq, tag, result))
 
     def _drawn(self, rec: ConfigRecord) -> ConfigRecord:
         """What one run of ``rec`` reads in this replay (the record itself when noiseless)."""
@@ -214,12 +214,12 @@ class ReplayPool:
     def wait(self, timeout: float = 0.0) -> list[Finished]:
         if not self._running:
             return []
-        finish, _, tag, result_json = heapq.heappop(self._running)
+        finish, _, tag, result = heapq.heappop(self._running)
         self.clock = max(self.clock, finish)
-        done: list[Finished] = [(tag, result_json, None)]
+        done = [Finished(tag, result=result)]
         while self._running and self._running[0][0] <= self.clock:
-            _, _, tag, result_json = heapq.heappop(self._running)
-            done.append((tag, result_json, None))
+            _, _, tag, result = heapq.heappop(self._running)
+            done.append(Finished(tag, result=result))
         return done
 
     def shutdown(self) -> None:

@@ -292,7 +292,7 @@ def utilisation(flops_per_sample: float | None, samples_per_second: float | None
                 *, devices_per_trial: int | None, processes: int = 1,
                 model_device: str | None = None) -> Utilisation | None:
     """The utilisation of a trial that measured ``samples_per_second`` of a model of
-    ``flops_per_sample`` where ``provenance`` says (:func:`autotune.machine.provenance.provenance`); it held
+    ``flops_per_sample`` where ``provenance`` says (:func:`autotune.provenance.provenance`); it held
     ``devices_per_trial`` NeuronCores or GPUs (``None``: none; on a GPU, then ``processes``
     processes, one GPU each);
     ``model_device``: the device type its model was on (``cpu``: no accelerator's peak applies).

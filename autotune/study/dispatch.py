@@ -161,7 +161,7 @@ class Dispatch:
             return None
         if not remembered.ok and self.o.retry_failed:
             return None
-        self.told.tell(p.trial, remembered.model_dump_json(), None, from_cache=True)
+        self.told.tell(p.trial, remembered, None, from_cache=True)
         return Outcome.reused
 
     def _failed_before(self, p: Proposal) -> Outcome | None:

@@ -13,7 +13,7 @@ import time
 from collections.abc import Callable, Hashable
 from typing import TYPE_CHECKING, Any
 
-from autotune.execution.pool import TrialPool
+from autotune.execution.pool import Finished, TrialPool
 from autotune.records import MeasurementProtocol, TrialRequest, TrialResult
 from autotune.search.configurations import enumerate_space, grid_size
 from autotune.space import SearchSpace, config_key
@@ -94,16 +94,17 @@ class AskTell:
         consecutive_dups = 0
         last_check = 0.0
 
-        def tell(tag: Hashable, result_json: str | None, error: str | None) -> None:
+        def tell(job: Finished) -> None:
+            tag = job.tag
             if tag in again:
                 repeat = again.pop(tag)
-                self.told.tell_confirmation(repeat.trial, result_json, error, why=repeat.why)
+                self.told.tell_confirmation(repeat.trial, job.result, job.error, why=repeat.why)
                 if repeat.why == RACE and self._raced is not None:
                     self._raced += 1
                 return
             trial = in_flight.pop(tag)
             self._release(trial)
-            self.told.tell_held(trial, result_json, error)
+            self.told.tell_held(trial, job.result, job.error)
 
         while True:
             want_more, running_elsewhere = self._wants_more(in_flight)
@@ -143,8 +144,8 @@ class AskTell:
                     continue
                 return
             self.on_progress(len(in_flight) + len(again))
-            for tag, result_json, error in pool.wait(timeout=1.0):
-                tell(tag, result_json, error)
+            for job in pool.wait(timeout=1.0):
+                tell(job)
             if time.monotonic() - last_check > HEARTBEAT_S:
                 optuna.storages.fail_stale_trials(self.study)
                 last_check = time.monotonic()
@@ -217,8 +218,8 @@ class AskTell:
             if not in_flight:
                 break
             self.on_progress(len(in_flight))
-            for tag, result_json, error in pool.wait(timeout=1.0):
-                self.told.tell_confirmation(in_flight.pop(tag), result_json, error, why=CONFIRM)
+            for job in pool.wait(timeout=1.0):
+                self.told.tell_confirmation(in_flight.pop(job.tag), job.result, job.error, why=CONFIRM)
         skipped = [t.number for t in todo]
         if skipped:
             self.told.notes.append(f"the study's time or budget ran out before trials {', '.join(map(str, skipped))} "

@@ -64,28 +64,27 @@ class TrialRecorder:
         #: Re-measurements this driver ran (not trials: ``ran`` does not count them).
         self.again = 0
 
-    def tell(self, trial: optuna.Trial, result_json: str | None, error: str | None, from_cache: bool = False) -> None:
-        """Tell Optuna a measured (or remembered) trial: ``result_json`` is its :class:`TrialResult`,
-        or ``None`` with ``error`` when the worker itself failed."""
+    def tell(self, trial: optuna.Trial, result: TrialResult | None, error: str | None, from_cache: bool = False) -> None:
+        """Tell Optuna a measured (or remembered) trial: its ``result``, or ``None`` with ``error``
+        when the worker itself failed."""
         import optuna
 
-        if result_json is not None and not from_cache:
-            self._remember(trial, TrialResult.model_validate_json(result_json))
+        if result is not None and not from_cache:
+            self._remember(trial, result)
         write(trial, counted=True)
         if from_cache:
             write(trial, cached=True)
             self.count_reused()
         else:
             self.ran += 1
-        if result_json is None:
+        if result is None:
             write(trial, category=FailureCategory.crash.value)
             write(trial, reason=error or "the worker failed")
             self.study.tell(trial, state=optuna.trial.TrialState.FAIL)
             self.progress.failed += 1
             self.finished(trial.number, trial.params, None, "failed (crash)")
             return
-        result = TrialResult.model_validate_json(result_json)
-        write(trial, result=result_json)
+        write(trial, result=result.model_dump_json())
         self._check_reported(trial, result)
         write(trial, env=trial_env(result))
         idle = [k.param for k in result.idle_knobs]
@@ -145,7 +144,7 @@ class TrialRecorder:
         """A configuration whose compile failed before (the target's compile cache says so)."""
         result = TrialResult(status="failed", plan=plan,
                              failure=Failure(category=FailureCategory.compile_error, reason=reason))
-        self.tell(trial, result.model_dump_json(), None, from_cache=True)
+        self.tell(trial, result, None, from_cache=True)
 
     def tell_duplicate(self, trial: optuna.Trial, params: dict[str, Any], earlier: optuna.trial.FrozenTrial) -> None:
         """A configuration measured before in this study: Optuna is told the earlier outcome."""
@@ -173,7 +172,7 @@ class TrialRecorder:
         self.study.tell(trial, state=optuna.trial.TrialState.FAIL)
         self.finished(trial.number, params, None, f"measured by trial {earlier.number}")
 
-    def tell_confirmation(self, original: optuna.trial.FrozenTrial, result_json: str | None, error: str | None,
+    def tell_confirmation(self, original: optuna.trial.FrozenTrial, result: TrialResult | None, error: str | None,
                           why: str) -> None:
         """Store a re-measurement of ``original`` as a finished trial of its own; ``why`` it was
         measured again (:data:`autotune.repeats.racing.NOISE`, ``RACE``, ``CONFIRM``)."""
@@ -182,9 +181,8 @@ class TrialRecorder:
         attrs: dict[str, Any] = {"config_key": TrialAttrs.of(original).config_key, "confirms": original.number,
                                  "again": why}
         values = None
-        if result_json is not None:
-            result = TrialResult.model_validate_json(result_json)
-            attrs.update(result=result_json, env=trial_env(result))
+        if result is not None:
+            attrs.update(result=result.model_dump_json(), env=trial_env(result))
             values = self.verdict.values(result) if result.ok else None
             if values is None:
                 attrs["category"], attrs["reason"] = self.verdict.failure(result)
@@ -210,14 +208,14 @@ class TrialRecorder:
         write(trial, reason=f"the study already had its {trials} trials")
         self.study.tell(trial, state=optuna.trial.TrialState.FAIL)
 
-    def tell_held(self, trial: optuna.Trial, result_json: str | None, error: str | None) -> None:
+    def tell_held(self, trial: optuna.Trial, result: TrialResult | None, error: str | None) -> None:
         """Tell a trial this driver ran, unless another driver took it for lost meanwhile (its
         heartbeats stopped reaching the database for longer than the grace period): that driver
         failed it and queued its configuration again, so this measurement is not counted twice."""
         import optuna
 
         try:
-            self.tell(trial, result_json, error)
+            self.tell(trial, result, error)
         except optuna.exceptions.UpdateFinishedTrialError:
             self.notes.append(f"trial {trial.number} was taken for lost while it ran (no heartbeat reached "
                               f"the database for {GRACE_S} s); its configuration was queued again")

@@ -240,7 +240,7 @@ class _Compilers:
         job = self.jobs[tag]
         stage = CompileStage(seconds=0.0 if published else job.compile_s, published_before=published)
         result = None if published or job.ok else _result(job, ok=False)
-        self.finished.append((tag, CompileOutcome(stage=stage, result=result).model_dump_json(), None))
+        self.finished.append(Finished(tag, compiled=CompileOutcome(stage=stage, result=result)))
 
     def wait(self, timeout: float) -> list[Finished]:
         out, self.finished = self.finished, []
@@ -272,7 +272,7 @@ class _Slots:
 
     def _measured(self, tag: Hashable) -> None:
         self.running -= 1
-        self.finished.append((tag, _result(self.jobs[tag], ok=True).model_dump_json(), None))
+        self.finished.append(Finished(tag, result=_result(self.jobs[tag], ok=True)))
 
     def wait(self, timeout: float) -> list[Finished]:
         out, self.finished = self.finished, []

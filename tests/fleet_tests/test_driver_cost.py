@@ -105,11 +105,11 @@ def test_the_outputs_are_written_again_at_a_pace_and_every_trial_is_in_the_datab
     for n in range(5):
         trial = study.ask()
         write(trial, config_key=f'{{"mode": "m{n}"}}')
-        recorder.tell(trial, result(100.0 + n, []), None)
+        recorder.tell(trial, TrialResult.model_validate_json(result(100.0 + n, [])), None)
     assert 1 <= len(written) < 5
     assert [t.value for t in study.get_trials()] == pytest.approx([100.0, 101.0, 102.0, 103.0, 104.0])
     before = len(written)
     time.sleep(3.1)
     trial = study.ask()
-    recorder.tell(trial, result(90.0, []), None)
+    recorder.tell(trial, TrialResult.model_validate_json(result(90.0, [])), None)
     assert len(written) == before + 1

@@ -81,9 +81,10 @@ def _request(params: dict, target: str = "inductor") -> TrialRequest:
 
 def _run(pool: ReplayPool, params: dict) -> TrialResult:
     pool.submit(_request(params), tag=0)
-    (tag, result_json, error), = pool.wait(0)
-    assert error is None
-    return TrialResult.model_validate_json(result_json)
+    (job,) = pool.wait(0)
+    assert job.error is None
+    assert job.result is not None
+    return job.result
 
 
 def test_the_enumeration_offers_unset_values_and_respects_when() -> None:
@@ -152,8 +153,8 @@ def test_parallel_workers_share_the_simulated_clock(landscape) -> None:
     pool.submit(_request({"batch_size": 16, "mode": "default", "num_workers": 0}), tag="slow")  # 30 s
     pool.submit(_request({"batch_size": 16, "mode": "eager", "num_workers": 0}), tag="fast")  # 10 s
     assert pool.free == 0
-    assert [t for t, *_ in pool.wait(0)] == ["fast"] and pool.clock == pytest.approx(10.0)
-    assert [t for t, *_ in pool.wait(0)] == ["slow"] and pool.clock == pytest.approx(30.0)
+    assert [j.tag for j in pool.wait(0)] == ["fast"] and pool.clock == pytest.approx(10.0)
+    assert [j.tag for j in pool.wait(0)] == ["slow"] and pool.clock == pytest.approx(30.0)
 
 
 def test_an_exhaustive_replayed_study_finds_the_recorded_best(landscape, tmp_path) -> None:
@@ -246,8 +247,8 @@ def test_a_recorded_landscape_replays_exactly(path) -> None:
     pool = ReplayPool(land)
     for rec in land.records:
         pool.submit(_request(rec.params, land.target), tag=rec.index)
-        (_, result_json, _), = pool.wait(0)
-        result = TrialResult.model_validate_json(result_json)
+        (job,) = pool.wait(0)
+        result = job.result
         assert result.ok == rec.ok
         assert (result.measurement.throughput if result.ok else None) == rec.throughput
     # Every configuration through the benchmark's loop, in file order: the best is the recorded one.
@@ -285,8 +286,8 @@ def test_a_noisy_replay_measures_a_configuration_twice_differently(landscape) ->
     values = []
     for tag in (1, 2):
         noisy.submit(_request(rec.params, landscape.target), tag=tag)
-        (_, result_json, _), = noisy.wait(0)
-        m = TrialResult.model_validate_json(result_json).measurement
+        (job,) = noisy.wait(0)
+        m = job.result.measurement
         assert m.ci95_low < m.throughput < m.ci95_high
         values.append(m.throughput)
     assert values[0] != values[1] and rec.throughput not in values
@@ -301,9 +302,9 @@ def test_a_configurations_kth_run_reads_the_same_whatever_was_measured_before_it
         pool, seen, out = ReplayPool(landscape, noise_seed=7), {}, {}
         for tag, rec in enumerate(order):
             pool.submit(_request(rec.params, landscape.target), tag=tag)
-            (_, result_json, _), = pool.wait(0)
+            (job,) = pool.wait(0)
             seen[rec.key] = seen.get(rec.key, 0) + 1
-            out[rec.key, seen[rec.key]] = TrialResult.model_validate_json(result_json).measurement.throughput
+            out[rec.key, seen[rec.key]] = job.result.measurement.throughput
         return out
 
     raced, plain = figures([a, a, a, b]), figures([a, b])
@@ -370,8 +371,8 @@ def _draws(pool: ReplayPool, params: dict, n: int) -> list[TrialResult]:
     out = []
     for tag in range(n):
         pool.submit(_request(params), tag=tag)
-        (_, result_json, _), = pool.wait(0)
-        out.append(TrialResult.model_validate_json(result_json))
+        (job,) = pool.wait(0)
+        out.append(job.result)
     return out
 
 
@@ -410,8 +411,8 @@ def test_a_noisy_replay_prunes_on_the_run_it_draws(tmp_path) -> None:
         request = _request(params)
         request.protocol.stop_below = bar
         pool.submit(request, tag=tag)
-        (_, result_json, _), = pool.wait(0)
-        m = TrialResult.model_validate_json(result_json).measurement
+        (job,) = pool.wait(0)
+        m = job.result.measurement
         if m.throughput < 0.9 * bar:
             below.append(m.pruned)
         elif m.throughput > bar:

@@ -13,6 +13,7 @@ from autotune.search.models import (
     culprit_probability,
     success_probability,
 )
+from autotune.execution.pool import Finished
 from autotune.records import CompileStats, Failure, FailureCategory, Measurement, TrialRequest, TrialResult
 from autotune.search.samplers import suggest
 from autotune.search import strategy
@@ -66,7 +67,7 @@ class ObjectivePool:
             result.measurement = Measurement(throughput=value, ci95_low=value, ci95_high=value, step_time_median=0.01,
                                              step_time_p90=0.01, samples_per_step=1, steps_measured=100, windows=5,
                                              converged=True, warmup_steps=1, warmup_seconds=1.0)
-        self.finished.append((tag, result.model_dump_json(), None))
+        self.finished.append(Finished(tag, result=result))
 
     def wait(self, timeout: float) -> list:
         out, self.finished = self.finished, []

@@ -147,7 +147,7 @@ def test_a_measurement_is_remembered_when_another_driver_took_its_trial_for_lost
                                                  steps_measured=100, windows=5, converged=True, warmup_steps=3,
                                                  warmup_seconds=1.0))
     with pytest.raises(optuna.exceptions.UpdateFinishedTrialError):
-        recorder.tell(trial, result.model_dump_json(), None)
+        recorder.tell(trial, result, None)
     assert cache.get_result("k").measurement.throughput == 120.0
 
 

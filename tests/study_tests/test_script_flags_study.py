@@ -11,6 +11,7 @@ from typing import Any
 
 import pytest
 
+from autotune.execution.pool import Finished
 from autotune.records import MeasurementProtocol, TrialRequest, TrialResult
 from autotune.space import config_key
 from autotune.study.study import Study
@@ -41,7 +42,7 @@ class InProcessPool:
     until its result is collected."""
 
     def __init__(self, _study: Any) -> None:
-        self.finished: list[tuple[Any, str | None, str | None]] = []
+        self.finished: list[Finished] = []
         self.results: list[TrialResult] = []
 
     @property
@@ -53,9 +54,9 @@ class InProcessPool:
                            limits=TrialLimits(timeout_s=request.timeout_s), protocol=request.protocol,
                            seed=request.seed)
         self.results.append(result)
-        self.finished.append((tag, result.model_dump_json(), None))
+        self.finished.append(Finished(tag, result=result))
 
-    def wait(self, timeout: float) -> list[tuple[Any, str | None, str | None]]:
+    def wait(self, timeout: float) -> list[Finished]:
         out, self.finished = self.finished, []
         return out
 
