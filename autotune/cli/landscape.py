@@ -128,7 +128,8 @@ def surrogate_cmd(
     Needs scikit-learn: pip install "torch-autotune[bench]".
     """
     from autotune.landscapes.landscape import load_landscape
-    from autotune.landscapes.surrogate import SurrogateLandscape, held_out_error
+    from autotune.landscapes.surrogate import SurrogateLandscape
+    from autotune.landscapes.surrogate_error import held_out_error
 
     landscape = load_landscape(path)
     out = Console()

@@ -11,7 +11,8 @@ import optuna
 import pytest
 
 from autotune.landscapes.landscape import ConfigRecord, Landscape
-from autotune.landscapes.surrogate import Surrogate, SurrogateLandscape, held_out_error
+from autotune.landscapes.surrogate import Surrogate, SurrogateLandscape
+from autotune.landscapes.surrogate_error import held_out_error
 from autotune.search.configurations import enumerate_space, starting_points
 from autotune.space import config_key, parse_space
 from bench.lib.simulate import simulate
