@@ -245,23 +245,29 @@ def replay_study(landscape: Landscape | str | Path, *, trials: int | None = None
     land = landscape if isinstance(landscape, Landscape) else load_landscape(landscape)
     work = Path(workdir) if workdir else Path(tempfile.mkdtemp(prefix="autotune-replay-"))
     pool = ReplayPool(land, workers=workers, noise_seed=noise_seed)
-    opts = StudyOptions(script=script_path(land), args=list(land.header.get("args", [])),
+    opts = StudyOptions(script=script_path(land, work), args=list(land.header.get("args", [])),
                         target=land.target, space=_space_file(land, work, exhaustive),
                         trials=trials or land.size,
                         storage=f"sqlite:///{work / 'replay.db'}", out=work / "out", cache=work / "cache", **options)
     return Study(opts, pools=lambda study: pool).run(), pool
 
 
-def script_path(land: Landscape) -> str:
-    """The script the landscape recorded; for one that names none (made up, not recorded), this
-    module: a study is of a script, and a replay runs none."""
-    if "script" not in land.header:
-        return __file__
-    script = Path(land.header["script"])
-    if script.is_absolute() or script.exists():
+def script_path(land: Landscape, work: Path | None = None) -> str:
+    """The script the landscape recorded, where it still is; else a stand-in of that name in
+    ``work``, or this module without one (a study is of a script, and a replay runs none): a
+    landscape replays wherever it was copied to."""
+    recorded = land.header.get("script")
+    script = Path(recorded) if recorded else Path(__file__)
+    if script.is_absolute() and script.exists():
         return str(script)
     beside = Path(__file__).resolve().parents[2] / script  # a landscape of the repository's examples
-    return str(beside if beside.exists() else script)
+    if beside.exists():
+        return str(beside)
+    if work is None:
+        return __file__
+    stand_in = work / script.name
+    stand_in.write_text(f"# {script}, as recorded in a landscape: a replay runs no script\n")
+    return str(stand_in)
 
 
 def _space_file(land: Landscape, work: Path, exhaustive: bool = False) -> str:

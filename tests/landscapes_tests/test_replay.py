@@ -239,6 +239,23 @@ def test_autotune_run_replays_as_the_benchmark_does(path, tmp_path) -> None:
     assert result.best.throughput == max(t.record.throughput for t in pool.trials if t.record.ok)
 
 
+def test_a_landscape_replays_where_its_recorded_script_is_not(tmp_path) -> None:
+    """A landscape copied to another machine names a script that is not there: a replay runs no
+    script, so it replays all the same, its study named after the recorded one."""
+    import subprocess
+    import sys
+
+    lines = RECORDED[0].read_text().splitlines()
+    header = json.loads(lines[0])
+    header["script"] = "/elsewhere/train.py"
+    copied = tmp_path / "copied.jsonl"
+    copied.write_text("\n".join([json.dumps(header), *lines[1:]]) + "\n")
+    done = subprocess.run([sys.executable, "-m", "autotune.cli", "landscape", "replay", str(copied), "--trials", "3"],
+                          cwd=tmp_path, capture_output=True, text=True, timeout=300)
+    assert done.returncode == 0, done.stderr
+    assert "3 trials replayed" in done.stdout and "best found" in done.stdout, done.stdout
+
+
 @pytest.mark.parametrize("path", RECORDED, ids=lambda p: p.stem)
 def test_a_recorded_landscape_replays_exactly(path) -> None:
     assert path.exists(), f"{path} is tracked in the repository and must be there"
