@@ -70,21 +70,26 @@ class Racing:
 
     ``budget``: the re-measurements races may take (a fraction of ``--trials``; 0 turns racing
     and the early noise runs off), the last of them kept for the best the study ends with;
-    ``kept``: the noise measured here before (:func:`prior`).
+    ``kept``: the noise measured here before (:func:`prior`); ``confirm``: how many of the best
+    configurations are measured once more before the study ends (``--confirm``).
     """
 
-    def __init__(self, budget: int, kept: RunNoise, baseline_key: str | None = None) -> None:
+    def __init__(self, budget: int, kept: RunNoise, baseline_key: str | None = None, confirm: int = 0) -> None:
         self.budget = budget
         self.kept = kept
         self.baseline_key = baseline_key
+        self.confirm = confirm
         #: The two configurations being raced (their keys), and the one measured last.
         self.pair: tuple[str, str] | None = None
         self.last: str | None = None
+        #: The configurations ``--confirm`` measures again, chosen once, when the study ends.
+        self.confirming: list[str] | None = None
 
     @staticmethod
-    def of(fraction: float, trials: int, kept: RunNoise, baseline_key: str | None = None) -> Racing:
+    def of(fraction: float, trials: int, kept: RunNoise, baseline_key: str | None = None,
+           confirm: int = 0) -> Racing:
         return Racing(math.ceil(fraction * trials) if fraction > 0 and trials >= RACE_MIN_TRIALS else 0, kept,
-                      baseline_key)
+                      baseline_key, confirm)
 
     def next(self, measured: list[Standing], spent: int, busy: set[str], *, maximize: bool,
              finishing: bool = False, decisive: float = RUN_SECONDS, ran: bool = True) -> Repeat | None:
@@ -96,7 +101,7 @@ class Racing:
         once it holds its trials, measures nothing for the best and the baseline)."""
         # A study answered wholly from remembered results runs nothing: the next run of a study
         # measures nothing, as before.
-        if self.budget <= 0 or all(TrialAttrs.of(s.trial).cached for s in measured):
+        if (self.budget <= 0 and not self.confirm) or all(TrialAttrs.of(s.trial).cached for s in measured):
             return None
         own = RunNoise.of(s.runs for s in measured)
         # One configuration in more processes: 3 runs where nothing is known of this machine, 2
@@ -104,7 +109,7 @@ class Racing:
         # configurations are measured (the baseline and the first known-good), the better of
         # them: usually the quicker run of the two, and the one a race needs runs of next.
         wanted = 3 if not self.kept.known else 2
-        if own.df < wanted - 1:
+        if self.budget > 0 and own.df < wanted - 1:
             sign = -1.0 if maximize else 1.0
             usable = [s for s in measured if not s.flaky]
             begun = [s for s in usable if s.runs.n >= 2]
@@ -119,7 +124,7 @@ class Racing:
         noise = own + self.kept
         order = ranked(measured, noise, maximize=maximize)
         if finishing:
-            return self._final(order, spent, busy, decisive if ran else 0.0)
+            return self._confirm(order, busy, ran) or self._final(order, spent, busy, decisive if ran else 0.0)
         if spent >= self.budget - 1 or len(order) < 2 or order[0].flaky:
             return None
         by_key = {key(s): s for s in order}
@@ -148,7 +153,7 @@ class Racing:
         """Before the study ends: the best measured once is raced once more (a few more where
         measuring it again hands the lead to another measured once), kept from the race budget;
         then the best and the baseline each get a run of ``decisive`` seconds where they have none."""
-        if not order or order[0].flaky:
+        if self.budget <= 0 or not order or order[0].flaky:
             return None
         best = order[0]
         if best.runs.n == 1 and len(order) > 1 and spent < self.budget + FINAL_RUNS - 1:
@@ -158,6 +163,25 @@ class Racing:
             if s is not None and not measured_long(s, decisive) and key(s) not in busy:
                 return Repeat(s.trial, FINAL)
         return None
+
+    def _confirm(self, order: list[Standing], busy: set[str], ran: bool) -> Repeat | None:
+        """``--confirm``: the best configurations as the study ends, each measured once more (at
+        most once a study: a study run again once it holds its trials measures nothing)."""
+        if not self.confirm or not ran:
+            return None
+        if self.confirming is None:
+            self.confirming = [key(s) for s in order if not s.flaky][:self.confirm]
+        by_key = {key(s): s for s in order}
+        for k in self.confirming:
+            s = by_key.get(k)
+            if s is not None and not confirmed(s) and k not in busy:
+                return Repeat(s.trial, CONFIRM)
+        return None
+
+    def unconfirmed(self, measured: list[Standing]) -> list[Any]:
+        """The first trials of the configurations ``--confirm`` chose that were not measured again."""
+        chosen = set(self.confirming or [])
+        return [s.trial for s in measured if key(s) in chosen and not confirmed(s)]
 
     def _measure(self, a: Standing, b: Standing, busy: set[str]) -> Repeat | None:
         """Of a race's two, the one with fewer runs; on a tie the one not measured last."""
@@ -173,3 +197,8 @@ def measured_long(s: Standing, seconds: float) -> bool:
     was measured again to that end already (a script that ends sooner runs once)."""
     return seconds <= 0 or any(t is None or t >= seconds for t in s.runs.run_seconds()) \
         or any(f.again == FINAL for f in s.figures)
+
+
+def confirmed(s: Standing) -> bool:
+    """Whether ``--confirm`` measured ``s`` again."""
+    return any(f.again == CONFIRM for f in s.figures)

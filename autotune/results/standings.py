@@ -227,14 +227,6 @@ def _ranked(study: optuna.Study) -> list[Standing]:
         return list(fold.derived("ranked", lambda: ranked(measured, noise, maximize=maximizes(study))))
 
 
-def ranked_trials(study: optuna.Study) -> list[Any]:
-    """The first trial of each configuration measured, best first by that first measurement."""
-    sign = -1.0 if maximizes(study) else 1.0
-    index = _preferred(study)
-    return sorted((s.trial for s in standings(study) if not s.flaky),
-                  key=lambda t: (sign * t.values[index], t.number))
-
-
 @dataclass(frozen=True)
 class Headline:
     """A configuration's figures, each the mean over its runs: the preferred objective's with its

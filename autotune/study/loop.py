@@ -11,19 +11,18 @@ from __future__ import annotations
 import math
 import time
 from collections.abc import Callable, Hashable
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING
 
 from autotune.execution.pool import Finished, TrialPool
-from autotune.records import MeasurementProtocol, TrialRequest, TrialResult
 from autotune.search.configurations import enumerate_space, grid_size
 from autotune.space import SearchSpace, config_key
 from autotune.repeats import pruning
 from autotune.study.budget import Budget
 from autotune.study.dispatch import Dispatch, Outcome
 from autotune.study.options import StudyOptions
-from autotune.repeats.racing import CONFIRM, RACE, Racing, Repeat
+from autotune.repeats.racing import RACE, Racing, Repeat
 from autotune.results.ranking import trial_key
-from autotune.results.standings import maximizes, noise_of, ranked_trials, standings, trial_counts
+from autotune.results.standings import maximizes, noise_of, standings, trial_counts
 from autotune.storage.optuna_storage import HEARTBEAT_S, Heartbeats
 from autotune.storage.attrs import TrialAttrs
 
@@ -78,12 +77,17 @@ class AskTell:
         return trial_counts(self.study, exclude)
 
     def measure(self, pool: TrialPool) -> None:
-        """Ask, run and tell trials until the study holds ``--trials`` of them (or time runs out)."""
+        """Ask, run and tell trials until the study holds ``--trials`` of them (or time runs out),
+        and the configurations the racing asks for again."""
         if self.beats is None:
             self._measure(pool)
-            return
-        with self.beats:
-            self._measure(pool)
+        else:
+            with self.beats:
+                self._measure(pool)
+        skipped = self.racing.unconfirmed(standings(self.study)) if self.racing is not None else []
+        if skipped:
+            self.told.notes.append(f"the study's time or budget ran out before trials "
+                                   f"{', '.join(str(t.number) for t in skipped)} were measured again")
 
     def _measure(self, pool: TrialPool) -> None:
         import optuna
@@ -197,33 +201,6 @@ class AskTell:
         taken = {TrialAttrs.of(t).config_key for t in self.study.get_trials(deepcopy=False)
                  if TrialAttrs.of(t).counted or t.state == optuna.trial.TrialState.RUNNING}
         return self._grid[1] <= taken
-
-    def confirm(self, pool: TrialPool,
-                request: Callable[[dict[str, Any], str, MeasurementProtocol], TrialRequest]) -> None:
-        """Measure the best ``confirm`` configurations once more, unpruned (each at most once per
-        study: a resumed study measures only those not measured again yet). ``request(params,
-        name, protocol)`` is the request of a re-measurement whose files go under ``trials/<name>``."""
-        todo = ranked_trials(self.study)[:self.o.confirm]
-        done = {TrialAttrs.of(t).confirms for t in self.study.get_trials(deepcopy=False)}
-        todo = [t for t in todo if t.number not in done]
-        in_flight: dict[Hashable, optuna.trial.FrozenTrial] = {}
-        while todo or in_flight:
-            while todo and pool.free and not self.timed_out() and self.budget.allows(self.study, len(in_flight)):
-                original = todo.pop(0)
-                params = TrialResult.model_validate_json(TrialAttrs.of(original).result or "").plan.params
-                tag = ("confirm", original.number)
-                pool.submit(request(params, f"{original.number:04d}-again",
-                                    pruning.measuring_again(self.o.protocol, self.study)), tag=tag)
-                in_flight[tag] = original
-            if not in_flight:
-                break
-            self.on_progress(len(in_flight))
-            for job in pool.wait(timeout=1.0):
-                self.told.tell_confirmation(in_flight.pop(job.tag), job.result, job.error, why=CONFIRM)
-        skipped = [t.number for t in todo]
-        if skipped:
-            self.told.notes.append(f"the study's time or budget ran out before trials {', '.join(map(str, skipped))} "
-                                   "were measured again")
 
 
 

@@ -10,13 +10,13 @@ again continues it up to N, and a study that already has N runs nothing. Trials 
 driver that was killed stop sending heartbeats; once stale they are marked failed and their
 configurations are queued again (Optuna's ``RetryFailedTrialCallback``).
 
-With ``confirm=K`` the K best configurations are measured once more at the end, unpruned, and
-the best is chosen on the mean of each one's measurements: one lucky measurement does not make
-the best. A re-measurement is a trial of its own (``confirms`` names the trial it measures
-again); it does not count towards ``--trials`` and the sampler does not learn from it.
+What the study measures again (the noise, races, the best and the baseline before it ends, the
+``--confirm`` best) is :mod:`autotune.repeats.racing`'s to say; a re-measurement is a trial of its
+own (``confirms`` names the trial it measures again); it does not count towards ``--trials`` and
+the sampler does not learn from it.
 
-:class:`Study` sets a study up and owns what it found; the ask-tell loop is :mod:`.measure`, a
-proposal's way to a worker :mod:`.dispatch`, what Optuna is told :mod:`.record`. The same class
+:class:`Study` sets a study up and owns what it found; the ask-tell loop is :mod:`.loop`, a
+proposal's way to a worker :mod:`.dispatch`, what Optuna is told :mod:`.tell`. The same class
 runs a replay or a benchmark: a pool factory answers trials from a recording, and a study kept in
 Optuna's in-memory storage writes nothing.
 """
@@ -243,7 +243,7 @@ class Study:
                 self._learn_from(told.number, TrialResult.model_validate_json(attrs.result or ""), stored=True)
         optuna.storages.fail_stale_trials(study)
         enqueue_starting_points(study, self.space, self.baseline_params, self.warm, self.starting_points)
-        pool, trials, done = self._pool(started_ray)
+        pool, done = self._pool(started_ray)
         try:
             dispatch = Dispatch(study, recorder, self.requests, pool, claims=claims, cache=self.cache, out=self.out,
                                 objectives=self.objectives, constraints=self.constraints,
@@ -252,9 +252,6 @@ class Study:
             self.loop = AskTell(study, dispatch, self.cost.budget, self.o, beats=beats,
                                 on_progress=self._update_progress, racing=self._racing(study))
             self.loop.measure(pool)
-            if self.o.confirm > 0 and not self.loop.timed_out():
-                self.loop.confirm(trials, lambda params, name, protocol: self.requests.request(
-                    params, self.out / "trials" / name, protocol))
             kept = self._kept_noise()
             if kept is not None:
                 kept.keep(study, full=self._no_space)
@@ -270,15 +267,14 @@ class Study:
             done()
         return self.result()
 
-    def _pool(self, started_ray: bool) -> tuple[TrialPool, TrialPool, Callable[[], None]]:
-        """The pool the study hands its configurations to, the trial slots that measure again (the
-        same pool, but for a compile stage in front of them), and what to do once both are shut down."""
+    def _pool(self, started_ray: bool) -> tuple[TrialPool, Callable[[], None]]:
+        """The pool the study hands its configurations to, and what to do once it is shut down."""
         if self.pools is not None:
             pool = self.pools(self)
-            return pool, pool, lambda: None
+            return pool, lambda: None
         ray = RayPools(self.target, self.o, self.baseline_params, self.processes, self.requests.compile_split,
                        self.notes, ray_started=started_ray)
-        return ray.pool, ray.trials, ray.done
+        return ray.pool, ray.done
 
     # -- between-run noise --------------------------------------------------------------------
     def _kept_noise(self) -> KeptNoise | None:
@@ -288,14 +284,16 @@ class Study:
         return KeptNoise(self.cache, self.provenance, self.target.name, self.storage_url, self.name)
 
     def _racing(self, study: optuna.Study) -> Racing | None:
-        """What the study measures again (``--race``): none for a study of several objectives,
-        whose front has no one best to race for."""
-        if self.o.race <= 0 or len(self.objectives) > 1:
+        """What the study measures again: races within the noise (``--race``; none for a study of
+        several objectives, whose front has no one best to race for) and its best configurations
+        once more (``--confirm``)."""
+        race = self.o.race if len(self.objectives) == 1 else 0.0
+        if race <= 0 and self.o.confirm <= 0:
             return None
         kept = self._kept_noise()
         if kept is not None:
             kept.write_prior(study)
-        return Racing.of(self.o.race, self.o.trials, prior(study), config_key(self.baseline_params))
+        return Racing.of(race, self.o.trials, prior(study), config_key(self.baseline_params), confirm=self.o.confirm)
 
     def _learn_from(self, number: int, result: TrialResult, stored: bool = False) -> None:
         """What a trial's result says of the study beyond its value: knobs that never reach the

@@ -76,7 +76,7 @@ def test_a_real_study_measures_its_best_again(ray_cluster, tmp_path, monkeypatch
     seconds = [r.seconds for r in best.runs]
     assert len(seconds) == 2 and all(s is not None and s > 0 for s in seconds), seconds
     assert best.value == pytest.approx(sum(r.value * r.seconds for r in best.runs) / sum(seconds), rel=1e-3)
-    assert (out / "trials" / f"{top.number:04d}-again").is_dir()
+    assert (out / "trials" / f"{top.number:04d}-again1").is_dir()
     rows = list(csv.DictReader((out / "trials.csv").open()))
     assert [r["confirms"] for r in rows if r["confirms"]] == [str(top.number)]
 
