@@ -2,7 +2,7 @@
 raced against a challenger that it cannot yet be told apart from.
 
 A trial's interval says how well one process was measured; the next process of the same
-configuration may read 20% lower on a shared host. So the study measures one configuration (the
+configuration may read far lower on a shared host. So the study measures one configuration (the
 better of the first two: the baseline and the first known-good) in more processes early, which
 gives the between-run noise here
 (:class:`~autotune.measurement.noise.RunNoise`, with what earlier studies on this machine measured

@@ -31,7 +31,7 @@ def update_progress(progress: StudyProgress, study: optuna.Study, running: int) 
 
 
 #: A best measured once whose 95% interval is wider than this (half-width over throughput) gets a
-#: note suggesting --confirm; the recorded landscapes' median is 6%.
+#: note suggesting --confirm (docs/results/search.md has the recorded landscapes' intervals).
 WIDE_INTERVAL = 0.10
 
 
