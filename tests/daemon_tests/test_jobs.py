@@ -61,25 +61,29 @@ def test_two_clients_submit_at_once_and_both_finish(start_daemon, tmp_path: Path
 
 
 def test_cancel_stops_a_running_job_and_everything_it_started(start_daemon, tmp_path: Path) -> None:
+    """The job's trials are held at a gate of the test's, so that they are running when it cancels."""
     d = start_daemon("--slots", "2")
-    submitted = autotune("submit", SCRIPTS / "tiny_train.py", "--server", d.url, "--trials", "50", "--workers", "2",
-                         *FAST, cwd=tmp_path)
+    gate = tmp_path / "gate"
+    gate.mkdir()
+    submitted = autotune("submit", SCRIPTS / "gated_train.py", "--server", d.url, "--trials", "50", "--workers", "2",
+                         "--env", f"AUTOTUNE_TEST_GATE={gate}", *FAST, cwd=tmp_path)
     job_id = submitted.stdout.strip()
-    d.wait_for(job_id, lambda j: j["state"] == "running", timeout=60)
-    pid = _job_pid(d, job_id)
     deadline = time.monotonic() + 180
-    while not any("autotune.harness" in _cmdline(p) for p in _tree(pid)):  # a trial is running
-        assert time.monotonic() < deadline, "no trial process started"
-        time.sleep(0.5)
+    while len(list(gate.glob("waiting-*"))) < 2:  # both workers' trials are running, held
+        assert time.monotonic() < deadline, f"the job's trials never started: {d.job(job_id)}"
+        time.sleep(0.2)
+    pid = _job_pid(d, job_id)
     tree = [p.pid for p in _tree(pid)]
+    assert {int(w.name.removeprefix("waiting-")) for w in gate.glob("waiting-*")} <= set(tree)
 
     cancelled = autotune("cancel", job_id, "--server", d.url, cwd=tmp_path)
     assert cancelled.returncode == 0 and cancelled.stdout.strip() == f"{job_id} cancelled", cancelled.stdout
     info = d.job(job_id)
     assert info["state"] == "cancelled" and info["exit_code"] == 130
-    time.sleep(1)
-    alive = [p for p in tree if _alive(p)]
-    assert not alive, f"left running after cancel: {alive}"
+    deadline = time.monotonic() + 30
+    while alive := [p for p in tree if _alive(p)]:
+        assert time.monotonic() < deadline, f"left running after cancel: {alive}"
+        time.sleep(0.2)
 
 
 def _tree(pid: int) -> list[psutil.Process]:

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import time
 from collections.abc import Callable
+from pathlib import Path
 
 import optuna
 import psutil
@@ -34,16 +35,19 @@ def _cmdline(p: psutil.Process) -> str:
         return ""
 
 
-def _wait_for_trial_processes(pid: int, running: Callable[[], int], timeout: float = 120) -> None:
-    """Until every trial in flight has its process (so its driver has recorded its heartbeat)."""
+GATED = SCRIPTS / "gated_train.py"
+
+
+def _waiting(gate: Path) -> int:
+    """Trials held at ``gate`` now (each has its process, so its driver has recorded its heartbeat)."""
+    return len(list(gate.glob("waiting-*")))
+
+
+def _until(what: str, ready: Callable[[], bool], timeout: float = 180) -> None:
     deadline = time.monotonic() + timeout
-    while time.monotonic() < deadline:
-        harnesses = [p for p in _tree(pid) if "autotune.harness" in _cmdline(p)]
-        if harnesses and len(harnesses) >= running():
-            time.sleep(2)
-            return
-        time.sleep(0.3)
-    pytest.fail("the job's trials never started")
+    while not ready():
+        assert time.monotonic() < deadline, f"never: {what}"
+        time.sleep(0.2)
 
 
 def _kill_tree(pid: int) -> None:
@@ -56,19 +60,26 @@ def _kill_tree(pid: int) -> None:
 
 
 def test_a_killed_daemon_restarts_with_its_queue_and_jobs(start_daemon, tmp_path) -> None:
+    """Each job's trials wait at a gate of the test's (``tests/scripts/gated_train.py``): a ticket
+    lets one trial through, so the daemon is killed while a trial is known to be held, whatever the
+    machine's speed."""
     d = start_daemon("--slots", "2", "--max-concurrent-jobs", "1")
-    ids = {}
+    ids, gates = {}, {}
     for name, fresh in (("first", ()), ("second", ("--fresh",))):
         # --fresh: the second job measures its trials instead of taking the first job's results
         # from the daemon's cache (step 2 kills it while it measures).
-        proc = autotune("submit", SCRIPTS / "tiny_train.py", "--server", d.url, "--trials", "3", "--workers", "2",
-                        "--study", name, *fresh, *FAST, cwd=tmp_path)
+        gates[name] = tmp_path / f"gate-{name}"
+        gates[name].mkdir()
+        proc = autotune("submit", GATED, "--server", d.url, "--trials", "3", "--workers", "2", "--study", name,
+                        "--env", f"AUTOTUNE_TEST_GATE={gates[name]}", *fresh, *FAST, cwd=tmp_path)
         assert proc.returncode == 0, proc.stderr
         ids[name] = proc.stdout.strip()
     first, second = ids["first"], ids["second"]
 
-    # 1. SIGKILL the daemon while the first job runs: it keeps running, and is adopted.
-    d.wait_for(first, lambda j: j["done"] >= 1)
+    # 1. SIGKILL the daemon while the first job holds a trial: the job keeps running, and is adopted.
+    (gates["first"] / "ticket-1").touch()
+    _until("the first job measured a trial and holds the next", lambda: d.job(first)["done"] >= 1
+           and _waiting(gates["first"]) >= 1)
     kept = _completed(d.storage, "first")
     pid = JobStore(d.storage).get(first).pid
     d.kill()
@@ -78,21 +89,23 @@ def test_a_killed_daemon_restarts_with_its_queue_and_jobs(start_daemon, tmp_path
     job = JobStore(d.storage).get(first)
     assert job.state.value == "running" and job.pid == pid and job.attempts == 1, "adopted, not restarted"
     assert "adopted" in d.log.read_text()
+    (gates["first"] / "open").touch()
     done = d.wait_for(first, lambda j: j["state"] not in ("queued", "running"))
     assert done["state"] == "succeeded" and done["exit_code"] == 0 and done["done"] == 3, done
     after = _completed(d.storage, "first")
     assert all(after[n] == v for n, v in kept.items()), "the trials measured before the kill are kept"
 
     # 2. Then the second job starts; SIGKILL the daemon and the job's processes (a lost machine)
-    # while trials are being measured. Not between the study's ask() and the trial's first
-    # heartbeat: Optuna never sees a trial without a heartbeat as stale, and the resumed study
-    # would wait for it (a gap of autotune.study.study, not of the daemon).
-    d.wait_for(second, lambda j: j["done"] >= 1 and j["running"] >= 1)
+    # while a trial is held, after its heartbeat reached the database (a trial with none Optuna
+    # never sees as stale).
+    (gates["second"] / "ticket-1").touch()
+    _until("the second job measured a trial and holds the next", lambda: d.job(second)["done"] >= 1
+           and _waiting(gates["second"]) >= 1)
     pid = JobStore(d.storage).get(second).pid
-    _wait_for_trial_processes(pid, lambda: d.job(second)["running"])
     kept = _completed(d.storage, "second")
     d.kill()
     _kill_tree(pid)
+    (gates["second"] / "open").touch()
     d.start()
     done = d.wait_for(second, lambda j: j["state"] not in ("queued", "running"), timeout=300)
     assert done["state"] == "succeeded" and done["exit_code"] == 0, done
