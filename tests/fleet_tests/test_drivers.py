@@ -34,15 +34,18 @@ parameters:
 """
 
 
-def driver(tmp_path: Path, name: str, url: str, address: str, trials: int, study: str = "shared") -> subprocess.Popen:
+def driver(tmp_path: Path, name: str, url: str, address: str, trials: int, study: str = "shared",
+           gate: Path | None = None) -> subprocess.Popen:
     """``autotune run`` in a folder of its own (its outputs and its cache root), on the shared study,
-    racing off."""
+    racing off; its trials wait at ``gate`` (``tests/scripts/gated_train.py``) where one is given."""
     cwd = tmp_path / name
     cwd.mkdir(exist_ok=True)
     (tmp_path / "space.yaml").write_text(SPACE)
-    cmd = [sys.executable, "-m", "autotune.cli", "run", str(SCRIPTS / "tiny_train.py"), "--trials", str(trials),
+    script = "gated_train.py" if gate is not None else "tiny_train.py"
+    cmd = [sys.executable, "-m", "autotune.cli", "run", str(SCRIPTS / script), "--trials", str(trials),
            "--target", "inductor", "--space", str(tmp_path / "space.yaml"), "--study", study, "--storage", url,
            "--ray-address", address, "--seed", "0", "--json",
+           *(["--env", f"AUTOTUNE_TEST_GATE={gate}"] if gate is not None else []),
            # No re-measurements: a driver measuring a configuration again holds no running trial,
            # and the kill below needs each driver to hold one at the same moment.
            "--race", "0"]
@@ -65,27 +68,29 @@ def study_trials(url: str) -> list[optuna.trial.FrozenTrial]:
 
 
 def test_two_drivers_share_one_study_and_a_killed_one_loses_nothing(ray_fleet, postgres_url, tmp_path):
+    """Their trials wait at a gate of the test's: one ticket lets one trial through, then each
+    driver holds one when the first is killed."""
     ray_fleet.start_second()
+    gate = tmp_path / "gate"
+    gate.mkdir()
+    (gate / "ticket-0").touch()
     # Started together with the same seed: they ask for the same configurations at the same time.
-    first, second = (driver(tmp_path, name, postgres_url, ray_fleet.address, trials=5) for name in ("a", "b"))
+    first, second = (driver(tmp_path, name, postgres_url, ray_fleet.address, trials=5, gate=gate)
+                     for name in ("a", "b"))
     completed: dict[int, float] = {}
     deadline = time.monotonic() + 240
-    while time.monotonic() < deadline and first.poll() is None:
+    while not (completed and len(list(gate.glob("waiting-*"))) == 2):
+        if time.monotonic() > deadline or first.poll() is not None:
+            ended = first.poll()
+            for d in (first, second):  # not left running into the next test, on the same cluster
+                d.kill()
+            pytest.fail(f"the first driver ended (exit {ended}) or never held a trial beside the second's:\n"
+                        + first.communicate()[1][-2000:])
         time.sleep(0.5)
-        trials = study_trials(postgres_url)
-        done = {t.number: t.value for t in trials if t.state.name == "COMPLETE"}
-        # One in each driver, each past its suggestion: a trial is RUNNING from the moment it is asked.
-        if done and sum(t.state.name == "RUNNING" and "config_key" in t.user_attrs for t in trials) == 2:
-            completed = done
-            break
-    if first.poll() is not None or not completed:
-        ended = first.poll()
-        for d in (first, second):  # not left running into the next test, on the same cluster
-            d.kill()
-        pytest.fail(f"the first driver ended (exit {ended}) before both drivers held a trial:\n"
-                    + first.communicate()[1][-2000:])
+        completed = {t.number: t.value for t in study_trials(postgres_url) if t.state.name == "COMPLETE"}
     first.send_signal(signal.SIGKILL)
     first.wait()
+    (gate / "open").touch()
 
     result = finished(second)  # it waits for the killed driver's trial to go stale, then runs it
     trials = study_trials(postgres_url)
@@ -102,7 +107,7 @@ def test_two_drivers_share_one_study_and_a_killed_one_loses_nothing(ray_fleet, p
     assert all(t.state.name == "FAIL" and not TrialAttrs.of(t).counted for t in killed)
     assert all(t.user_attrs["config_key"] in measured for t in killed), "and its configuration measured again"
 
-    again = finished(driver(tmp_path, "a", postgres_url, ray_fleet.address, trials=5))
+    again = finished(driver(tmp_path, "a", postgres_url, ray_fleet.address, trials=5, gate=gate))
     assert again.ran == 0, "a restarted driver finds the study complete"
     assert {t.number for t in again.trials} == {t.number for t in trials} == {t.number for t in result.trials}
 

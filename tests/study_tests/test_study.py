@@ -206,30 +206,36 @@ def test_neuron_trials_hold_disjoint_core_ranges(ray_cluster, tmp_path, monkeypa
 
 
 def test_a_killed_driver_resumes_keeping_completed_trials(tmp_path) -> None:
+    """Its trials wait at a gate of the test's: two tickets let two through, the third is held
+    when the driver is killed."""
     space = tmp_path / "space.yaml"
     space.write_text(TWO_POINT_SPACE.replace("[16, 64]", "[8, 16, 32, 64, 128]"))
-    cmd = [sys.executable, "-m", "autotune.cli", "run", str(SCRIPTS / "tiny_train.py"), "--trials", "5",
+    gate = tmp_path / "gate"
+    gate.mkdir()
+    cmd = [sys.executable, "-m", "autotune.cli", "run", str(SCRIPTS / "gated_train.py"), "--trials", "5",
            "--target", "inductor", "--space", str(space), "--seed", "0", "--study", "resume",
+           "--env", f"AUTOTUNE_TEST_GATE={gate}",
            # No re-measurements (noise, races): the resume is about the trials, and the study is shorter.
            "--race", "0"]
     storage = f"sqlite:///{tmp_path / '.autotune' / 'autotune.db'}"
+    for ticket in range(2):
+        (gate / f"ticket-{ticket}").touch()
     driver = subprocess.Popen(cmd, cwd=tmp_path, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
     completed_before: dict[int, float] = {}
     deadline = time.monotonic() + 240
-    while time.monotonic() < deadline and driver.poll() is None:
-        time.sleep(1)
+    while not (completed_before and list(gate.glob("waiting-*"))):
+        assert time.monotonic() < deadline and driver.poll() is None, "the driver never held its third trial"
+        time.sleep(0.5)
         try:
             study = optuna.load_study(study_name="resume", storage=storage)
         except Exception:
             continue
         done = {t.number: t.value for t in study.trials if t.state.name == "COMPLETE"}
-        if len(done) >= 2:
-            completed_before = done
-            break
-    assert driver.poll() is None, "the driver finished before it could be killed"
+        completed_before = done if len(done) >= 2 else {}
     driver.send_signal(signal.SIGKILL)
     driver.wait()
-    assert len(completed_before) >= 2
+    assert len(completed_before) == 2
+    (gate / "open").touch()
 
     rerun = subprocess.run([*cmd, "--json"], cwd=tmp_path, capture_output=True, text=True, timeout=300)
     assert rerun.returncode == 0, rerun.stderr[-2000:]
@@ -247,12 +253,16 @@ def test_run_into_a_log_prints_a_line_per_trial_as_it_ends(tmp_path) -> None:
     study runs, with its value in samples/s, its status and the best so far."""
     space = tmp_path / "space.yaml"
     space.write_text(TWO_POINT_SPACE)
-    cmd = [sys.executable, "-m", "autotune.cli", "run", str(SCRIPTS / "tiny_train.py"), "--trials", "2",
-           "--target", "inductor", "--space", str(space), "--seed", "0"]
+    gate = tmp_path / "gate"  # one ticket: the second trial waits there until the first line is read
+    gate.mkdir()
+    (gate / "ticket-0").touch()
+    cmd = [sys.executable, "-m", "autotune.cli", "run", str(SCRIPTS / "gated_train.py"), "--trials", "2",
+           "--target", "inductor", "--space", str(space), "--seed", "0", "--env", f"AUTOTUNE_TEST_GATE={gate}"]
     driver = subprocess.Popen(cmd, cwd=tmp_path, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
     try:
         first = driver.stderr.readline()
         running_after_first = driver.poll() is None
+        (gate / "open").touch()
         rest = driver.communicate(timeout=300)[1]
     finally:
         driver.kill()
