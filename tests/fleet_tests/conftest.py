@@ -96,9 +96,9 @@ class RayFleet:
         """The live nodes: ``{"id": ..., "resources": {...}}`` each."""
         out = subprocess.run([sys.executable, "-c", _STATUS, self.address], capture_output=True, text=True,
                              timeout=120)
-        if out.returncode != 0:
-            return []
-        return [n for n in json.loads(out.stdout.strip().splitlines()[-1]) if n["alive"]]
+        # The line the script printed, whatever Ray writes around it (a raylet's backtrace at exit, say).
+        listed = [line for line in out.stdout.splitlines() if line.startswith("[")]
+        return [n for n in json.loads(listed[-1]) if n["alive"]] if listed else []
 
     def wait(self, ready, timeout: float = 120) -> list[dict]:
         deadline = time.monotonic() + timeout
