@@ -126,7 +126,8 @@ from bench.search_bench import (  # noqa: E402  (beside this file: the strategie
 )
 
 from autotune.landscapes.landscape import Landscape, load_landscape  # noqa: E402
-from autotune.landscapes.surrogate import SurrogateLandscape, held_out_error  # noqa: E402
+from autotune.landscapes.surrogate import SurrogateLandscape  # noqa: E402
+from autotune.landscapes.surrogate_error import held_out_error  # noqa: E402
 from autotune.search.configurations import starting_points  # noqa: E402
 from autotune.space import builtin_space  # noqa: E402
 from bench.lib.simulate import simulate  # noqa: E402
