@@ -41,8 +41,11 @@ def test_the_page_follows_a_job_and_links_to_its_report(start_daemon, open_page,
     d = start_daemon()
     space = tmp_path / "faults.yaml"
     space.write_text(SPACE)
+    # Its trials wait at a gate of the test's until the page has been read while the job runs.
+    gate = tmp_path / "gate"
+    gate.mkdir()
     submitted = autotune("submit", SCRIPTS / "faulty.py", "--server", d.url, "--trials", "2", "--target", "inductor",
-                         "--space", space, "--study", "faults", cwd=tmp_path)
+                         "--space", space, "--study", "faults", "--env", f"AUTOTUNE_TEST_GATE={gate}", cwd=tmp_path)
     assert submitted.returncode == 0, submitted.stderr
     job_id = submitted.stdout.strip()
 
@@ -54,6 +57,7 @@ def test_the_page_follows_a_job_and_links_to_its_report(start_daemon, open_page,
     assert live.page.locator("meta[http-equiv='refresh']").count() == 1, "a running job refreshes the page"
     assert row.locator("progress").get_attribute("max") == "2"
     live.page.screenshot(path=str(tmp_path / "jobs-running.png"), full_page=True)
+    (gate / "open").touch()
 
     info = d.wait_for(job_id, lambda i: i["state"] in ("succeeded", "failed", "cancelled"))
     assert info["state"] == "succeeded" and info["done"] == 2 and info["failed"] == 1, info

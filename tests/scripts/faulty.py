@@ -7,6 +7,7 @@ import sys
 import time
 
 import autotune
+import gate  # noqa: F401  (waits at a test's gate, where it has one)
 
 fault = autotune.param("fault", "none")
 marker = os.environ.get("FAULT_MARKER_DIR")

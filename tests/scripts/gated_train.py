@@ -1,40 +1,8 @@
-"""tiny_train.py's loop, held at its start by a gate that a test controls: a test acts while
-trials are running (stops the database, fills the disk), then lets them go.
+"""tiny_train.py's loop, held at its start by the gate a test controls (:mod:`gate`)."""
 
-The gate is the folder named by ``AUTOTUNE_TEST_GATE`` (no variable: no gate). A trial passes when
-the folder holds ``open``, or when it takes one of the folder's ``ticket-*`` files (renamed, so
-that each ticket lets exactly one trial through); until then it shows that it waits with a file
-``waiting-<pid>``, renamed ``passed-<pid>`` once it goes on.
-"""
-
-import os
-import time
-from pathlib import Path
-
-gate = os.environ.get("AUTOTUNE_TEST_GATE")
-if gate:
-    folder, me = Path(gate), os.getpid()
-    waiting = folder / f"waiting-{me}"
-
-    def passes() -> bool:
-        if (folder / "open").exists():
-            return True
-        for ticket in sorted(folder.glob("ticket-*")):
-            try:
-                ticket.rename(folder / f"taken-{ticket.name}-{me}")
-                return True
-            except FileNotFoundError:  # another trial took it first
-                continue
-        return False
-
-    while not passes():
-        waiting.touch()
-        time.sleep(0.05)
-    if waiting.exists():
-        waiting.rename(folder / f"passed-{me}")
-
-import torch  # noqa: E402
-from torch.utils.data import DataLoader, TensorDataset  # noqa: E402
+import gate  # noqa: F401  (waits at the gate)
+import torch
+from torch.utils.data import DataLoader, TensorDataset
 
 torch.manual_seed(0)
 model = torch.nn.Sequential(torch.nn.Linear(64, 128), torch.nn.ReLU(), torch.nn.Linear(128, 10))

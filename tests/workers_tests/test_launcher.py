@@ -224,12 +224,15 @@ def test_a_paused_trial_stops_running_and_its_pause_does_not_count_against_its_t
     from autotune.records import TrialPlan
     from autotune.workers.launcher import TrialLimits, run_trial
 
-    ticks = tmp_path / "ticks.txt"
+    ticks, held = tmp_path / "ticks.txt", tmp_path / "held"
+    # After 10 ticks it waits until the test has begun to hold it, so that it cannot end first.
     script = write_script("ticking.py", f"""
-import time
+import os, time
 import autotune
 with open({str(ticks)!r}, "w") as fh:
-    for _ in range(40):
+    for i in range(40):
+        while i == 10 and not os.path.exists({str(held)!r}):
+            time.sleep(0.01)
         fh.write(f"{{time.monotonic()}}\\n")
         fh.flush()
         time.sleep(0.05)
@@ -241,6 +244,7 @@ autotune.report(done=1.0)
         """Stop it for 12 s once it has ticked 10 times."""
         if not stopped_at and ticks.exists() and len(ticks.read_text().split()) >= 10:
             stopped_at.append(time.monotonic())
+            held.touch()
         return bool(stopped_at) and time.monotonic() - stopped_at[0] < 12.0
 
     # About 4 s of running (start-up, 2 s of ticks; twice that on a busy machine) and 12 s stopped.
