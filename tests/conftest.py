@@ -178,9 +178,10 @@ def ray_cluster():
 
 
 @pytest.fixture(autouse=True)
-def own_cache_root(tmp_path, monkeypatch):
-    """Each test its own cache root: results remembered by one test must not answer another's."""
-    monkeypatch.setenv("XDG_CACHE_HOME", str(tmp_path / "xdg-cache"))
+def own_cache_root(tmp_path_factory, monkeypatch):
+    """Each test its own cache root: results remembered by one test must not answer another's. Not
+    under ``tmp_path``, which tests read as the folder a command left what it wrote in."""
+    monkeypatch.setenv("XDG_CACHE_HOME", str(tmp_path_factory.mktemp("xdg-cache")))
 
 
 #: Measures for at most 2 s after warm-up: enough for a figure, short enough for a test suite.

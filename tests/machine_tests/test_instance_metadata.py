@@ -12,7 +12,7 @@ from pathlib import Path
 
 import pytest
 
-from autotune import host
+from autotune.machine import host
 from autotune.machine.instance_metadata import ENDPOINT_ENV, TIMEOUT_S, imds_instance_type
 
 TOKEN = "AQAEAFake-session-token=="

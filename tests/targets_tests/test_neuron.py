@@ -16,7 +16,7 @@ from autotune.space import builtin_space
 from autotune.targets import get_target
 from autotune.trial import load_trial_space, prepare_trial
 from autotune.workers.launcher import trial_env
-from autotune import host
+from autotune.machine import host
 from autotune.targets.neuron import platform as neuron_platform
 from autotune.targets.neuron import target as neuron_target
 from autotune.targets.neuron import (
