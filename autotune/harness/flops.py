@@ -12,10 +12,13 @@ from __future__ import annotations
 
 import functools
 import operator
-from typing import Any
+from typing import TYPE_CHECKING, Any
+
+if TYPE_CHECKING:
+    import torch
 
 
-def model_flops_per_sample(module: Any, args: tuple[Any, ...], kwargs: dict[str, Any],
+def model_flops_per_sample(module: torch.nn.Module, args: tuple[Any, ...], kwargs: dict[str, Any],
                            samples: int | None) -> float | None:
     """FLOPs of one call of ``module`` on ``args``/``kwargs`` (and of its backward where the loop
     trains) per sample of the call's ``samples``; ``None`` where the model cannot run without data

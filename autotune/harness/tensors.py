@@ -4,10 +4,13 @@ imports this module before the script has loaded torch."""
 
 from __future__ import annotations
 
-from typing import Any
+from typing import TYPE_CHECKING, Any
+
+if TYPE_CHECKING:
+    import torch
 
 
-def to_float(t: Any) -> float | None:
+def to_float(t: torch.Tensor) -> float | None:
     try:
         return float(t.float().cpu().item()) if hasattr(t, "cpu") else float(t)
     except Exception:
@@ -29,7 +32,7 @@ def batch_len(batch: Any) -> int | None:
     return None
 
 
-def input_dtype(args: tuple, kwargs: dict) -> Any:
+def input_dtype(args: tuple, kwargs: dict) -> torch.dtype | None:
     """The dtype of the first floating tensor among a call's arguments."""
     import torch
 
@@ -39,7 +42,7 @@ def input_dtype(args: tuple, kwargs: dict) -> Any:
     return None
 
 
-def cast_floats(value: Any, dtype: Any) -> Any:
+def cast_floats(value: Any, dtype: torch.dtype | None) -> Any:
     """``value`` with its floating tensors (in tuples, lists, dicts) cast to ``dtype``.
 
     The model runs in low precision, but the script computes its loss outside the model against
@@ -61,6 +64,6 @@ def cast_floats(value: Any, dtype: Any) -> Any:
     return value
 
 
-def module_device_type(module: Any) -> str:
+def module_device_type(module: torch.nn.Module) -> str:
     p = next(module.parameters(), None)
     return p.device.type if p is not None else "cpu"
