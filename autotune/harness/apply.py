@@ -104,7 +104,7 @@ class ProductionRun:
         orig_call = Module.__call__
         run = self
 
-        def call(module: torch.nn.Module, *args: Any, **kwargs: Any) -> Any:
+        def call(module: torch.nn.Module, *args: object, **kwargs: object) -> object:
             if next(module.parameters(), None) is not None and not _in_loader_worker():
                 Module.__call__ = orig_call
                 run.on_model(module)

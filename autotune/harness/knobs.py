@@ -17,7 +17,7 @@ import sys
 import time
 from importlib import metadata
 from pathlib import Path
-from types import ModuleType
+from types import FrameType, ModuleType
 from typing import TYPE_CHECKING, Any, Callable
 
 from autotune.records import CompileSpec, RuntimeKnobs, TraceSpec
@@ -63,7 +63,7 @@ def patch_loader(knobs: RuntimeKnobs, applied: set[str], own: dict[str, list[int
     orig_init = DataLoader.__init__
     signature = inspect.signature(orig_init)
 
-    def init(loader: DataLoader[Any], *args: Any, **kwargs: Any) -> None:
+    def init(loader: DataLoader[object], *args: object, **kwargs: object) -> None:
         bound = signature.bind(loader, *args, **kwargs)
         set_loader_arguments(bound.arguments, knobs, applied, own)
         orig_init(*bound.args, **bound.kwargs)
@@ -79,7 +79,7 @@ def patch_device_loader(parallel_loader: ModuleType, batches_per_execution: int 
     orig_init = parallel_loader.ParallelLoader.__init__
     signature = inspect.signature(orig_init)
 
-    def init(loader: ParallelLoader, *args: Any, **kwargs: Any) -> None:
+    def init(loader: ParallelLoader, *args: object, **kwargs: object) -> None:
         bound = signature.bind(loader, *args, **kwargs)
         bound.arguments["batches_per_execution"] = batches_per_execution
         applied.add("batches_per_execution")
@@ -111,7 +111,7 @@ def patch_torch_compile(spec: CompileSpec, applied: set[str], on_compile: Callab
 
     orig_compile = torch.compile
 
-    def compile_(model: Any = None, **_user_kwargs: Any) -> Any:
+    def compile_(model: Callable[..., object] | None = None, **_user_kwargs: object) -> Callable[..., object]:
         if model is None:
             return lambda m: compile_(m)
         on_compile()
@@ -144,7 +144,7 @@ def prepare_model(target: torch.nn.Module, knobs: RuntimeKnobs, applied: set[str
             input_dtypes.append(input_dtype(args, kwargs))
             return cast_floats(args, dtype), cast_floats(kwargs, dtype)
 
-        def cast_outputs(_mod: torch.nn.Module, _args: tuple, _kwargs: dict, out: Any) -> Any:
+        def cast_outputs(_mod: torch.nn.Module, _args: tuple, _kwargs: dict, out: object) -> object:
             return cast_floats(out, input_dtypes.pop() if input_dtypes else None)
 
         target.register_forward_pre_hook(cast_inputs, with_kwargs=True)
@@ -154,7 +154,7 @@ def prepare_model(target: torch.nn.Module, knobs: RuntimeKnobs, applied: set[str
         dtype = getattr(torch, knobs.autocast_dtype)
         forward = target.forward
 
-        def autocast_forward(*args: Any, **kwargs: Any) -> Any:
+        def autocast_forward(*args: object, **kwargs: object) -> object:
             with torch.autocast(device_type=device, dtype=dtype):
                 out = forward(*args, **kwargs)
             return cast_floats(out, input_dtype(args, kwargs))
@@ -175,7 +175,7 @@ def compiled_call(target: torch.nn.Module, spec: CompileSpec, orig_compile: Call
     from a frame of ours makes dynamo inline the module instead."""
     call_impl = target._call_impl
 
-    def run_model(*args: Any, **kwargs: Any) -> Any:
+    def run_model(*args: object, **kwargs: object) -> object:
         return call_impl(*args, **kwargs)
 
     return orig_compile(run_model, **compile_kwargs(spec))
@@ -215,7 +215,7 @@ class TracedModels:
         orig_dynamic: Any = getattr(neuronx, "dynamic_batch", None)
         spec = self.spec
 
-        def parallel(model: torch.nn.Module, *args: Any, **kwargs: Any) -> torch.nn.Module:
+        def parallel(model: torch.nn.Module, *args: object, **kwargs: object) -> torch.nn.Module:
             bound = inspect.signature(orig_parallel).bind(model, *args, **kwargs)
             if spec.dynamic_batch is not None:
                 bound.arguments["set_dynamic_batching"] = spec.dynamic_batch
@@ -231,13 +231,13 @@ class TracedModels:
                 self._made.append(traced)
             return self.on_traced(traced)
 
-        def data_parallel(model: torch.nn.Module, *args: Any, **kwargs: Any) -> torch.nn.Module:
+        def data_parallel(model: torch.nn.Module, *args: object, **kwargs: object) -> torch.nn.Module:
             if spec.data_parallel is False or any(model is m for m in self._made):
                 self.applied.add("trace")
                 return self.on_traced(model)
             return self.on_traced(parallel(model, *args, **kwargs))
 
-        def dynamic_batch(model: torch.nn.Module, *args: Any, **kwargs: Any) -> torch.nn.Module:
+        def dynamic_batch(model: torch.nn.Module, *args: object, **kwargs: object) -> torch.nn.Module:
             if spec.dynamic_batch is False or any(model is m for m in self._made):
                 self.applied.add("trace")
                 return self.on_traced(model)
@@ -248,7 +248,7 @@ class TracedModels:
         if orig_dynamic is not None:
             setattr(neuronx, "dynamic_batch", dynamic_batch)
 
-        def trace(func: Callable[..., Any], example_inputs: Any, *args: Any, **kwargs: Any) -> torch.nn.Module:
+        def trace(func: Callable[..., Any], example_inputs: object, *args: object, **kwargs: Any) -> torch.nn.Module:
             merged, replaced = merge_compiler_args(self.flags, kwargs.get("compiler_args"))
             kwargs["compiler_args"] = merged
             self.applied.add("trace")
@@ -270,7 +270,7 @@ class TracedModels:
 
         setattr(neuronx, "trace", trace)
 
-    def _artifact(self, func: Callable[..., Any], example_inputs: Any, kwargs: dict[str, Any]) -> Path | None:
+    def _artifact(self, func: Callable[..., Any], example_inputs: object, kwargs: dict[str, Any]) -> Path | None:
         """Where a model traced from ``func`` with these arguments is kept: keyed like a NEFF, by
         what is compiled (the module, its weights, which a traced model holds, and the example
         inputs' shapes) and how (the compiler arguments and the versions that compile); ``None``
@@ -287,7 +287,8 @@ class TracedModels:
         for name, tensor in func.state_dict().items():
             key.update(f"{name}:{tuple(tensor.shape)}:{tensor.dtype};".encode())
             key.update(tensor.detach().cpu().contiguous().view(torch.uint8).numpy().tobytes())
-        inputs = example_inputs if isinstance(example_inputs, (tuple, list)) else (example_inputs,)
+        inputs: tuple[Any, ...] | list[Any] = (example_inputs if isinstance(example_inputs, (tuple, list))
+                                               else (example_inputs,))
         key.update(repr([(tuple(t.shape), str(t.dtype)) if hasattr(t, "shape") else repr(t) for t in inputs]).encode())
         return Path(self.spec.cache_dir) / f"{key.hexdigest()}.pt"
 
@@ -351,9 +352,9 @@ def watch_env(configured: dict[str, str], flags_env: str | None,
 def _caller() -> str:
     """The first frame outside ``os``, the mapping ABCs and this module: who wrote the variable."""
     skipped = {os.__file__, __file__, getattr(sys.modules.get("_collections_abc"), "__file__", "")}
-    frame = sys._getframe(2)
+    frame: FrameType | None = sys._getframe(2)
     while frame is not None and frame.f_code.co_filename in skipped:
-        frame = frame.f_back  # type: ignore[assignment]
+        frame = frame.f_back
     if frame is None:
         return "unknown"
     return f"{os.path.basename(frame.f_code.co_filename)}:{frame.f_lineno}"

@@ -11,7 +11,7 @@ later (a loop that steps its optimizers in turn, one of them several times).
 from __future__ import annotations
 
 import threading
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Callable
 
 from autotune.harness.timing.step_clock import StepClock, TimedTrial
 
@@ -43,9 +43,9 @@ class OptimizerSteps:
         trial, clock = self.trial, self.clock
         counted, handed_over, last = self.counted, self.handed_over, self.last
         unstepped = clock.unstepped
-        orig_init = torch.optim.Optimizer.__init__
+        orig_init: Callable[..., None] = torch.optim.Optimizer.__init__
 
-        def init(opt: torch.optim.Optimizer, *args: Any, **kwargs: Any) -> None:
+        def init(opt: torch.optim.Optimizer, *args: object, **kwargs: object) -> None:
             orig_init(opt, *args, **kwargs)
             unstepped.add(opt)
 

@@ -70,7 +70,7 @@ class ScriptModel:
         self._orig_module_call = orig_call
         trial, found = self.trial, self
 
-        def call(module: torch.nn.Module, *args: Any, **kwargs: Any) -> Any:
+        def call(module: torch.nn.Module, *args: object, **kwargs: object) -> object:
             if (threading.current_thread() is trial.training_thread
                     and next(module.parameters(), None) is not None):
                 Module.__call__ = orig_call
@@ -120,7 +120,7 @@ class ScriptModel:
         self.traced_models.patch(neuronx)
         traced_trace = neuronx.trace
 
-        def trace(*args: Any, **kwargs: Any) -> Any:
+        def trace(*args: object, **kwargs: object) -> object:
             # The model the script traces runs inside trace() to be recorded: those calls are no
             # requests, and the model that serves is the traced one.
             self._stop_finding()
@@ -143,7 +143,7 @@ class ScriptModel:
             orig_call = cls.__call__
             clock, serving = self.clock, lambda: self._serving()
 
-            def call(module: torch.nn.Module, *args: Any, **kwargs: Any) -> Any:
+            def call(module: torch.nn.Module, *args: object, **kwargs: object) -> object:
                 if module is serving():
                     clock.boundary("forward", batch_len((args, kwargs)))
                 return orig_call(module, *args, **kwargs)
@@ -172,6 +172,6 @@ class TimedCall:
         self.clock = clock
         self.call = call
 
-    def __call__(self, *args: Any, **kwargs: Any) -> Any:
+    def __call__(self, *args: object, **kwargs: object) -> object:
         self.clock.boundary("forward", batch_len((args, kwargs)))
         return self.call(*args, **kwargs)

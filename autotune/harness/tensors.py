@@ -4,7 +4,7 @@ imports this module before the script has loaded torch."""
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Callable, cast
 
 if TYPE_CHECKING:
     import torch
@@ -17,7 +17,7 @@ def to_float(t: torch.Tensor) -> float | None:
         return None
 
 
-def batch_len(batch: Any) -> int | None:
+def batch_len(batch: object) -> int | None:
     """The number of samples in a batch: the leading dim of its first tensor."""
     stack = [batch]
     while stack:
@@ -42,7 +42,7 @@ def input_dtype(args: tuple, kwargs: dict) -> torch.dtype | None:
     return None
 
 
-def cast_floats(value: Any, dtype: torch.dtype | None) -> Any:
+def cast_floats(value: object, dtype: torch.dtype | None) -> object:
     """``value`` with its floating tensors (in tuples, lists, dicts) cast to ``dtype``.
 
     The model runs in low precision, but the script computes its loss outside the model against
@@ -56,7 +56,8 @@ def cast_floats(value: Any, dtype: torch.dtype | None) -> Any:
     if isinstance(value, torch.Tensor):
         return value.to(dtype) if value.is_floating_point() and value.dtype != dtype else value
     if isinstance(value, tuple) and hasattr(value, "_fields"):
-        return type(value)(*(cast_floats(v, dtype) for v in value))
+        # A namedtuple takes its fields one by one, not the one iterable a tuple takes.
+        return cast("Callable[..., object]", type(value))(*(cast_floats(v, dtype) for v in value))
     if isinstance(value, (list, tuple)):
         return type(value)(cast_floats(v, dtype) for v in value)
     if isinstance(value, dict):

@@ -44,7 +44,7 @@ import threading
 import time
 from collections.abc import Sequence
 from pathlib import Path
-from typing import TYPE_CHECKING, Any, Callable, TypeVar
+from typing import TYPE_CHECKING, Callable, TypeVar
 
 from autotune import api
 from autotune.process_tree import die_with_parent
@@ -150,7 +150,7 @@ class TrialRuntime:
         orig_next = _BaseDataLoaderIter.__next__
         clock_batch = self._clock_batch
 
-        def next_(it: _BaseDataLoaderIter) -> Any:
+        def next_(it: _BaseDataLoaderIter) -> object:
             return clock_batch(orig_next, it)
 
         _BaseDataLoaderIter.__next__ = next_  # type: ignore[method-assign]
@@ -178,14 +178,14 @@ class TrialRuntime:
         run inside another (reentrant checkpointing) is part of the outer one."""
         import torch
 
-        orig_autograd = torch.autograd.backward
+        orig_autograd: Callable[..., None] = torch.autograd.backward
         runtime = self
         clock = self.clock
         keep = self.spec.protocol.losses_recorded
         depth = [0]
         Tensor = torch.Tensor
 
-        def autograd_backward(tensors: torch.Tensor | Sequence[torch.Tensor], *args: Any, **kwargs: Any) -> None:
+        def autograd_backward(tensors: torch.Tensor | Sequence[torch.Tensor], *args: object, **kwargs: object) -> None:
             runtime.training_thread = runtime.training_thread or threading.current_thread()
             if depth[0] == 0 and isinstance(tensors, Tensor) and tensors.numel() == 1:
                 # Detached: a loop that frees its graph (retain_graph=True, then del) frees it here too.
@@ -210,9 +210,9 @@ class TrialRuntime:
 
         self.backends.xla = xm
         clock = self.clock
-        orig_sync = torch_xla.sync
+        orig_sync: Callable[..., None] = torch_xla.sync
 
-        def sync(*args: Any, **kwargs: Any) -> Any:
+        def sync(*args: object, **kwargs: object) -> None:
             out = orig_sync(*args, **kwargs)
             clock.on_sync()
             return out
@@ -226,7 +226,7 @@ class TrialRuntime:
         orig_dev_next = pl.PerDeviceLoader.__next__
         clock_batch = self._clock_batch
 
-        def dev_next(it: pl.PerDeviceLoader) -> Any:
+        def dev_next(it: pl.PerDeviceLoader) -> object:
             return clock_batch(orig_dev_next, it)
 
         setattr(pl.PerDeviceLoader, "__next__", dev_next)
