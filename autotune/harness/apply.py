@@ -247,7 +247,7 @@ class _AfterImport(importlib.abc.MetaPathFinder):
             for callback in callbacks:
                 callback(module)
 
-        loader.exec_module = exec_module  # type: ignore[method-assign]
+        loader.exec_module = exec_module
         return spec
 
 

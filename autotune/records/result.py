@@ -311,7 +311,7 @@ class TrialResult(BaseModel):
         """Each loader knob the script gave every one of its DataLoaders one value of, that value."""
         return {name: values[0] for name, values in self.script_loader.items() if len(values) == 1}
 
-    @computed_field  # type: ignore[prop-decorator]
+    @computed_field
     @property
     def warnings(self) -> list[str]:
         """The parameters that never reached what they change: the trial measured the script's own."""

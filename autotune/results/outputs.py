@@ -236,7 +236,7 @@ class BestConfig(BaseModel):
     baseline_params: dict[str, Any] | None = Field(default=None, description=(
         "The baseline's parameters: what `autotune verify` measures the best against again."))
 
-    @computed_field(  # type: ignore[prop-decorator]
+    @computed_field(
         description="The batch of one step of the whole job: `batch_size` (each process's) times `nproc_per_node`; "
                     "null where the configuration sets no batch size.")
     @property
