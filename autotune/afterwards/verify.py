@@ -12,24 +12,28 @@ the script: the usual reasons for a gain that went away.
 from __future__ import annotations
 
 from pathlib import Path
-from typing import Any, Callable
+from typing import Any, Callable, Literal
 
 from pydantic import BaseModel, Field
 
 from autotune.errors import AutotuneError, InvalidConfigError
 from autotune.measurement.noise import Figure, RunNoise, Runs, ratio
 from autotune.objectives import objective
-from autotune.records import TrialResult
+from autotune.records import TrialResult, TrialStatus
 from autotune.results.outputs import BestConfig
 
 #: The provenance entries that change what a configuration measures.
 _COMPARED = ("autotune", "python", "device", "host_device", "instance_type", "script_sha256")
 
 
+#: Which of the two configurations a run measured.
+Side = Literal["best", "baseline"]
+
+
 class VerifyRun(BaseModel):
-    configuration: str  # "best" or "baseline"
+    configuration: Side
     value: float | None
-    status: str
+    status: TrialStatus
     reason: str | None = None
 
 
@@ -60,9 +64,9 @@ def speedup_interval(best: list[float], baseline: list[float], maximize: bool = 
                  maximize=maximize)
 
 
-def provenance_changes(recorded: dict[str, Any], now: dict[str, Any]) -> dict[str, list[Any]]:
+def provenance_changes(recorded: dict[str, Any], now: dict[str, Any]) -> dict[str, list[object]]:
     """The entries of the study's provenance that differ from this machine's now."""
-    changed: dict[str, list[Any]] = {}
+    changed: dict[str, list[object]] = {}
     for key in _COMPARED:
         if recorded.get(key) != now.get(key):
             changed[key] = [recorded.get(key), now.get(key)]
@@ -84,8 +88,8 @@ def verify(best: BestConfig, *, repeats: int, measure: Callable[[str, dict[str, 
     # The cost of a sample is the price over the throughput: on one machine its ratio is the throughput's.
     goal = objective("throughput" if best.metric == "cost" else best.metric)
     out = Verification(study=best.study, trial=best.trial, metric=best.metric, recorded_speedup=best.speedup)
-    order = [("baseline", "best"), ("best", "baseline")]
-    results: dict[str, list[TrialResult]] = {"best": [], "baseline": []}
+    order: list[tuple[Side, Side]] = [("baseline", "best"), ("best", "baseline")]
+    results: dict[Side, list[TrialResult]] = {"best": [], "baseline": []}
     for i in range(repeats):
         for which in order[i % 2]:
             params = best.params if which == "best" else best.baseline_params

@@ -4,7 +4,7 @@
 from __future__ import annotations
 
 from pathlib import Path
-from typing import Any, Optional
+from typing import TYPE_CHECKING, Any, Optional
 
 import typer
 
@@ -12,6 +12,11 @@ from autotune.cli import options as opt
 from autotune.cli.app import app, err, measuring_here, with_progress
 from autotune.config import RunConfig
 from autotune.errors import InvalidConfigError
+
+if TYPE_CHECKING:
+    from autotune.afterwards.verify import VerifyRun
+    from autotune.records import TrialResult
+    from autotune.trial import PreparedTrial
 
 _ARGS = {"help_option_names": ["-h", "--help"]}
 
@@ -78,7 +83,7 @@ def verify(
     root = default_trial_dir(Path(".autotune") / "verify" / config.study)
     limits = TrialLimits(timeout_s=trial_timeout)
 
-    def prepare(params: dict[str, Any]) -> Any:
+    def prepare(params: dict[str, Any]) -> PreparedTrial:
         sets = {k: v for k, v in params.items() if v is not None}
         return prepare_trial(script, target=config.target, sets=sets, space=config.space, cache_root=cache_root,
                              nproc_per_node=config.nproc_per_node if config.launch else 1, flags=flags)
@@ -89,14 +94,14 @@ def verify(
     if noisy:
         err.print(f"note: {noisy}", highlight=False)
 
-    def measure(which: str, _params: dict[str, Any], index: int) -> Any:
+    def measure(which: str, _params: dict[str, Any], index: int) -> TrialResult:
         directory = trial_directory(root, which, index)
         return with_progress(f"run {index + 1} of the {which}",
                              lambda: run_prepared(prepared[which], args, trial_dir=directory, limits=limits,
                                                   protocol=protocol),
                              log=directory / "trial.log", quiet=json_out)
 
-    def show(run: Any) -> None:
+    def show(run: VerifyRun) -> None:
         if not json_out:
             figure = f"{run.value:,.1f} {unit}" if run.value is not None else f"{run.status}: {run.reason}"
             err.print(f"{run.configuration}: {figure}", highlight=False)

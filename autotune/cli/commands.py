@@ -8,7 +8,8 @@ import os
 import sys
 import time
 from pathlib import Path
-from typing import Any, Iterator, Optional
+from types import TracebackType
+from typing import TYPE_CHECKING, Iterator, Optional
 
 import typer
 from rich.console import Console
@@ -19,6 +20,12 @@ from autotune.config import RunConfig
 from autotune.cli.app import EXIT_TRIAL_FAILED, app, err, measuring_here, with_progress
 from autotune.errors import InvalidConfigError
 from autotune.records import MeasurementProtocol
+
+if TYPE_CHECKING:
+    from rich.console import RenderableType
+    from rich.live import Live
+
+    from autotune.study.options import StudyProgress
 
 
 @app.command(context_settings={"help_option_names": ["-h", "--help"]})
@@ -150,9 +157,9 @@ class _StudyDisplay:
 
     def __init__(self, live: bool) -> None:
         self.live_wanted = live
-        self.live: Any = None
+        self.live: Live | None = None
         self.printed = 0
-        self.progress: Any = None
+        self.progress: StudyProgress | None = None
 
     def __enter__(self) -> "_StudyDisplay":
         if self.live_wanted:
@@ -164,11 +171,11 @@ class _StudyDisplay:
             self.live.__enter__()
         return self
 
-    def __exit__(self, *exc: Any) -> None:
+    def __exit__(self, kind: type[BaseException] | None, exc: BaseException | None, tb: TracebackType | None) -> None:
         if self.live is not None:
-            self.live.__exit__(*exc)
+            self.live.__exit__(kind, exc, tb)
 
-    def __rich__(self) -> Any:
+    def __rich__(self) -> RenderableType:
         from rich.progress_bar import ProgressBar
         from rich.table import Table
 
@@ -187,13 +194,13 @@ class _StudyDisplay:
         return line
 
     @staticmethod
-    def _best(p: Any) -> str:
+    def _best(p: StudyProgress) -> str:
         from autotune.rendering import format_value
 
         best = f"best {format_value(p.best_value, p.metric)}" if p.best_value is not None else "no result yet"
         return best + (f" ({p.speedup:.2f}x baseline)" if p.speedup else "")
 
-    def update(self, p: Any) -> None:
+    def update(self, p: StudyProgress) -> None:
         from autotune.rendering import format_value
 
         self.progress = p

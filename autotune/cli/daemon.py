@@ -9,7 +9,7 @@ from __future__ import annotations
 import json
 import time
 from pathlib import Path
-from typing import Any, Optional
+from typing import TYPE_CHECKING, Callable, Optional
 
 import typer
 from rich.console import Console
@@ -21,6 +21,11 @@ from autotune.cli.options import config_options
 from autotune.config import JobConfig, RunConfig
 from autotune.errors import InvalidConfigError, require
 from autotune.rendering import fmt_seconds, format_value
+
+if TYPE_CHECKING:
+    from autotune.daemon.client import DaemonClient
+    from autotune.daemon.messages import JobInfo, JobSpec, RunOptions
+    from autotune.study.options import StudyProgress
 
 err = Console(stderr=True, highlight=False, soft_wrap=True)
 CONTEXT = {"help_option_names": ["-h", "--help"]}
@@ -81,7 +86,7 @@ def serve(
                             max_upload_bytes=parse_size(max_upload)))
 
 
-def _run_options(config: JobConfig) -> tuple[Any, Path | None]:
+def _run_options(config: JobConfig) -> tuple[RunOptions, Path | None]:
     """The job's :class:`RunOptions`, and the search-space file whose text travels in it."""
     from autotune.daemon.messages import RunOptions
     from autotune.provenance import caller_env
@@ -102,8 +107,8 @@ def _run_options(config: JobConfig) -> tuple[Any, Path | None]:
     return RunOptions.checked(space=space, **values), space_file
 
 
-def _job_spec(client: Any, script: Path, args: list[str], run: Any, *, no_upload: bool,
-              directory: Path | None) -> Any:
+def _job_spec(client: DaemonClient, script: Path, args: list[str], run: RunOptions, *, no_upload: bool,
+              directory: Path | None) -> JobSpec:
     """The job as the daemon receives it; uploads the snapshot unless the script is on shared storage."""
     from autotune.daemon.archive import make_snapshot
     from autotune.daemon.messages import JobSpec
@@ -123,7 +128,7 @@ def _job_spec(client: Any, script: Path, args: list[str], run: Any, *, no_upload
     return JobSpec(script=script.relative_to(root).as_posix(), args=args, upload=upload.upload, run=run)
 
 
-def _progress_line(info: Any) -> str:
+def _progress_line(info: JobInfo) -> str:
     best = ""
     if info.best_value is not None:
         best = f" | best {format_value(info.best_value, info.metric)}" + (f" ({info.speedup:.2f}x baseline)"
@@ -220,7 +225,7 @@ def status(
     Console().print(table)
 
 
-def _print_job(info: Any) -> None:
+def _print_job(info: JobInfo) -> None:
     out = Console(highlight=False)
     out.print(_progress_line(info))
     rows = [("study", info.study), ("script", info.script), ("workers", info.workers), ("attempts", info.attempts),
@@ -333,8 +338,10 @@ def ensure(
             spec = _job_spec(client, script, script_args or [], run, no_upload=no_upload, directory=directory)
             reply = client.ensure(spec)
             if reply.source == "stored":
+                assert reply.best is not None, "a stored reply carries its best"
                 best, ran, job_id, code = reply.best, 0, None, 0
             else:
+                assert reply.job is not None, "a job reply carries its job"
                 job_id = reply.job.id
                 err.print(f"tuning {reply.study} in job {job_id} on {server}")
                 info = client.wait(job_id, on_update=None if json_out else lambda i: err.print(_progress_line(i)))
@@ -357,11 +364,11 @@ def ensure(
     raise typer.Exit(code)
 
 
-def _local_progress() -> Any:
+def _local_progress() -> Callable[[StudyProgress], None] | None:
     if not err.is_terminal:
         return None
 
-    def show(p: Any) -> None:
+    def show(p: StudyProgress) -> None:
         best = f"best {format_value(p.best_value, p.metric)}" if p.best_value is not None else "no result yet"
         err.print(f"{p.study}: {p.done}/{p.wanted} done, {p.running} running, {p.failed} failed | {best}")
 

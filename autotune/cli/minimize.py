@@ -5,7 +5,7 @@ from __future__ import annotations
 import json
 import time
 from pathlib import Path
-from typing import Any, Optional
+from typing import TYPE_CHECKING, Any, Optional
 
 import typer
 
@@ -14,6 +14,9 @@ from autotune.cli.app import app, err, with_progress
 from autotune.cli.options import config_options
 from autotune.config import RunConfig
 from autotune.errors import AutotuneError, InvalidConfigError, ScriptError
+
+if TYPE_CHECKING:
+    from autotune.records import TrialResult
 
 
 @app.command(context_settings={"help_option_names": ["-h", "--help"]})
@@ -126,16 +129,19 @@ def minimize(
     typer.echo(f"bug report: {folder}")
 
 
-def _said(name: str, result: Any, how: str, quiet: bool) -> None:
+def _said(name: str, result: TrialResult, how: str, quiet: bool) -> None:
     if quiet:
         return
     from autotune.afterwards.minimal_failure import first_line
 
-    what = "ok" if result.ok else f"{result.failure.category.value}: {first_line(result.failure.reason)[:100]}"
+    failure = result.failure
+    assert result.ok or failure is not None, "a failed result carries its failure"
+    what = "ok" if result.ok or failure is None else f"{failure.category.value}: {first_line(failure.reason)[:100]}"
     err.print(f"  {name}: {what} ({how})", highlight=False)
 
 
-def _stored_failure(study: str, number: int, storage: str | None) -> tuple[Any, ...]:
+def _stored_failure(study: str, number: int, storage: str | None,
+                    ) -> tuple[Path, list[str], str, str | None, dict[str, str], TrialResult]:
     """A failed trial of a stored study: its script, arguments, target, space, the script's flags
     and the trial's result."""
     from autotune.records import TrialResult

@@ -14,7 +14,7 @@ import inspect
 import types
 import typing
 from pathlib import Path
-from typing import Any, Callable, Iterable, Optional, TypeVar
+from typing import TYPE_CHECKING, Any, Callable, Iterable, Optional, TypeVar
 
 import typer
 
@@ -24,6 +24,11 @@ from autotune.objectives import BUILT_IN
 from autotune.storage.database import STORAGE_ENV
 from autotune.targets import TARGETS
 from autotune.trial import parse_sets
+
+if TYPE_CHECKING:
+    from typer.models import OptionInfo
+
+    from autotune.daemon.client import DaemonClient
 
 SCRIPT = typer.Argument(..., help="The training or inference script, unmodified.")
 SCRIPT_ARGS = typer.Argument(None, help="Arguments for the script, after --.")
@@ -64,7 +69,7 @@ SERVER = typer.Option("http://127.0.0.1:8765", "--server", envvar=SERVER_ENV,
 TOKEN_FILE = typer.Option(None, "--token-file", help="File holding the daemon's token (or AUTOTUNE_TOKEN).")
 
 
-def daemon_client(server: str, token_file: Path | None) -> Any:
+def daemon_client(server: str, token_file: Path | None) -> DaemonClient:
     require("httpx", "a client of the autotune daemon", "serve")
     from autotune.daemon.client import DaemonClient, read_token
 
@@ -89,8 +94,8 @@ def config_options(model: type[JobConfig], *, exclude: Iterable[str] = (), only:
                                    annotation=_annotation(model, n)) for n in names]
 
         @functools.wraps(command)
-        def with_config(*args: Any, **kwargs: Any) -> Any:
-            values = {n: kwargs.pop(_param(n)) for n in names}
+        def with_config(*args: object, **kwargs: object) -> object:
+            values: dict[str, Any] = {n: kwargs.pop(_param(n)) for n in names}
             if "sets" in values:
                 values["sets"] = parse_sets(values["sets"])
             for name in names:
@@ -108,7 +113,7 @@ def _param(name: str) -> str:
     return "set_" if name == "sets" else name  # ``set`` is a builtin
 
 
-def _option(model: type[JobConfig], name: str, helps: dict[str, str]) -> Any:
+def _option(model: type[JobConfig], name: str, helps: dict[str, str]) -> OptionInfo:
     field = model.model_fields[name]
     text = helps.get(name, field.description or "")
     flag = option_flag(name)
@@ -124,7 +129,7 @@ def _option(model: type[JobConfig], name: str, helps: dict[str, str]) -> Any:
     return typer.Option(default, flag, *short, metavar=CHOICES.get(name, model.METAVAR.get(name)), **shown)
 
 
-def _annotation(model: type[JobConfig], name: str) -> Any:
+def _annotation(model: type[JobConfig], name: str) -> object:
     """The type typer parses the option as: the field's, ``X | None`` as ``Optional[X]``; text for
     the model to parse where the model says so."""
     if name == "sets":

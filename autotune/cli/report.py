@@ -5,13 +5,18 @@ from __future__ import annotations
 import json
 import threading
 from pathlib import Path
-from typing import Any, Optional
+from typing import TYPE_CHECKING, Optional
 
 import typer
 
 from autotune.cli import options as opt
 from autotune.cli.app import app, err
 from autotune.errors import AutotuneError
+
+if TYPE_CHECKING:
+    from wsgiref.simple_server import WSGIServer
+
+    import optuna
 
 #: Seconds between two rounds of notes while the dashboard runs: a study that is still running
 #: gets notes for its new trials.
@@ -103,7 +108,7 @@ def dashboard(
         server.server_close()
 
 
-def _server(storage: Any, host: str, port: int) -> Any:
+def _server(storage: optuna.storages.BaseStorage, host: str, port: int) -> WSGIServer:
     """optuna-dashboard's WSGI app behind the standard library's server, one thread per request
     (the page polls while a long request, such as importances, runs)."""
     import errno
@@ -116,7 +121,7 @@ def _server(storage: Any, host: str, port: int) -> Any:
         daemon_threads = True
 
     class QuietHandler(WSGIRequestHandler):
-        def log_message(self, format: str, *args: Any) -> None:  # every poll would print a line
+        def log_message(self, format: str, *args: object) -> None:  # every poll would print a line
             pass
 
     try:

@@ -52,7 +52,7 @@ class DaemonClient:
     def __enter__(self) -> DaemonClient:
         return self
 
-    def __exit__(self, *exc: Any) -> None:
+    def __exit__(self, *exc: object) -> None:
         self.close()
 
     def _request(self, method: str, path: str, **kwargs: Any) -> httpx.Response:

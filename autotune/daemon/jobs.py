@@ -21,7 +21,7 @@ from __future__ import annotations
 import threading
 import time
 from dataclasses import dataclass
-from typing import Any, Callable
+from typing import TYPE_CHECKING, Callable
 
 import psutil
 import sqlalchemy as sa
@@ -34,6 +34,10 @@ from autotune.machine.host import host_identity
 from autotune.storage.database import connect_args, engine_url, redacted
 from autotune.storage.reconnecting import Outages, waits_for_database
 from autotune.storage.optuna_storage import create_schema
+
+if TYPE_CHECKING:
+    from sqlalchemy.engine.interfaces import DBAPIConnection
+    from sqlalchemy.pool import ConnectionPoolEntry
 
 _metadata = sa.MetaData()
 
@@ -102,7 +106,7 @@ class JobRecord:
     heartbeat_at: float | None = None
 
     @classmethod
-    def from_row(cls, row: Any) -> JobRecord:
+    def from_row(cls, row: sa.Row) -> JobRecord:
         m = dict(row._mapping)
         m["state"] = JobState(m["state"])
         m["spec"] = JobSpec.model_validate_json(m["spec"])
@@ -188,12 +192,13 @@ class JobStore:
             c.execute(jobs_table.insert().values(**values))
 
     @waits_for_database
-    def _update(self, job_id: str, only_from: list[JobState] | None, **values: Any) -> bool:
+    def _update(self, job_id: str, only_from: list[JobState] | None, **values: object) -> bool:
         q = jobs_table.update().where(jobs_table.c.id == job_id)
         if only_from:
             q = q.where(jobs_table.c.state.in_([s.value for s in only_from]))
-        if isinstance(values.get("state"), JobState):
-            values["state"] = values["state"].value
+        state = values.get("state")
+        if isinstance(state, JobState):
+            values["state"] = state.value
         with self.engine.begin() as c:
             return c.execute(q.values(**values)).rowcount == 1
 
@@ -269,7 +274,7 @@ class DaemonLease:
                    "pid_started": psutil.Process().create_time(), "url": url}
         self._stop = threading.Event()
 
-    def _mine(self) -> Any:
+    def _mine(self) -> sa.ColumnElement[bool]:
         t = daemon_table.c
         return (t.id == _LEASE_ID) & (t.host == self.host) & (t.pid == self.pid)
 
@@ -297,12 +302,12 @@ class DaemonLease:
             raise DaemonRunning("another autotune serve took this database at the same moment; "
                                 "one daemon per database") from None
 
-    def _lives(self, holder: Any, now: float) -> bool:
+    def _lives(self, holder: sa.Row, now: float) -> bool:
         if holder.host == self.host:  # a process here is seen directly, whatever its heartbeat says
             return same_process(holder.pid, holder.pid_started)
         return now - holder.heartbeat_at < LEASE_STALE_S
 
-    def _refusal(self, holder: Any, now: float) -> DaemonRunning:
+    def _refusal(self, holder: sa.Row, now: float) -> DaemonRunning:
         lapse = "" if holder.host == self.host else (
             f"; if it was killed, its hold lapses {LEASE_STALE_S:g} s after it was last seen")
         return DaemonRunning(f"another autotune serve ({holder.url}, pid {holder.pid} on {holder.host}, last seen "
@@ -338,7 +343,7 @@ class DaemonLease:
             pass
 
 
-def _sqlite_pragmas(dbapi_connection: Any, _record: Any) -> None:
+def _sqlite_pragmas(dbapi_connection: DBAPIConnection, _record: ConnectionPoolEntry) -> None:
     """Several processes write the database at once (the daemon, and each job's Optuna driver):
     wait for a lock instead of failing, and let readers proceed while one writes (WAL). WAL needs
     a local disk; a database shared over a network is PostgreSQL's job."""

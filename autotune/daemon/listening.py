@@ -27,7 +27,10 @@ import secrets
 import socket
 import stat
 from pathlib import Path
-from typing import Any, Awaitable, Callable
+from typing import TYPE_CHECKING, Any, Awaitable, Callable
+
+if TYPE_CHECKING:
+    from fastapi.datastructures import Headers
 from urllib.parse import parse_qs, urlsplit
 
 from autotune.errors import AutotuneError
@@ -161,13 +164,14 @@ def _name_and_port(authority: str) -> tuple[str, int] | None:
 Scope = dict[str, Any]
 Receive = Callable[[], Awaitable[dict[str, Any]]]
 Send = Callable[[dict[str, Any]], Awaitable[None]]
+App = Callable[[Scope, Receive, Send], Awaitable[None]]
 
 
 class RequestGuard:
     """The checks above, before a request reaches the app (an ASGI middleware, so that a refused
     body is never read): Host, Origin, token, a body's type and size."""
 
-    def __init__(self, app: Any, *, token: str | None, names: frozenset[str], port: int) -> None:
+    def __init__(self, app: App, *, token: str | None, names: frozenset[str], port: int) -> None:
         self.app = app
         self.token = token
         self.names = names
@@ -198,7 +202,7 @@ class RequestGuard:
                                     headers={"WWW-Authenticate": "Bearer"} if status == 401 else None)
         await response(scope, receive, send)
 
-    def refusal(self, scope: Scope, headers: Any) -> tuple[int, str] | None:
+    def refusal(self, scope: Scope, headers: Headers) -> tuple[int, str] | None:
         """(status, why) of a request that must not reach the app, or None."""
         host = headers.get("host", "")
         if not self.ours(host):
@@ -214,7 +218,7 @@ class RequestGuard:
             return None
         return self.body_refusal(path, headers)
 
-    def authorized(self, headers: Any) -> bool:
+    def authorized(self, headers: Headers) -> bool:
         assert self.token is not None and self.session is not None
         scheme, _, given = headers.get("authorization", "").partition(" ")
         if scheme.lower() == "bearer" and hmac.compare_digest(given.strip().encode(), self.token.encode()):
@@ -223,7 +227,7 @@ class RequestGuard:
         return cookie is not None and hmac.compare_digest(cookie.encode(), self.session.encode())
 
     @staticmethod
-    def body_refusal(path: str, headers: Any) -> tuple[int, str] | None:
+    def body_refusal(path: str, headers: Headers) -> tuple[int, str] | None:
         length = headers.get("content-length")
         chunked = "chunked" in headers.get("transfer-encoding", "").lower()
         if not chunked and (length is None or length == "0"):
@@ -234,7 +238,7 @@ class RequestGuard:
             return 415, f"{path} takes {wanted}, not {given or 'a body without a type'}"
         if path == "/uploads":
             return None  # streamed to disk and bounded by --max-upload as it comes
-        if chunked or not length.isdigit():
+        if chunked or length is None or not length.isdigit():
             return 411, f"{path}: give the body's Content-Length"
         if int(length) > MAX_JSON_BYTES:
             return 413, (f"{path}: a body of {int(length) / 1024 ** 2:.1f} MiB is over the daemon's limit of "

@@ -28,11 +28,11 @@ import secrets
 import shutil
 import signal
 from pathlib import Path
-from typing import Any
+from types import FrameType
 
 from fastapi import Body, FastAPI, HTTPException, Path as PathParam, Query, Request
 from fastapi.concurrency import run_in_threadpool
-from fastapi.responses import HTMLResponse, JSONResponse, PlainTextResponse, RedirectResponse
+from fastapi.responses import HTMLResponse, JSONResponse, PlainTextResponse, RedirectResponse, Response
 
 import autotune
 from autotune.daemon.archive import ArchiveError, extract_snapshot
@@ -61,7 +61,7 @@ from autotune.log_tail import log_tail
 from autotune.results.outputs import BestConfig
 
 
-def _exit(signum: int, _frame: Any) -> None:
+def _exit(signum: int, _frame: FrameType | None) -> None:
     raise SystemExit(128 + signum)
 
 
@@ -95,7 +95,7 @@ def create_app(daemon: Daemon, port: int) -> FastAPI:
                                                                                   newest_first=True)]))
 
     @app.get("/login", response_class=HTMLResponse, include_in_schema=False)
-    def login_form() -> Any:
+    def login_form() -> Response:
         from autotune.daemon.page import login_page
 
         if token is None:
@@ -103,7 +103,7 @@ def create_app(daemon: Daemon, port: int) -> FastAPI:
         return HTMLResponse(login_page(config.token_file))
 
     @app.post("/login", include_in_schema=False)
-    async def login(request: Request) -> Any:
+    async def login(request: Request) -> Response:
         """The form's token, checked: the page, with a cookie that only this site's own requests
         carry (SameSite=Strict) and no script can read (HttpOnly)."""
         from autotune.daemon.page import login_page

@@ -14,12 +14,15 @@ import os
 import time
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, Iterator
+from typing import TYPE_CHECKING, Any, Hashable, Iterator
 
 from autotune.errors import AutotuneError
 from autotune.execution.pool import Finished
 from autotune.records import CompileRequest, TrialRequest
 from autotune.targets.base import Target
+
+if TYPE_CHECKING:
+    from ray.actor import ActorHandle
 
 
 #: The Ray resource of compile workers (``--compile-workers``): CPU nodes that compile declare
@@ -229,10 +232,10 @@ PLACE_TIMEOUT_S = 120.0
 @dataclass
 class _Running:
     request: TrialRequest | CompileRequest
-    worker: Any
+    worker: ActorHandle
     ref: Any
     attempts: int
-    tag: Any
+    tag: Hashable
     #: Why an earlier attempt of this trial ended without a result (its worker or node was lost).
     lost: str | None = None
 
@@ -285,7 +288,7 @@ class WorkerPool:
         #: worker, when it was asked for).
         self.starting: dict[Any, tuple[Any, float]] = {}
 
-    def _spawn(self) -> Any:
+    def _spawn(self) -> ActorHandle:
         self._next_id += 1
         # A compile worker's compile_slots are no devices of the target's.
         held = None if self.placement.compiles else self.placement.device_resource
@@ -295,7 +298,7 @@ class WorkerPool:
     def free(self) -> int:
         return max(0, len(self.idle) - len(self.queued))
 
-    def submit(self, request: TrialRequest | CompileRequest, tag: Any, attempts: int = 1,
+    def submit(self, request: TrialRequest | CompileRequest, tag: Hashable, attempts: int = 1,
                lost: str | None = None) -> None:
         worker = self.idle.pop()
         ref = worker.run.remote(request.model_dump_json())
@@ -363,7 +366,7 @@ class WorkerPool:
             except RayError:
                 pass  # lost before it took a trial
 
-    def _replace(self, dead: Any) -> None:
+    def _replace(self, dead: ActorHandle) -> None:
         import ray
 
         try:
@@ -384,7 +387,7 @@ class WorkerPool:
         self.idle, self.running, self.queued, self.starting = [], {}, [], {}
 
 
-def _finished(tag: Any, reply: str, lost: str | None) -> Finished:
+def _finished(tag: Hashable, reply: str, lost: str | None) -> Finished:
     """A worker's reply (JSON, which any Ray version carries) as the job it finished, with why an
     earlier attempt ended in its placement (``lost``)."""
     from autotune.records import CompileOutcome, TrialResult

@@ -28,11 +28,17 @@ import importlib.abc
 import os
 import sys
 import threading
+from collections.abc import Sequence
+from importlib.machinery import ModuleSpec
 from pathlib import Path
-from typing import Any, Callable
+from types import ModuleType
+from typing import TYPE_CHECKING, Any, Callable
 
 from autotune.records import APPLY_ENV, INTERCEPTIONS, NEUTRAL_KNOB_VALUES, ApplySpec, KnobRoute
 from autotune.harness import knobs as runtime_knobs
+
+if TYPE_CHECKING:
+    import torch
 
 #: The folder of ``sitecustomize.py``, first on every trial's and every applied job's ``PYTHONPATH``.
 HOOK_DIR = Path(__file__).resolve().parent / "hook"
@@ -50,7 +56,7 @@ class ProductionRun:
         self.knobs = spec.knobs
         #: The runtime knobs that found what they act on in this process.
         self.applied: set[str] = set()
-        self.model: Any = None
+        self.model: torch.nn.Module | None = None
         self.compiled_by_script = False
         self._orig_compile: Callable[..., Any] | None = None
 
@@ -98,7 +104,7 @@ class ProductionRun:
         orig_call = Module.__call__
         run = self
 
-        def call(module: Any, *args: Any, **kwargs: Any) -> Any:
+        def call(module: torch.nn.Module, *args: object, **kwargs: object) -> object:
             if next(module.parameters(), None) is not None and not _in_loader_worker():
                 Module.__call__ = orig_call
                 run.on_model(module)
@@ -106,7 +112,7 @@ class ProductionRun:
 
         Module.__call__ = call
 
-    def on_model(self, module: Any) -> None:
+    def on_model(self, module: torch.nn.Module) -> None:
         target = getattr(module, "_orig_mod", module)  # a model the script compiled itself
         self.model = target
         compiled = runtime_knobs.prepare_model(target, self.knobs, self.applied, self._orig_compile,
@@ -216,9 +222,10 @@ class _AfterImport(importlib.abc.MetaPathFinder):
     """Runs a callback once a module has been executed, whoever imports it."""
 
     def __init__(self) -> None:
-        self.callbacks: dict[str, list[Callable[[Any], None]]] = {}
+        self.callbacks: dict[str, list[Callable[[ModuleType], None]]] = {}
 
-    def find_spec(self, fullname: str, path: Any, target: Any = None) -> Any:
+    def find_spec(self, fullname: str, path: Sequence[str] | None,
+                  target: ModuleType | None = None) -> ModuleSpec | None:
         if fullname not in self.callbacks:
             return None
         callbacks = self.callbacks.pop(fullname)
@@ -235,19 +242,19 @@ class _AfterImport(importlib.abc.MetaPathFinder):
             return spec
         orig_exec = loader.exec_module
 
-        def exec_module(module: Any) -> None:
+        def exec_module(module: ModuleType) -> None:
             orig_exec(module)
             for callback in callbacks:
                 callback(module)
 
-        loader.exec_module = exec_module  # type: ignore[method-assign]
+        loader.exec_module = exec_module
         return spec
 
 
 _finder = _AfterImport()
 
 
-def after_import(name: str, callback: Callable[[Any], None]) -> None:
+def after_import(name: str, callback: Callable[[ModuleType], None]) -> None:
     """``callback(module)`` once ``name`` is imported: now if it is already."""
     if name in sys.modules:
         callback(sys.modules[name])

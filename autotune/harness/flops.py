@@ -12,10 +12,13 @@ from __future__ import annotations
 
 import functools
 import operator
-from typing import Any
+from typing import TYPE_CHECKING, Any
+
+if TYPE_CHECKING:
+    import torch
 
 
-def model_flops_per_sample(module: Any, args: tuple[Any, ...], kwargs: dict[str, Any],
+def model_flops_per_sample(module: torch.nn.Module, args: tuple[object, ...], kwargs: dict[str, Any],
                            samples: int | None) -> float | None:
     """FLOPs of one call of ``module`` on ``args``/``kwargs`` (and of its backward where the loop
     trains) per sample of the call's ``samples``; ``None`` where the model cannot run without data
@@ -31,10 +34,10 @@ def model_flops_per_sample(module: Any, args: tuple[Any, ...], kwargs: dict[str,
     if isinstance(module, torch.nn.parallel.DistributedDataParallel) and inner is not None:
         module = inner  # its forward also syncs buffers across ranks: the count must not
 
-    def shape_only(x: Any) -> Any:
+    def shape_only(x: object) -> object:
         return torch.empty_like(x, device="meta") if isinstance(x, torch.Tensor) else x
 
-    params = {n: shape_only(p).requires_grad_(p.requires_grad) for n, p in module.named_parameters()}
+    params = {n: torch.empty_like(p, device="meta").requires_grad_(p.requires_grad) for n, p in module.named_parameters()}
     state = {**params, **{n: shape_only(b) for n, b in module.named_buffers()}}
     trained = [p for p in params.values() if p.requires_grad]
     training = torch.is_grad_enabled() and bool(trained)

@@ -18,9 +18,12 @@ import hashlib
 import json
 import platform
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from autotune.atomic_file import write_atomic
+
+if TYPE_CHECKING:
+    from torch._inductor.cpu_vec_isa import VecISA
 
 MEMO_NAME = "autotune-vec-isa.json"
 
@@ -40,7 +43,7 @@ def install(cache_dir: str | None) -> bool:
         return False
     memo = Path(cache_dir) / MEMO_NAME
 
-    def check_build(isa: Any, code: str) -> bool:
+    def check_build(isa: VecISA, code: str) -> bool:
         try:
             key = _key(fingerprint(isa.build_arch_flags()), str(isa), checker(), code)
         except Exception:  # a torch whose internals moved: probe as torch would

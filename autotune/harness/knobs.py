@@ -17,10 +17,15 @@ import sys
 import time
 from importlib import metadata
 from pathlib import Path
-from typing import Any, Callable
+from types import FrameType, ModuleType
+from typing import TYPE_CHECKING, Any, Callable
 
 from autotune.records import CompileSpec, RuntimeKnobs, TraceSpec
 from autotune.harness.tensors import cast_floats, input_dtype, module_device_type
+
+if TYPE_CHECKING:
+    import torch
+    from torch_xla.distributed.parallel_loader import ParallelLoader
 
 
 #: The DataLoader's knobs, each with the value a DataLoader given none uses.
@@ -58,7 +63,7 @@ def patch_loader(knobs: RuntimeKnobs, applied: set[str], own: dict[str, list[int
     orig_init = DataLoader.__init__
     signature = inspect.signature(orig_init)
 
-    def init(loader: Any, *args: Any, **kwargs: Any) -> None:
+    def init(loader: DataLoader[object], *args: object, **kwargs: object) -> None:
         bound = signature.bind(loader, *args, **kwargs)
         set_loader_arguments(bound.arguments, knobs, applied, own)
         orig_init(*bound.args, **bound.kwargs)
@@ -66,7 +71,7 @@ def patch_loader(knobs: RuntimeKnobs, applied: set[str], own: dict[str, list[int
     DataLoader.__init__ = init  # type: ignore[method-assign]
 
 
-def patch_device_loader(parallel_loader: Any, batches_per_execution: int | None, applied: set[str]) -> None:
+def patch_device_loader(parallel_loader: ModuleType, batches_per_execution: int | None, applied: set[str]) -> None:
     """torch-xla's ``ParallelLoader`` (and ``MpDeviceLoader``, which makes one) traces
     ``batches_per_execution`` steps into one graph."""
     if batches_per_execution is None:
@@ -74,7 +79,7 @@ def patch_device_loader(parallel_loader: Any, batches_per_execution: int | None,
     orig_init = parallel_loader.ParallelLoader.__init__
     signature = inspect.signature(orig_init)
 
-    def init(loader: Any, *args: Any, **kwargs: Any) -> None:
+    def init(loader: ParallelLoader, *args: object, **kwargs: object) -> None:
         bound = signature.bind(loader, *args, **kwargs)
         bound.arguments["batches_per_execution"] = batches_per_execution
         applied.add("batches_per_execution")
@@ -106,7 +111,7 @@ def patch_torch_compile(spec: CompileSpec, applied: set[str], on_compile: Callab
 
     orig_compile = torch.compile
 
-    def compile_(model: Any = None, **_user_kwargs: Any) -> Any:
+    def compile_(model: Callable[..., object] | None = None, **_user_kwargs: object) -> Callable[..., object]:
         if model is None:
             return lambda m: compile_(m)
         on_compile()
@@ -119,7 +124,7 @@ def patch_torch_compile(spec: CompileSpec, applied: set[str], on_compile: Callab
     return orig_compile
 
 
-def prepare_model(target: Any, knobs: RuntimeKnobs, applied: set[str], orig_compile: Callable[..., Any] | None,
+def prepare_model(target: torch.nn.Module, knobs: RuntimeKnobs, applied: set[str], orig_compile: Callable[..., Any] | None,
                   compiled_by_script: bool) -> Callable[..., Any] | None:
     """Cast the model (its parameters, and its floating inputs and outputs back) and wrap its
     forward in autocast, as the configuration says; returns the model's call compiled as the
@@ -133,13 +138,13 @@ def prepare_model(target: Any, knobs: RuntimeKnobs, applied: set[str], orig_comp
         dtype = getattr(torch, knobs.model_dtype)
         target.to(dtype)
 
-        input_dtypes: list[Any] = []
+        input_dtypes: list[torch.dtype | None] = []
 
-        def cast_inputs(_mod: Any, args: tuple, kwargs: dict) -> tuple:
+        def cast_inputs(_mod: torch.nn.Module, args: tuple, kwargs: dict) -> tuple:
             input_dtypes.append(input_dtype(args, kwargs))
             return cast_floats(args, dtype), cast_floats(kwargs, dtype)
 
-        def cast_outputs(_mod: Any, _args: tuple, _kwargs: dict, out: Any) -> Any:
+        def cast_outputs(_mod: torch.nn.Module, _args: tuple, _kwargs: dict, out: object) -> object:
             return cast_floats(out, input_dtypes.pop() if input_dtypes else None)
 
         target.register_forward_pre_hook(cast_inputs, with_kwargs=True)
@@ -149,7 +154,7 @@ def prepare_model(target: Any, knobs: RuntimeKnobs, applied: set[str], orig_comp
         dtype = getattr(torch, knobs.autocast_dtype)
         forward = target.forward
 
-        def autocast_forward(*args: Any, **kwargs: Any) -> Any:
+        def autocast_forward(*args: object, **kwargs: object) -> object:
             with torch.autocast(device_type=device, dtype=dtype):
                 out = forward(*args, **kwargs)
             return cast_floats(out, input_dtype(args, kwargs))
@@ -161,7 +166,7 @@ def prepare_model(target: Any, knobs: RuntimeKnobs, applied: set[str], orig_comp
     return compiled_call(target, spec, orig_compile)
 
 
-def compiled_call(target: Any, spec: CompileSpec, orig_compile: Callable[..., Any]) -> Callable[..., Any]:
+def compiled_call(target: torch.nn.Module, spec: CompileSpec, orig_compile: Callable[..., Any]) -> Callable[..., Any]:
     """The model's call compiled with ``spec``, to set as its ``_compiled_call_impl``.
 
     Compiled in place, as ``Module.compile()`` does, so that the script keeps calling the object it
@@ -170,7 +175,7 @@ def compiled_call(target: Any, spec: CompileSpec, orig_compile: Callable[..., An
     from a frame of ours makes dynamo inline the module instead."""
     call_impl = target._call_impl
 
-    def run_model(*args: Any, **kwargs: Any) -> Any:
+    def run_model(*args: object, **kwargs: object) -> object:
         return call_impl(*args, **kwargs)
 
     return orig_compile(run_model, **compile_kwargs(spec))
@@ -187,7 +192,7 @@ class TracedModels:
     as the configuration says: to the traced model where it turns them on, and the script's own
     calls passed through or skipped where it turns them off. ``on_traced`` gets whatever serves."""
 
-    def __init__(self, spec: TraceSpec, flags: str, applied: set[str], on_traced: Callable[[Any], Any],
+    def __init__(self, spec: TraceSpec, flags: str, applied: set[str], on_traced: Callable[[torch.nn.Module], torch.nn.Module],
                  on_replaced: Callable[[list[str]], None]) -> None:
         self.spec = spec
         #: The configuration's compiler flags (its ``NEURON_CC_FLAGS``), whose settings trace takes.
@@ -199,9 +204,9 @@ class TracedModels:
         self.traced = 0
         self.trace_seconds = 0.0
         #: What the configuration made of a traced model, which the script's own call leaves as is.
-        self._made: list[Any] = []
+        self._made: list[torch.nn.Module] = []
 
-    def patch(self, neuronx: Any) -> None:
+    def patch(self, neuronx: ModuleType) -> None:
         from autotune.targets.neuron.flags import merge_compiler_args
 
         orig_trace = neuronx.trace
@@ -210,14 +215,14 @@ class TracedModels:
         orig_dynamic: Any = getattr(neuronx, "dynamic_batch", None)
         spec = self.spec
 
-        def parallel(model: Any, *args: Any, **kwargs: Any) -> Any:
+        def parallel(model: torch.nn.Module, *args: object, **kwargs: object) -> torch.nn.Module:
             bound = inspect.signature(orig_parallel).bind(model, *args, **kwargs)
             if spec.dynamic_batch is not None:
                 bound.arguments["set_dynamic_batching"] = spec.dynamic_batch
                 self.applied.add("trace")
             return orig_parallel(*bound.args, **bound.kwargs)
 
-        def serve(traced: Any) -> Any:
+        def serve(traced: torch.nn.Module) -> torch.nn.Module:
             if spec.data_parallel and orig_parallel is not None:
                 traced = parallel(traced)
                 self._made.append(traced)
@@ -226,24 +231,24 @@ class TracedModels:
                 self._made.append(traced)
             return self.on_traced(traced)
 
-        def data_parallel(model: Any, *args: Any, **kwargs: Any) -> Any:
+        def data_parallel(model: torch.nn.Module, *args: object, **kwargs: object) -> torch.nn.Module:
             if spec.data_parallel is False or any(model is m for m in self._made):
                 self.applied.add("trace")
                 return self.on_traced(model)
             return self.on_traced(parallel(model, *args, **kwargs))
 
-        def dynamic_batch(model: Any, *args: Any, **kwargs: Any) -> Any:
+        def dynamic_batch(model: torch.nn.Module, *args: object, **kwargs: object) -> torch.nn.Module:
             if spec.dynamic_batch is False or any(model is m for m in self._made):
                 self.applied.add("trace")
                 return self.on_traced(model)
             return self.on_traced(orig_dynamic(model, *args, **kwargs))
 
         if orig_parallel is not None:
-            neuronx.DataParallel = data_parallel
+            setattr(neuronx, "DataParallel", data_parallel)
         if orig_dynamic is not None:
-            neuronx.dynamic_batch = dynamic_batch
+            setattr(neuronx, "dynamic_batch", dynamic_batch)
 
-        def trace(func: Any, example_inputs: Any, *args: Any, **kwargs: Any) -> Any:
+        def trace(func: Callable[..., Any], example_inputs: object, *args: object, **kwargs: Any) -> torch.nn.Module:
             merged, replaced = merge_compiler_args(self.flags, kwargs.get("compiler_args"))
             kwargs["compiler_args"] = merged
             self.applied.add("trace")
@@ -263,9 +268,9 @@ class TracedModels:
                 _save_traced(traced, saved)
             return serve(traced)
 
-        neuronx.trace = trace
+        setattr(neuronx, "trace", trace)
 
-    def _artifact(self, func: Any, example_inputs: Any, kwargs: dict[str, Any]) -> Path | None:
+    def _artifact(self, func: Callable[..., Any], example_inputs: object, kwargs: dict[str, Any]) -> Path | None:
         """Where a model traced from ``func`` with these arguments is kept: keyed like a NEFF, by
         what is compiled (the module, its weights, which a traced model holds, and the example
         inputs' shapes) and how (the compiler arguments and the versions that compile); ``None``
@@ -282,7 +287,8 @@ class TracedModels:
         for name, tensor in func.state_dict().items():
             key.update(f"{name}:{tuple(tensor.shape)}:{tensor.dtype};".encode())
             key.update(tensor.detach().cpu().contiguous().view(torch.uint8).numpy().tobytes())
-        inputs = example_inputs if isinstance(example_inputs, (tuple, list)) else (example_inputs,)
+        inputs: tuple[Any, ...] | list[Any] = (example_inputs if isinstance(example_inputs, (tuple, list))
+                                               else (example_inputs,))
         key.update(repr([(tuple(t.shape), str(t.dtype)) if hasattr(t, "shape") else repr(t) for t in inputs]).encode())
         return Path(self.spec.cache_dir) / f"{key.hexdigest()}.pt"
 
@@ -294,7 +300,7 @@ def _version(package: str) -> str:
         return ""
 
 
-def _save_traced(traced: Any, path: Path) -> None:
+def _save_traced(traced: torch.jit.ScriptModule, path: Path) -> None:
     """Saved through a temporary file renamed into place: a trial killed while saving leaves no
     half-written model that the next one would load."""
     import torch
@@ -329,12 +335,12 @@ def watch_env(configured: dict[str, str], flags_env: str | None,
         if name in configured and replaces(configured[name], value, name == flags_env):
             on_override(name, value, _caller())
 
-    def setitem(mapping: Any, key: str, value: str) -> None:
+    def setitem(mapping: os._Environ[str], key: str, value: str) -> None:
         orig_set(mapping, key, value)
         if mapping is os.environ:
             check(key, value)
 
-    def delitem(mapping: Any, key: str) -> None:
+    def delitem(mapping: os._Environ[str], key: str) -> None:
         orig_del(mapping, key)
         if mapping is os.environ:
             check(key, None)
@@ -346,9 +352,9 @@ def watch_env(configured: dict[str, str], flags_env: str | None,
 def _caller() -> str:
     """The first frame outside ``os``, the mapping ABCs and this module: who wrote the variable."""
     skipped = {os.__file__, __file__, getattr(sys.modules.get("_collections_abc"), "__file__", "")}
-    frame = sys._getframe(2)
+    frame: FrameType | None = sys._getframe(2)
     while frame is not None and frame.f_code.co_filename in skipped:
-        frame = frame.f_back  # type: ignore[assignment]
+        frame = frame.f_back
     if frame is None:
         return "unknown"
     return f"{os.path.basename(frame.f_code.co_filename)}:{frame.f_lineno}"

@@ -11,9 +11,13 @@ later (a loop that steps its optimizers in turn, one of them several times).
 from __future__ import annotations
 
 import threading
-from typing import Any
+from typing import TYPE_CHECKING, Callable
 
 from autotune.harness.timing.step_clock import StepClock, TimedTrial
+
+if TYPE_CHECKING:
+    import torch
+    from torch.optim.optimizer import Args, Kwargs
 
 
 class OptimizerSteps:
@@ -25,33 +29,34 @@ class OptimizerSteps:
         self.trial = trial
         self.clock = clock
         #: The first parameter of the optimizer whose steps are the loop's.
-        self.counted: list[Any] = []
+        self.counted: list[torch.Tensor | None] = []
         #: The first parameters of the optimizers that handed over to another.
-        self.handed_over: list[Any] = []
+        self.handed_over: list[torch.Tensor | None] = []
         #: The first parameter of the optimizer that stepped last.
-        self.last: list[Any] = [None]
+        self.last: list[torch.Tensor | None] = [None]
 
-    def install(self, torch: Any) -> None:
+    def install(self) -> None:
+        import torch
         from torch.optim.optimizer import register_optimizer_step_post_hook, register_optimizer_step_pre_hook
 
         # Bound once: the hooks run at every step of the loop.
         trial, clock = self.trial, self.clock
         counted, handed_over, last = self.counted, self.handed_over, self.last
         unstepped = clock.unstepped
-        orig_init = torch.optim.Optimizer.__init__
+        orig_init: Callable[..., None] = torch.optim.Optimizer.__init__
 
-        def init(opt: Any, *args: Any, **kwargs: Any) -> None:
+        def init(opt: torch.optim.Optimizer, *args: object, **kwargs: object) -> None:
             orig_init(opt, *args, **kwargs)
             unstepped.add(opt)
 
-        torch.optim.Optimizer.__init__ = init
+        setattr(torch.optim.Optimizer, "__init__", init)
 
-        def stepping(_opt: Any, _args: Any, _kwargs: Any) -> None:
+        def stepping(_opt: torch.optim.Optimizer, _args: Args, _kwargs: Kwargs) -> None:
             trial.training_thread = trial.training_thread or threading.current_thread()
             if threading.current_thread() is trial.training_thread:
                 clock.optimizing = True
 
-        def stepped(opt: Any, _args: Any, _kwargs: Any) -> None:
+        def stepped(opt: torch.optim.Optimizer, _args: Args, _kwargs: Kwargs) -> None:
             trial.training_thread = trial.training_thread or threading.current_thread()
             if threading.current_thread() is trial.training_thread:
                 clock.optimizing = False

@@ -14,7 +14,6 @@ import datetime
 import inspect
 import os
 from pathlib import Path
-from typing import Any
 
 from autotune.records import TrialSpec
 
@@ -57,7 +56,7 @@ def cap_rendezvous(seconds: float) -> None:
     signature = inspect.signature(orig)
     cap = datetime.timedelta(seconds=seconds)
 
-    def init_process_group(*args: Any, **kwargs: Any) -> Any:
+    def init_process_group(*args: object, **kwargs: object) -> None:
         bound = signature.bind(*args, **kwargs)
         given = bound.arguments.get("timeout")
         bound.arguments["timeout"] = cap if given is None else min(given, cap)

@@ -13,7 +13,8 @@ from __future__ import annotations
 import sys
 import threading
 import weakref
-from typing import Any, Callable
+from types import ModuleType
+from typing import TYPE_CHECKING, Any, Callable
 
 from autotune.records import RuntimeKnobs
 from autotune.harness import knobs as runtime_knobs
@@ -21,6 +22,9 @@ from autotune.harness.apply import after_import
 from autotune.harness.flops import model_flops_per_sample
 from autotune.harness.timing.step_clock import StepClock, TimedTrial
 from autotune.harness.tensors import batch_len
+
+if TYPE_CHECKING:
+    import torch
 
 
 class ScriptModel:
@@ -35,7 +39,7 @@ class ScriptModel:
         self.applied = applied
         self.notes = notes
         #: The model once found (or the traced model that serves).
-        self.module: Any = None
+        self.module: torch.nn.Module | None = None
         #: The script compiled its model itself (``torch.compile``, which gets the trial's options).
         self.user_compiled = False
         #: The model's FLOPs per sample (:mod:`~autotune.harness.flops`), once its first call counted them.
@@ -45,7 +49,7 @@ class ScriptModel:
         self._orig_module_call: Callable | None = None
         self._orig_torch_compile: Callable | None = None
         #: The traced model that serves the script's requests (or what wraps it), whose calls are timed.
-        self._serving: Callable[[], Any] = lambda: None
+        self._serving: Callable[[], torch.nn.Module | None] = lambda: None
         self._timed_classes: set[type] = set()
 
     def patch_torch_compile(self) -> None:
@@ -57,14 +61,16 @@ class ScriptModel:
         self._orig_torch_compile = runtime_knobs.patch_torch_compile(self.knobs.compile, self.applied,
                                                                      compiled_by_script)
 
-    def install_root_hook(self, torch: Any) -> None:
+    def install_root_hook(self) -> None:
         """Find the model: the first module with parameters called on the training thread."""
+        import torch
+
         Module = torch.nn.Module
         orig_call = Module.__call__
         self._orig_module_call = orig_call
         trial, found = self.trial, self
 
-        def call(module: Any, *args: Any, **kwargs: Any) -> Any:
+        def call(module: torch.nn.Module, *args: object, **kwargs: object) -> object:
             if (threading.current_thread() is trial.training_thread
                     and next(module.parameters(), None) is not None):
                 Module.__call__ = orig_call
@@ -77,7 +83,7 @@ class ScriptModel:
 
         Module.__call__ = call
 
-    def prepare(self, module: Any) -> None:
+    def prepare(self, module: torch.nn.Module) -> None:
         target = getattr(module, "_orig_mod", module)  # a model the script compiled itself
         self.module = target
         compiled = runtime_knobs.prepare_model(target, self.knobs, self.applied, self._orig_torch_compile,
@@ -88,7 +94,7 @@ class ScriptModel:
         else:
             self._time_calls(module)
 
-    def _time_calls(self, module: Any) -> None:
+    def _time_calls(self, module: torch.nn.Module) -> None:
         """Each call of the model is a step boundary (for loops without a loader or an optimizer:
         inference), taken on the object the script calls, so that it runs outside any compiled code
         (a model the script compiled runs its wrapper's call eagerly)."""
@@ -109,20 +115,20 @@ class ScriptModel:
                                                         self._on_args_replaced)
         after_import("torch_neuronx", self._patch_neuronx)
 
-    def _patch_neuronx(self, neuronx: Any) -> None:
+    def _patch_neuronx(self, neuronx: ModuleType) -> None:
         assert self.traced_models is not None
         self.traced_models.patch(neuronx)
         traced_trace = neuronx.trace
 
-        def trace(*args: Any, **kwargs: Any) -> Any:
+        def trace(*args: object, **kwargs: object) -> object:
             # The model the script traces runs inside trace() to be recorded: those calls are no
             # requests, and the model that serves is the traced one.
             self._stop_finding()
             return traced_trace(*args, **kwargs)
 
-        neuronx.trace = trace
+        setattr(neuronx, "trace", trace)
 
-    def _serve(self, model: Any) -> Any:
+    def _serve(self, model: torch.nn.Module) -> torch.nn.Module:
         """``model`` serves the requests from now on. A traced model's call returns once the
         NeuronCore has run it, with its outputs on the host: a window may end at any request."""
         self._stop_finding()
@@ -137,7 +143,7 @@ class ScriptModel:
             orig_call = cls.__call__
             clock, serving = self.clock, lambda: self._serving()
 
-            def call(module: Any, *args: Any, **kwargs: Any) -> Any:
+            def call(module: torch.nn.Module, *args: object, **kwargs: object) -> object:
                 if module is serving():
                     clock.boundary("forward", batch_len((args, kwargs)))
                 return orig_call(module, *args, **kwargs)
@@ -166,6 +172,6 @@ class TimedCall:
         self.clock = clock
         self.call = call
 
-    def __call__(self, *args: Any, **kwargs: Any) -> Any:
+    def __call__(self, *args: object, **kwargs: object) -> object:
         self.clock.boundary("forward", batch_len((args, kwargs)))
         return self.call(*args, **kwargs)

@@ -4,17 +4,20 @@ imports this module before the script has loaded torch."""
 
 from __future__ import annotations
 
-from typing import Any
+from typing import TYPE_CHECKING, Callable, cast
+
+if TYPE_CHECKING:
+    import torch
 
 
-def to_float(t: Any) -> float | None:
+def to_float(t: torch.Tensor) -> float | None:
     try:
         return float(t.float().cpu().item()) if hasattr(t, "cpu") else float(t)
     except Exception:
         return None
 
 
-def batch_len(batch: Any) -> int | None:
+def batch_len(batch: object) -> int | None:
     """The number of samples in a batch: the leading dim of its first tensor."""
     stack = [batch]
     while stack:
@@ -29,7 +32,7 @@ def batch_len(batch: Any) -> int | None:
     return None
 
 
-def input_dtype(args: tuple, kwargs: dict) -> Any:
+def input_dtype(args: tuple, kwargs: dict) -> torch.dtype | None:
     """The dtype of the first floating tensor among a call's arguments."""
     import torch
 
@@ -39,7 +42,7 @@ def input_dtype(args: tuple, kwargs: dict) -> Any:
     return None
 
 
-def cast_floats(value: Any, dtype: Any) -> Any:
+def cast_floats(value: object, dtype: torch.dtype | None) -> object:
     """``value`` with its floating tensors (in tuples, lists, dicts) cast to ``dtype``.
 
     The model runs in low precision, but the script computes its loss outside the model against
@@ -53,7 +56,8 @@ def cast_floats(value: Any, dtype: Any) -> Any:
     if isinstance(value, torch.Tensor):
         return value.to(dtype) if value.is_floating_point() and value.dtype != dtype else value
     if isinstance(value, tuple) and hasattr(value, "_fields"):
-        return type(value)(*(cast_floats(v, dtype) for v in value))
+        # A namedtuple takes its fields one by one, not the one iterable a tuple takes.
+        return cast("Callable[..., object]", type(value))(*(cast_floats(v, dtype) for v in value))
     if isinstance(value, (list, tuple)):
         return type(value)(cast_floats(v, dtype) for v in value)
     if isinstance(value, dict):
@@ -61,6 +65,6 @@ def cast_floats(value: Any, dtype: Any) -> Any:
     return value
 
 
-def module_device_type(module: Any) -> str:
+def module_device_type(module: torch.nn.Module) -> str:
     p = next(module.parameters(), None)
     return p.device.type if p is not None else "cpu"

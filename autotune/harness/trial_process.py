@@ -42,8 +42,9 @@ import runpy
 import sys
 import threading
 import time
+from collections.abc import Sequence
 from pathlib import Path
-from typing import Any, Callable
+from typing import TYPE_CHECKING, Callable, TypeVar
 
 from autotune import api
 from autotune.process_tree import die_with_parent
@@ -65,6 +66,13 @@ from autotune.harness.script_model import ScriptModel
 from autotune.harness.timing.step_clock import NumericsFailure, RankStop, StepClock
 from autotune.harness.tensors import batch_len, to_float
 
+if TYPE_CHECKING:
+    import torch
+
+#: A loader's iterator, and the batch it yields.
+It = TypeVar("It")
+Batch = TypeVar("Batch")
+
 
 class TrialRuntime:
     """The state of one trial inside its process, and the interceptions that feed it."""
@@ -82,8 +90,8 @@ class TrialRuntime:
         self.is_rank = is_rank
         self.report = HarnessReport(rank=ranks.process_rank() if is_rank else None, pid=os.getpid())
         self.started_at: float | None = None
-        self.losses: list[Any] = []
-        self.last_loss: Any = None
+        self.losses: list[torch.Tensor] = []
+        self.last_loss: torch.Tensor | None = None
         self.backends = Backends()
         self.clock = StepClock(spec.protocol, self, self.backends, lazy=spec.plan.knobs.lazy_device,
                                stop=RankStop(spec.ranks_dir if is_rank else None), spawned=spawned)
@@ -112,16 +120,16 @@ class TrialRuntime:
 
         if self.knobs.threads:
             torch.set_num_threads(self.knobs.threads)
-        self._patch_dataloader(torch)
-        self._patch_backward(torch)
-        OptimizerSteps(self, self.clock).install(torch)
+        self._patch_dataloader()
+        self._patch_backward()
+        OptimizerSteps(self, self.clock).install()
         if self.spec.rendezvous_timeout_s:
             ranks.cap_rendezvous(self.spec.rendezvous_timeout_s)
         if self.knobs.compile is not None:
             self.model.patch_torch_compile()
             if self.knobs.compile.backend == "inductor":
                 isa_probe.install(os.environ.get("TORCHINDUCTOR_CACHE_DIR"))
-        self.model.install_root_hook(torch)
+        self.model.install_root_hook()
         if self.knobs.lazy_device or "torch_xla" in sys.modules:
             self._patch_xla()
         if self.knobs.trace is not None:
@@ -135,19 +143,19 @@ class TrialRuntime:
         sys.stderr.write(f"autotune: warning: {where} {'set' if value is not None else 'removed'} {name} itself, "
                          "replacing the configuration's value: this trial measures the script's own\n")
 
-    def _patch_dataloader(self, torch: Any) -> None:
+    def _patch_dataloader(self) -> None:
         from torch.utils.data.dataloader import _BaseDataLoaderIter
 
         runtime_knobs.patch_loader(self.knobs, self.applied, self.report.script_loader)
         orig_next = _BaseDataLoaderIter.__next__
         clock_batch = self._clock_batch
 
-        def next_(it: Any) -> Any:
+        def next_(it: _BaseDataLoaderIter) -> object:
             return clock_batch(orig_next, it)
 
         _BaseDataLoaderIter.__next__ = next_  # type: ignore[method-assign]
 
-    def _clock_batch(self, next_batch: Callable[[Any], Any], it: Any) -> Any:
+    def _clock_batch(self, next_batch: Callable[[It], Batch], it: It) -> Batch:
         """A loader iterator's next batch, told to the clock with the time the loop asked for it
         (where the step that takes it began), or the loader's end (where the last step ended)."""
         import torch
@@ -161,21 +169,23 @@ class TrialRuntime:
         self.clock.batch(batch_len(batch), torch.is_grad_enabled(), asked)
         return batch
 
-    def _patch_backward(self, torch: Any) -> None:
+    def _patch_backward(self) -> None:
         """``torch.autograd.backward``, which ``Tensor.backward()`` calls as a script may itself: a
         step boundary once the gradients are there (for loops that update their weights by hand),
         and the loss it starts from, for the numerics guard. One wrapper, not one here and one
         around ``Tensor.backward``: on a short step each Python frame the harness adds per step
         shows in the trial's figure (docs/results/trial.md#the-harnesss-cost-per-step). A backward()
         run inside another (reentrant checkpointing) is part of the outer one."""
-        orig_autograd = torch.autograd.backward
+        import torch
+
+        orig_autograd: Callable[..., None] = torch.autograd.backward
         runtime = self
         clock = self.clock
         keep = self.spec.protocol.losses_recorded
         depth = [0]
         Tensor = torch.Tensor
 
-        def autograd_backward(tensors: Any, *args: Any, **kwargs: Any) -> Any:
+        def autograd_backward(tensors: torch.Tensor | Sequence[torch.Tensor], *args: object, **kwargs: object) -> None:
             runtime.training_thread = runtime.training_thread or threading.current_thread()
             if depth[0] == 0 and isinstance(tensors, Tensor) and tensors.numel() == 1:
                 # Detached: a loop that frees its graph (retain_graph=True, then del) frees it here too.
@@ -200,9 +210,9 @@ class TrialRuntime:
 
         self.backends.xla = xm
         clock = self.clock
-        orig_sync = torch_xla.sync
+        orig_sync: Callable[..., None] = torch_xla.sync
 
-        def sync(*args: Any, **kwargs: Any) -> Any:
+        def sync(*args: object, **kwargs: object) -> None:
             out = orig_sync(*args, **kwargs)
             clock.on_sync()
             return out
@@ -216,7 +226,7 @@ class TrialRuntime:
         orig_dev_next = pl.PerDeviceLoader.__next__
         clock_batch = self._clock_batch
 
-        def dev_next(it: Any) -> Any:
+        def dev_next(it: pl.PerDeviceLoader) -> object:
             return clock_batch(orig_dev_next, it)
 
         setattr(pl.PerDeviceLoader, "__next__", dev_next)

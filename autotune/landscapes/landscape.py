@@ -37,7 +37,7 @@ from pathlib import Path
 from typing import Any
 
 from autotune.errors import AutotuneError, InvalidConfigError
-from autotune.records import FailureCategory, TrialResult
+from autotune.records import FailureCategory, TrialResult, TrialStatus
 from autotune.space import SearchSpace, compile_key, config_key, parse_space
 
 FORMAT_VERSION = 1
@@ -49,7 +49,7 @@ class ConfigRecord:
 
     index: int
     params: dict[str, Any]
-    status: str
+    status: TrialStatus
     category: str | None = None
     reason: str | None = None
     throughput: float | None = None

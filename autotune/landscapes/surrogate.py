@@ -41,7 +41,8 @@ from __future__ import annotations
 import itertools
 import math
 from dataclasses import replace
-from typing import Any
+from types import ModuleType
+from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
@@ -49,7 +50,10 @@ from autotune.errors import AutotuneError, install_hint
 from autotune.landscapes.landscape import ConfigRecord, Landscape, canonical
 from autotune.landscapes.replay import interval_sigma
 from autotune.measurement.noise import interval_of
-from autotune.space import Parameter, SearchSpace, config_key
+from autotune.space import Parameter, ParamValue, SearchSpace, config_key
+
+if TYPE_CHECKING:
+    from sklearn.ensemble import RandomForestClassifier, RandomForestRegressor
 
 OK = "ok"
 #: A measurement's spread (log scale) below which it is not trusted more: a recorded interval of
@@ -67,7 +71,7 @@ LOCAL_STARTS = 20
 RESIDUALS = True
 
 
-def load_sklearn() -> Any:
+def load_sklearn() -> ModuleType:
     try:
         import sklearn.ensemble
         import sklearn.model_selection
@@ -85,7 +89,7 @@ class ConfigEncoder:
     def __init__(self, space: SearchSpace) -> None:
         self.space = space
         self.params: list[Parameter] = [p for p in space.in_dependency_order() if p.name not in space.fixed]
-        choices: dict[str, list[Any]] = {}
+        choices: dict[str, list[ParamValue]] = {}
         for p in self.params:
             if p.choices is None:
                 raise AutotuneError(f"{space.source}: parameter {p.name!r} is a range; a surrogate needs "
@@ -121,7 +125,7 @@ class ConfigEncoder:
         return np.concatenate(cols, axis=1) if cols else np.zeros((len(configs), 0))
 
 
-def _level_index(levels: list[Any], value: Any) -> int:
+def _level_index(levels: list[ParamValue | None], value: object) -> int:
     for i, level in enumerate(levels):
         if level is value or (level == value and type(level) is type(value)):
             return i
@@ -276,7 +280,7 @@ def _weights(sigma: np.ndarray) -> np.ndarray:
     return (1 / sigma) / np.mean(1 / sigma)
 
 
-def _mean(forest: Any, X: np.ndarray, proba: bool = False) -> np.ndarray:
+def _mean(forest: RandomForestRegressor | RandomForestClassifier, X: np.ndarray, proba: bool = False) -> np.ndarray:
     """What ``forest.predict`` (``predict_proba``) gives, without its per-call overhead: a study
     asks one configuration at a time, and scikit-learn's dispatch to the trees costs five times
     the trees themselves on one row."""

@@ -34,6 +34,7 @@ from autotune.records.result import (
     RankResult,
     TimedWindow,
     TrialResult,
+    TrialStatus,
 )
 
 __all__ = [
@@ -41,4 +42,5 @@ __all__ = [
     "ApplySpec", "CompileOutcome", "CompileRequest", "CompileSpec", "CompileStage", "CompileStats", "Failure",
     "FailureCategory", "HarnessReport", "KnobEffect", "KnobRoute", "Measurement", "MeasurementProtocol", "RankResult",
     "RuntimeKnobs", "ScriptFlag", "TimedWindow", "TraceSpec", "TrialPlan", "TrialRequest", "TrialResult", "TrialSpec",
+    "TrialStatus",
 ]

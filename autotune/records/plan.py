@@ -106,7 +106,7 @@ class ScriptFlag(BaseModel):
     present: bool = Field(default=True, description="False: a switch that is off, taken out of the script's arguments.")
 
     @classmethod
-    def of(cls, param: str, flag: str, value: Any) -> ScriptFlag:
+    def of(cls, param: str, flag: str, value: object) -> ScriptFlag:
         if isinstance(value, bool):
             return cls(param=param, flag=flag, present=value)
         return cls(param=param, flag=flag, value=str(value))
@@ -191,7 +191,7 @@ class TrialPlan(BaseModel):
             out = flag.apply(out)
         return out
 
-    def model_post_init(self, _context: Any) -> None:
+    def model_post_init(self, _context: object) -> None:
         if self.params.get(PROCESSES_PARAM) is not None and self.nproc_per_node == 1:
             self.nproc_per_node = int(self.params[PROCESSES_PARAM])
 

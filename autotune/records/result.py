@@ -5,7 +5,7 @@ trial's result as the driver reads it."""
 from __future__ import annotations
 
 import enum
-from typing import Any
+from typing import Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field, computed_field
 
@@ -19,6 +19,9 @@ from autotune.records.plan import KnobRoute, TrialPlan
 #: loading its first batch, and a window after it opens where the loop asks for its next batch;
 #: 6: a run whose later phase trains with another optimizer is measured over all its phases.
 PROTOCOL_VERSION = 6
+
+#: A trial's outcome: a measurement (``ok``) or a categorised failure.
+TrialStatus = Literal["ok", "failed"]
 
 
 class FailureCategory(str, enum.Enum):
@@ -272,7 +275,7 @@ class TrialResult(BaseModel):
 
     model_config = ConfigDict(ser_json_inf_nan="constants")
 
-    status: str  # "ok" or "failed"
+    status: TrialStatus
     plan: TrialPlan
     #: The arguments the script ran with: the caller's, with the plan's script flags.
     script_args: list[str] = Field(default_factory=list)
@@ -308,7 +311,7 @@ class TrialResult(BaseModel):
         """Each loader knob the script gave every one of its DataLoaders one value of, that value."""
         return {name: values[0] for name, values in self.script_loader.items() if len(values) == 1}
 
-    @computed_field  # type: ignore[prop-decorator]
+    @computed_field
     @property
     def warnings(self) -> list[str]:
         """The parameters that never reached what they change: the trial measured the script's own."""

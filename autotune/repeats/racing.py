@@ -29,14 +29,14 @@ from __future__ import annotations
 
 import math
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING
 
 from autotune.measurement.noise import RUN_SECONDS, RunNoise, ahead
 from autotune.results.ranking import Standing, key, ranked
 from autotune.storage.attrs import TrialAttrs
 
 if TYPE_CHECKING:
-    pass
+    import optuna
 
 #: Runs of one configuration after which a race that has not told two apart ends: they are of one
 #: speed within the noise, and the budget is kept for later challengers.
@@ -61,7 +61,7 @@ NOISE, RACE, FINAL, CONFIRM = "noise", "race", "final", "confirm"
 class Repeat:
     """A configuration to measure again now: its first trial, and why (:data:`NOISE`, :data:`RACE`)."""
 
-    trial: Any  # optuna.trial.FrozenTrial
+    trial: optuna.trial.FrozenTrial
     why: str
 
 
@@ -178,7 +178,7 @@ class Racing:
                 return Repeat(s.trial, CONFIRM)
         return None
 
-    def unconfirmed(self, measured: list[Standing]) -> list[Any]:
+    def unconfirmed(self, measured: list[Standing]) -> list[optuna.trial.FrozenTrial]:
         """The first trials of the configurations ``--confirm`` chose that were not measured again."""
         chosen = set(self.confirming or [])
         return [s.trial for s in measured if key(s) in chosen and not confirmed(s)]

@@ -12,7 +12,7 @@ few seconds while a study runs, costs a read.
 from __future__ import annotations
 
 import warnings
-from typing import Any
+from typing import TYPE_CHECKING
 
 from autotune.rendering import format_value
 from autotune.report.data import StudyReport, study_report
@@ -20,6 +20,9 @@ from autotune.report.figures import value_axis
 from autotune.report.write import require
 from autotune.results.outputs import TrialSummary
 from autotune.storage.attrs import StudyAttrs
+
+if TYPE_CHECKING:
+    import optuna
 
 
 def trial_note(report: StudyReport, t: TrialSummary) -> str:
@@ -65,7 +68,7 @@ def study_note(report: StudyReport) -> str:
     return "\n".join(lines) + "\n"
 
 
-def annotate(study: Any, name: str) -> int:
+def annotate(study: optuna.Study, name: str) -> int:
     """Name the objective and write the study's and its trials' notes where their text changed;
     the number of notes written. A study that autotune did not create (no target among its
     attributes) is left as it is: it shares the database, not the format."""

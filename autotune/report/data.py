@@ -8,7 +8,7 @@ the report cannot show a number that the stored trials do not hold.
 from __future__ import annotations
 
 import time
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from pydantic import BaseModel, Field
 
@@ -17,6 +17,9 @@ from autotune.results.standings import baseline_value, pareto_front
 from autotune.results.best import best_config
 from autotune.results.summaries import study_summaries
 from autotune.storage.attrs import StudyAttrs
+
+if TYPE_CHECKING:
+    import optuna
 
 
 class StudyReport(BaseModel):
@@ -85,7 +88,7 @@ class StudyReport(BaseModel):
         return (sum(t.wall_seconds or 0.0 for t in ran), sum(t.compile_seconds or 0.0 for t in ran))
 
 
-def study_report(study: Any, name: str) -> StudyReport:
+def study_report(study: optuna.Study, name: str) -> StudyReport:
     """The report of an Optuna study that autotune stored (:func:`autotune.storage.optuna_storage.load_study`)."""
     attrs = StudyAttrs.of(study)
     directions = [d.name.lower() for d in study.directions]
@@ -100,7 +103,7 @@ def study_report(study: Any, name: str) -> StudyReport:
                        provenance=attrs.provenance or {})
 
 
-def _importances(study: Any) -> tuple[dict[str, float], str | None]:
+def _importances(study: optuna.Study) -> tuple[dict[str, float], str | None]:
     """Optuna's own importances (its default evaluator, PED-ANOVA), or why there are none."""
     import optuna
 

@@ -9,13 +9,17 @@ from __future__ import annotations
 
 import html
 import json
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from autotune.objectives import objective
 from autotune.records import FailureCategory as C
 from autotune.report.data import StudyReport
 from autotune.results.outputs import TrialSummary
 from autotune.storage.attrs import StudyAttrs
+
+if TYPE_CHECKING:
+    import optuna
+    import plotly.graph_objects as go
 
 #: Failure categories get one marker colour each, always the same (a crash is red in every report).
 CATEGORY_COLOURS: dict[C, str] = {
@@ -52,7 +56,7 @@ def _interval(ts: list[TrialSummary]) -> dict[str, Any]:
                             for t, (low, _) in zip(ts, bounds)])
 
 
-def history(report: StudyReport) -> Any:
+def history(report: StudyReport) -> go.Figure:
     """Each trial's value with its 95% interval, the best so far, the baseline, and the failed
     trials along the bottom by category."""
     import plotly.graph_objects as go
@@ -87,7 +91,7 @@ def history(report: StudyReport) -> Any:
     return fig
 
 
-def knob_effects(report: StudyReport) -> Any:
+def knob_effects(report: StudyReport) -> go.Figure:
     """Each parameter's levels against the values measured at them, one panel per parameter."""
     import plotly.graph_objects as go
     from plotly.subplots import make_subplots
@@ -111,7 +115,7 @@ def knob_effects(report: StudyReport) -> Any:
     return fig
 
 
-def _level_order(value: Any) -> tuple[int, float, str]:
+def _level_order(value: object) -> tuple[int, float, str]:
     """Levels left to right: the script's own setting (null) first, numbers by size, then names."""
     if value is None:
         return (0, 0.0, "")
@@ -120,7 +124,7 @@ def _level_order(value: Any) -> tuple[int, float, str]:
     return (2, 0.0, str(value))
 
 
-def importances(report: StudyReport) -> Any:
+def importances(report: StudyReport) -> go.Figure:
     import plotly.graph_objects as go
 
     names = list(report.importances)[::-1]  # most important at the top
@@ -132,7 +136,7 @@ def importances(report: StudyReport) -> Any:
     return fig
 
 
-def compile_vs_value(report: StudyReport) -> Any:
+def compile_vs_value(report: StudyReport) -> go.Figure:
     """Compile time against the value: is the fast configuration also slow to build?"""
     import plotly.graph_objects as go
 
@@ -149,7 +153,7 @@ def compile_vs_value(report: StudyReport) -> Any:
     return fig
 
 
-def pareto_front(study: Any, report: StudyReport) -> Any | None:
+def pareto_front(study: optuna.Study, report: StudyReport) -> go.Figure | None:
     """Optuna's own Pareto-front plot, for a study of two or three objectives; None otherwise."""
     if not 2 <= len(report.directions) <= 3:
         return None
@@ -158,7 +162,7 @@ def pareto_front(study: Any, report: StudyReport) -> Any | None:
     return optuna.visualization.plot_pareto_front(study)
 
 
-def spend(study: Any) -> Any | None:
+def spend(study: optuna.Study) -> go.Figure | None:
     """What the study spent over time in instance-hours (and dollars, on hover, where it had a
     price), a step for each trial or compile that ran, with the caps its last run kept; None where
     nothing ran."""
@@ -186,7 +190,7 @@ def spend(study: Any) -> Any | None:
     return fig
 
 
-def figures(report: StudyReport, study: Any) -> dict[str, Any]:
+def figures(report: StudyReport, study: optuna.Study) -> dict[str, go.Figure]:
     """Every figure of the report by its file stem, in the order the report shows them."""
     out = {"history": history(report), "knob_effects": knob_effects(report)}
     if report.importances:

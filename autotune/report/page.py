@@ -10,11 +10,14 @@ from __future__ import annotations
 import datetime
 import html
 import json
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from autotune.rendering import fmt_flops, format_value, fmt_seconds, utilisation_line
 from autotune.report.data import StudyReport
 from autotune.results.outputs import TrialSummary
+
+if TYPE_CHECKING:
+    import plotly.graph_objects as go
 
 #: The sections of a report, by their element id, in page order. A test checks that each renders.
 SECTIONS = {
@@ -39,7 +42,7 @@ details > summary { cursor: pointer; color: #0645ad; } .note { color: #666; }
 """
 
 
-def _e(value: Any) -> str:
+def _e(value: object) -> str:
     return html.escape(str(value), quote=True)
 
 
@@ -64,7 +67,7 @@ def _status(t: TrialSummary) -> str:
     return ", ".join(words)
 
 
-def _figure(fig: Any, div_id: str) -> str:
+def _figure(fig: go.Figure, div_id: str) -> str:
     return fig.to_html(full_html=False, include_plotlyjs=False, div_id=div_id,
                        config={"displaylogo": False, "responsive": True})
 
@@ -166,7 +169,7 @@ def _flops(t: TrialSummary) -> str:
     return f"{fmt_flops(t.flops_per_second)}/s" if t.flops_per_second is not None and t.value is not None else "-"
 
 
-def render_page(report: StudyReport, figs: dict[str, Any]) -> str:
+def render_page(report: StudyReport, figs: dict[str, go.Figure]) -> str:
     """The whole report as one HTML document (plotly's JavaScript inlined)."""
     from plotly.offline import get_plotlyjs
 

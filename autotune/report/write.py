@@ -7,12 +7,16 @@ which install command brings them instead of failing on an import.
 from __future__ import annotations
 
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING
 
 from autotune.atomic_file import write_atomic
 from autotune import errors
 from autotune.errors import AutotuneError
 from autotune.report.data import study_report
+
+if TYPE_CHECKING:
+    import optuna
+    import plotly.graph_objects as go
 
 IMAGE_FORMATS = ("png", "svg")
 
@@ -22,7 +26,7 @@ def require(package: str, needed_for: str) -> None:
     errors.require(package, needed_for, "report")
 
 
-def report_html(study: Any, name: str) -> tuple[str, dict[str, Any]]:
+def report_html(study: optuna.Study, name: str) -> tuple[str, dict[str, go.Figure]]:
     """The report page of a stored study, and its figures by name."""
     from autotune.report.figures import figures
     from autotune.report.page import render_page
@@ -33,7 +37,7 @@ def report_html(study: Any, name: str) -> tuple[str, dict[str, Any]]:
     return render_page(report, figs), figs
 
 
-def write_report(study: Any, name: str, out: Path, formats: tuple[str, ...] = ()) -> list[Path]:
+def write_report(study: optuna.Study, name: str, out: Path, formats: tuple[str, ...] = ()) -> list[Path]:
     """``out/report.html``, and ``out/figures/<name>.<format>`` for each image format asked; the
     paths written, the page first."""
     unknown = sorted(set(formats) - set(IMAGE_FORMATS))
@@ -48,7 +52,7 @@ def write_report(study: Any, name: str, out: Path, formats: tuple[str, ...] = ()
     return [path, *write_images(figs, out / "figures", formats)]
 
 
-def write_images(figs: dict[str, Any], directory: Path, formats: tuple[str, ...]) -> list[Path]:
+def write_images(figs: dict[str, go.Figure], directory: Path, formats: tuple[str, ...]) -> list[Path]:
     """Each figure as an image through kaleido, which renders in a Chrome or Chromium it finds on
     this machine (``BROWSER_PATH`` names one); without one it cannot, and says so."""
     if not formats:

@@ -12,7 +12,7 @@ import csv
 import io
 import json
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from pydantic import BaseModel, Field
 
@@ -23,6 +23,9 @@ from autotune.storage.database import default_storage
 from autotune.results.best import best_config, study_cost
 from autotune.storage.optuna_storage import load_study
 from autotune.storage.attrs import StudyAttrs, TrialAttrs
+
+if TYPE_CHECKING:
+    import optuna
 
 #: Latency percentiles a trial's measurement may hold (seconds), and the step times every
 #: measurement holds (seconds), shown in ms.
@@ -113,7 +116,7 @@ def _price(stored: StudyAttrs, instance: str | None, prices: Path | None) -> Pri
     return resolve_price(instance)
 
 
-def _measurements(study: Any, runs: dict[int, float | None]) -> list[tuple[dict[str, Any], float | None]]:
+def _measurements(study: optuna.Study, runs: dict[int, float | None]) -> list[tuple[dict[str, Any], float | None]]:
     """The measurement of each of ``runs`` (trial numbers, with their seconds) as stored (JSON, with
     any figure a newer autotune added)."""
     out = []

@@ -8,7 +8,7 @@ import json
 import shlex
 import tempfile
 from pathlib import Path
-from typing import Annotated, Any
+from typing import TYPE_CHECKING, Annotated, Any
 
 from pydantic import BaseModel, Field, GetJsonSchemaHandler, computed_field
 from pydantic.json_schema import JsonSchemaValue
@@ -20,6 +20,9 @@ from autotune.machine.pricing import Cost, Utilisation
 from autotune.provenance import Provenance
 from autotune.records import APPLY_ENV, ApplySpec, CompileStage, RuntimeKnobs
 from autotune.harness.apply import HOOK_DIR
+
+if TYPE_CHECKING:
+    from pydantic_core import CoreSchema
 
 
 #: The version of best.json's layout: 2 gives one figure per configuration (the mean over its
@@ -40,7 +43,7 @@ class _SchemaOf:
     def __init__(self, model: type[BaseModel]) -> None:
         self.model = model
 
-    def __get_pydantic_json_schema__(self, _schema: Any, handler: GetJsonSchemaHandler) -> JsonSchemaValue:
+    def __get_pydantic_json_schema__(self, _schema: CoreSchema, handler: GetJsonSchemaHandler) -> JsonSchemaValue:
         return handler(self.model.__pydantic_core_schema__)
 
 
@@ -233,7 +236,7 @@ class BestConfig(BaseModel):
     baseline_params: dict[str, Any] | None = Field(default=None, description=(
         "The baseline's parameters: what `autotune verify` measures the best against again."))
 
-    @computed_field(  # type: ignore[prop-decorator]
+    @computed_field(
         description="The batch of one step of the whole job: `batch_size` (each process's) times `nproc_per_node`; "
                     "null where the configuration sets no batch size.")
     @property
@@ -292,7 +295,7 @@ ENV_VARIABLES = {
 }
 
 
-def _shell_value(v: Any) -> str:
+def _shell_value(v: object) -> str:
     if isinstance(v, bool):
         return "1" if v else "0"
     return str(v)

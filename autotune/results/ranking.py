@@ -6,7 +6,7 @@ rank by it."""
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING
 
 from autotune.measurement.noise import PRIOR_DF, RunNoise, Runs, shrunk
 from autotune.records import Measurement
@@ -22,7 +22,7 @@ class Standing:
     """One measured configuration: its first trial, its runs, whether a re-measurement failed, and
     what each run measured (``figures``, in the order of ``runs``)."""
 
-    trial: Any  # optuna.trial.FrozenTrial
+    trial: optuna.trial.FrozenTrial
     runs: Runs
     flaky: bool
     figures: tuple[RunFigure, ...] = ()
@@ -66,6 +66,6 @@ def key(s: Standing) -> str:
     return s.config_key or trial_key(s.trial)
 
 
-def trial_key(trial: Any) -> str:
+def trial_key(trial: optuna.trial.FrozenTrial) -> str:
     """A trial's configuration, as :func:`standing` keys it."""
     return TrialAttrs.of(trial).config_key or f"#{trial.number}"

@@ -13,7 +13,7 @@ import numpy as np
 
 from autotune.errors import InvalidConfigError
 from autotune.search.configurations import enumerate_space
-from autotune.search.encoding import Encoding
+from autotune.search.encoding import Encoding, MeasuredPoint
 from autotune.space import config_key
 
 #: How many random configurations of a space too large to enumerate are scored.
@@ -35,7 +35,7 @@ class Candidates:
         self.local_patience = local_patience
         self._enumerated: list[dict[str, Any]] | None = None
 
-    def of(self, history: list[Any], rng: np.random.Generator, maximize: bool = True) -> list[dict[str, Any]]:
+    def of(self, history: list[MeasuredPoint], rng: np.random.Generator, maximize: bool = True) -> list[dict[str, Any]]:
         """The candidates, given the configurations measured (``history``, as
         :func:`~autotune.search.strategy.measured_history` gives it); ``rng`` draws the random ones."""
         if self._enumerated is None:
@@ -49,7 +49,7 @@ class Candidates:
         unset = ({k: v for k, v in c.items() if self.unset_is.get(k, ...) != v} for c in found)
         return list({config_key(c): c for c in unset}.values())
 
-    def _sampled(self, history: list[Any], rng: np.random.Generator, maximize: bool) -> list[dict[str, Any]]:
+    def _sampled(self, history: list[MeasuredPoint], rng: np.random.Generator, maximize: bool) -> list[dict[str, Any]]:
         """A large space: random configurations, the neighbours of the best ones measured, and with
         a trust region (``local_patience``) the configurations two knobs away from the best."""
         from autotune.targets import get_target
@@ -72,7 +72,7 @@ class Candidates:
         values = {p.name: levels[p.name] if p.default is None else levels[p.name][1:] for p in self.encoding.free}
         for _ in range(RANDOM_CANDIDATES):
             add({name: vs[int(rng.integers(len(vs)))] for name, vs in values.items()})
-        ranked = sorted((h for h in history if h[1] is not None), key=lambda h: -h[1] if maximize else h[1])[:5]
+        ranked = sorted(((c, v) for c, v, _ in history if v is not None), key=lambda h: -h[1] if maximize else h[1])[:5]
         for config, *_ in ranked:
             for name, vs in values.items():
                 for level in vs:

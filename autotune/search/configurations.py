@@ -9,10 +9,13 @@ large to enumerate (the built-in ones hold millions) a seeded space-filling samp
 from __future__ import annotations
 
 import math
-from typing import Any, Iterator
+from typing import TYPE_CHECKING, Any, Iterator
 
 from autotune.errors import InvalidConfigError, SpaceError
-from autotune.space import Parameter, SearchSpace, config_key
+from autotune.space import Parameter, ParamValue, SearchSpace, config_key
+
+if TYPE_CHECKING:
+    import numpy as np
 
 
 def enumerate_space(space: SearchSpace) -> list[dict[str, Any]]:
@@ -131,7 +134,7 @@ def sample_space(space: SearchSpace, n: int, seed: int = 0) -> list[dict[str, An
     return configs
 
 
-def _sobol(d: int, seed: int) -> Iterator[Any]:
+def _sobol(d: int, seed: int) -> Iterator[np.ndarray]:
     from scipy.stats import qmc
 
     engine = qmc.Sobol(max(d, 1), scramble=True, rng=seed)
@@ -139,8 +142,8 @@ def _sobol(d: int, seed: int) -> Iterator[Any]:
         yield from engine.random(_SOBOL_BLOCK)
 
 
-def _values(p: Parameter) -> list[Any]:
-    values = list(p.choices or ())
+def _values(p: Parameter) -> list[ParamValue | None]:
+    values: list[ParamValue | None] = list(p.choices or ())
     return [None, *values] if p.default is None else values
 
 

@@ -8,7 +8,11 @@ from typing import Any
 
 import numpy as np
 
-from autotune.space import Parameter, SearchSpace
+from autotune.space import Parameter, ParamValue, SearchSpace
+
+#: A configuration measured, as :func:`~autotune.search.strategy.measured_history` gives it: the
+#: configuration, its value (``None`` where it failed) and its costs by name.
+MeasuredPoint = tuple[dict[str, Any], float | None, dict[str, float]]
 
 
 class Encoding:
@@ -46,12 +50,12 @@ class Encoding:
         return out
 
 
-def _levels(p: Parameter) -> list[Any]:
+def _levels(p: Parameter) -> list[ParamValue | None]:
     """A parameter's values; ``None`` (unset, or inactive under its ``when``) is a level of its own."""
     return [None, *(p.choices or ())]
 
 
-def _distance_table(levels: list[Any], ordinal: bool) -> np.ndarray:
+def _distance_table(levels: list[ParamValue | None], ordinal: bool) -> np.ndarray:
     """Distances between a parameter's levels. Numbers (not booleans) are ordered when there are
     at least three: a batch size of 32 is nearer 64 than 8 is. "Unset" is 1 away from everything."""
     n = len(levels)
@@ -63,7 +67,7 @@ def _distance_table(levels: list[Any], ordinal: bool) -> np.ndarray:
     return table
 
 
-def _positions(levels: list[Any]) -> np.ndarray | None:
+def _positions(levels: list[ParamValue | None]) -> np.ndarray | None:
     """Centred ranks (-0.5 .. 0.5) of an ordered parameter's values ("unset": 0); None if unordered."""
     numbers = [v for v in levels[1:] if isinstance(v, (int, float)) and not isinstance(v, bool)]
     if len(numbers) != len(levels) - 1 or len(numbers) < 3:
@@ -72,7 +76,7 @@ def _positions(levels: list[Any]) -> np.ndarray | None:
     return np.concatenate([[0.0], ranks])
 
 
-def _level_index(levels: list[Any], value: Any) -> int:
+def _level_index(levels: list[ParamValue | None], value: object) -> int:
     for i, level in enumerate(levels):
         if level is value or (level == value and type(level) is type(value)):
             return i

@@ -12,17 +12,17 @@ from __future__ import annotations
 from typing import Any
 
 from autotune.errors import InvalidConfigError
-from autotune.space import SearchSpace, config_key
+from autotune.space import ParamValue, SearchSpace, config_key
 
 
-def knob_values(space: SearchSpace, name: str) -> list[Any]:
+def knob_values(space: SearchSpace, name: str) -> list[ParamValue | None]:
     """The values a knob can take: its choices, and "unset" (the script's own) first where its
     default is ``null``."""
     p = space.parameters[name]
     return [None, *(p.choices or ())] if p.default is None else list(p.choices or ())
 
 
-def with_knob(space: SearchSpace, config: dict[str, Any], name: str, value: Any) -> dict[str, Any] | None:
+def with_knob(space: SearchSpace, config: dict[str, Any], name: str, value: ParamValue | None) -> dict[str, Any] | None:
     """``config`` with one knob set to ``value`` (parameters that no longer apply dropped), or
     None when the space or its target rejects it."""
     from autotune.targets import get_target

@@ -2,12 +2,15 @@
 
 from __future__ import annotations
 
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
-from autotune.space import Parameter, SearchSpace
+from autotune.space import Parameter, ParamValue, SearchSpace
+
+if TYPE_CHECKING:
+    import optuna
 
 
-def make_sampler(name: str, space: SearchSpace, seed: int | None) -> Any:
+def make_sampler(name: str, space: SearchSpace, seed: int | None) -> optuna.samplers.BaseSampler:
     """The Optuna sampler called ``name`` for a study of ``space``."""
     import optuna
 
@@ -27,7 +30,7 @@ def make_sampler(name: str, space: SearchSpace, seed: int | None) -> Any:
     raise AssertionError(f"RunConfig admits sampler {name!r}, which no branch builds")
 
 
-def suggest(trial: Any, space: SearchSpace) -> dict[str, Any]:
+def suggest(trial: optuna.Trial, space: SearchSpace) -> dict[str, Any]:
     """Ask Optuna's ``trial`` for each free parameter of ``space`` that is active given those
     chosen before it (dependency order); returns the canonical configuration."""
     chosen: dict[str, Any] = dict(space.fixed)
@@ -39,7 +42,7 @@ def suggest(trial: Any, space: SearchSpace) -> dict[str, Any]:
     return space.validate(active)
 
 
-def suggest_one(trial: Any, p: Parameter) -> Any:
+def suggest_one(trial: optuna.Trial, p: Parameter) -> ParamValue | None:
     """One parameter's value from Optuna; ``None`` (the script's own) is a choice where the
     parameter's default is unset."""
     if p.choices is not None:

@@ -10,6 +10,7 @@ from typing import Any, Sequence
 
 import numpy as np
 
+from autotune.search.encoding import MeasuredPoint
 from autotune.space import SearchSpace, config_key
 
 
@@ -32,7 +33,7 @@ class TrustRegion:
         self._warm_starts |= {config_key(c) for c in starts}
         self._starts = None
 
-    def near(self, X: np.ndarray, ys: list[float | None], Xc: np.ndarray, history: list[Any]) -> np.ndarray:
+    def near(self, X: np.ndarray, ys: list[float | None], Xc: np.ndarray, history: list[MeasuredPoint]) -> np.ndarray:
         """1 for the candidates ``Xc`` within the region around the best of the configurations
         measured (``X``, with ``ys`` their values on the model's scale, higher better; ``None``
         where they failed), 0 elsewhere: those that differ from the best in at most the radius."""
@@ -49,7 +50,7 @@ class TrustRegion:
         radius = 1 + (len(ys) - 1 - improved) // self.patience
         return ((Xc != X[best]).sum(axis=1) <= radius).astype(float)
 
-    def _started(self, history: list[Any]) -> int:
+    def _started(self, history: list[MeasuredPoint]) -> int:
         """How many of the configurations measured are the study's starting points."""
         from autotune.search.configurations import starting_points
 

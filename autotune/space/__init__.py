@@ -37,8 +37,8 @@ from autotune.space.files import (
            parse_space,
 )
 from autotune.space.keys import RUNTIME_ONLY_PARAMS, compile_key, config_key
-from autotune.space.parameters import Parameter, ParamType
+from autotune.space.parameters import Parameter, ParamType, ParamValue
 from autotune.space.search_space import SearchSpace
 
-__all__ = ["Parameter", "ParamType", "RUNTIME_ONLY_PARAMS", "SearchSpace", "builtin_space", "builtin_space_path",
+__all__ = ["Parameter", "ParamType", "ParamValue", "RUNTIME_ONLY_PARAMS", "SearchSpace", "builtin_space", "builtin_space_path",
            "compile_key", "config_key", "load_space", "parse_space"]

@@ -9,7 +9,7 @@ from dataclasses import replace
 from typing import Any
 
 from autotune.errors import InvalidConfigError
-from autotune.space.parameters import Parameter
+from autotune.space.parameters import Parameter, ParamValue
 from autotune.space.search_space import SearchSpace
 
 
@@ -28,7 +28,7 @@ def with_choices(space: SearchSpace, sets: dict[str, Any]) -> tuple[SearchSpace,
         if name in space.fixed:
             raise InvalidConfigError(f"--set {name}={_shown(value)}: {name} is fixed to {space.fixed[name]!r} in "
                                      f"{space.source}")
-        values: list[Any] = []
+        values: list[ParamValue] = []
         for text in texts:
             coerced = param.coerce(text)  # the parameter's own message for a value it cannot take
             if coerced is None:
@@ -45,7 +45,7 @@ def with_choices(space: SearchSpace, sets: dict[str, Any]) -> tuple[SearchSpace,
     return replace(space, parameters=parameters), rest
 
 
-def _several(param: Parameter, value: Any) -> list[Any] | None:
+def _several(param: Parameter, value: object) -> list[object] | None:
     """The values of a list, or ``None`` for one value (a choice that itself holds a comma is one)."""
     if isinstance(value, (list, tuple)):
         return list(value)
@@ -55,12 +55,12 @@ def _several(param: Parameter, value: Any) -> list[Any] | None:
     return [v.strip() for v in value.split(",")]
 
 
-def _narrowed(param: Parameter, values: list[Any]) -> Parameter:
+def _narrowed(param: Parameter, values: list[ParamValue]) -> Parameter:
     """``param`` as a choice among ``values``. Its default stays where it is one of them; else the first
     given is the baseline's value (the script's own is not among what the user asked for)."""
     default = param.default if param.default in values else values[0]
     return replace(param, choices=tuple(values), low=None, high=None, step=None, log=False, default=default)
 
 
-def _shown(value: Any) -> str:
+def _shown(value: object) -> str:
     return ",".join(str(v) for v in value) if isinstance(value, (list, tuple)) else str(value)

@@ -6,7 +6,7 @@ from __future__ import annotations
 import dataclasses
 import re
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import yaml
 from pydantic import (
@@ -24,6 +24,9 @@ from autotune.errors import InvalidConfigError, SpaceError
 from autotune.space.parameters import FLAG, Parameter
 from autotune.space.search_space import SearchSpace
 
+if TYPE_CHECKING:
+    from pydantic_core import ErrorDetails
+
 _TYPES = ("categorical", "int", "float", "bool")
 #: A parameter's name: an identifier, as the environment variable it becomes must be.
 NAME = re.compile(r"[A-Za-z_][A-Za-z0-9_]*")
@@ -32,7 +35,7 @@ NAME = re.compile(r"[A-Za-z_][A-Za-z0-9_]*")
 class _At(ValueError):
     """A problem at ``path`` (keys from the mapping being validated), reported with that key's line."""
 
-    def __init__(self, path: tuple[Any, ...], message: str) -> None:
+    def __init__(self, path: tuple[str | int, ...], message: str) -> None:
         super().__init__(message)
         self.path = path
 
@@ -63,7 +66,7 @@ class ParameterSpec(BaseModel):
 
     @field_validator("type", mode="before")
     @classmethod
-    def _known_type(cls, value: Any) -> Any:
+    def _known_type(cls, value: object) -> object:
         if value not in _TYPES:
             raise _At(("type",), f"type must be one of {', '.join(_TYPES)}")
         return value
@@ -209,7 +212,7 @@ _SHAPES = {
 }
 
 
-def _space_error(error: Any, doc: dict[str, Any], source: str) -> SpaceError:
+def _space_error(error: ErrorDetails, doc: dict[str, Any], source: str) -> SpaceError:
     """A :class:`SpaceError` naming the file, the line and the problem of pydantic's ``error``."""
     # A list, not a tuple: the branches below index it by its length.
     loc: list[Any] = list(error["loc"])
@@ -233,7 +236,7 @@ def _space_error(error: Any, doc: dict[str, Any], source: str) -> SpaceError:
     return SpaceError(f"{source}: {'line ' + str(line) + ': ' if line else ''}{problem}")
 
 
-def _line(doc: Any, loc: list[Any]) -> int | None:
+def _line(doc: object, loc: list[str | int]) -> int | None:
     """The line of the deepest key of ``loc`` that the file has (or of the mapping it is missing from)."""
     line, where = None, doc
     for key in loc:

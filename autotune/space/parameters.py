@@ -11,21 +11,24 @@ from typing import Any, Literal
 from autotune.errors import InvalidConfigError
 
 ParamType = Literal["categorical", "int", "float", "bool"]
+#: A value a parameter takes: one of its choices, a number of its range, or what ``--set`` gave
+#: coerced to its type. ``None`` in a configuration is "unset": the script's own.
+ParamValue = bool | int | float | str
 
 
 @dataclass(frozen=True)
 class Parameter:
     name: str
     type: ParamType
-    choices: tuple[Any, ...] | None = None
+    choices: tuple[ParamValue, ...] | None = None
     low: float | None = None
     high: float | None = None
     step: float | None = None
     log: bool = False
     #: ``None`` means "whatever the script does": the baseline's value.
-    default: Any = None
+    default: ParamValue | None = None
     #: Active only when each named parameter has one of the listed values.
-    when: dict[str, tuple[Any, ...]] = field(default_factory=dict)
+    when: dict[str, tuple[ParamValue | None, ...]] = field(default_factory=dict)
     description: str = ""
     #: A flag of the script's own command line (``--batch_size``) that takes the value instead of
     #: the target's way of applying it (:class:`~autotune.records.ScriptFlag`).
@@ -35,13 +38,13 @@ class Parameter:
     #: What the script or its framework uses when the parameter is left unset, where that is
     #: known (XLA's own optimisation level): setting it to this value is the same run as leaving
     #: it unset, so a canonical configuration leaves it unset and the run is measured once.
-    unset_is: Any = None
+    unset_is: ParamValue | None = None
 
-    def same_as_unset(self, value: Any) -> bool:
+    def same_as_unset(self, value: ParamValue | None) -> bool:
         """Whether ``value`` (coerced) is what leaving the parameter unset gives anyway."""
         return self.unset_is is not None and value == self.unset_is and type(value) is type(self.unset_is)
 
-    def coerce(self, value: Any) -> Any:
+    def coerce(self, value: Any) -> ParamValue | None:
         """Turn a value (possibly a ``--set`` string) into this parameter's type, or raise."""
         if value is None or (isinstance(value, str) and value.lower() in ("null", "none")
                              and not self._has_choice(value)):
@@ -101,7 +104,7 @@ def check_flag(name: str, flag: str) -> str:
     return flag
 
 
-def _to_bool(value: Any) -> bool:
+def _to_bool(value: object) -> bool:
     if isinstance(value, bool):
         return value
     if isinstance(value, str) and value.lower() in ("1", "true", "yes", "on"):
@@ -128,7 +131,7 @@ def _to_int(value: Any) -> int:
     return int(value)
 
 
-def _match_choice(value: Any, choices: tuple[Any, ...]) -> Any:
+def _match_choice(value: object, choices: tuple[ParamValue, ...]) -> object:
     """``--set`` gives strings; find the choice they spell (``3`` for ``"3"``)."""
     if value in choices:
         return value

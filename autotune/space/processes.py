@@ -42,4 +42,4 @@ def with_processes(space: SearchSpace, sets: dict[str, Any], nproc_per_node: int
 def most_processes(space: SearchSpace) -> int:
     """The most processes a trial of ``space`` runs: what a worker must hold devices for."""
     param = space.parameters.get(PROCESSES_PARAM)
-    return max(param.choices or (1,)) if param is not None else 1
+    return int(max(param.choices or (1,))) if param is not None else 1

@@ -70,7 +70,7 @@ if TYPE_CHECKING:
 PoolFactory = Callable[["Study"], TrialPool]
 
 
-def tune(script: str | Path, *args: str, **options: Any) -> StudyResult:
+def tune(script: str | Path, *args: str, **options: object) -> StudyResult:
     """Tune ``script`` from Python; the keyword arguments are the options of
     :class:`autotune.config.RunConfig` (and :class:`StudyOptions`).
 

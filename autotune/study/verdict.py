@@ -35,7 +35,8 @@ class Verdict:
     def values(self, result: TrialResult) -> list[float] | None:
         """The objectives' values of a result, in the study's order; None if one is missing."""
         values = [o.read(result, self.usd_per_sample_second) for o in self.objectives]
-        return None if any(v is None for v in values) else values  # type: ignore[return-value]
+        known = [v for v in values if v is not None]
+        return known if len(known) == len(values) else None
 
     def failure(self, result: TrialResult) -> tuple[str, str]:
         """The category and reason of a trial that gave no value."""

@@ -18,10 +18,16 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any, Callable
 
 from autotune.errors import AutotuneError, InvalidConfigError
 from autotune.space import SearchSpace, config_key
+
+if TYPE_CHECKING:
+    import optuna
+
+#: The target's check of a configuration: raises :class:`InvalidConfigError` for one it refuses.
+Check = Callable[[dict[str, Any]], object]
 
 
 @dataclass
@@ -36,7 +42,7 @@ class WarmStart:
     bests: list[dict[str, Any]] = field(default_factory=list)
 
 
-def earlier_studies(storage: Any, name: str | None, *, script: Path, target: str, objectives: list[str],
+def earlier_studies(storage: optuna.storages.BaseStorage, name: str | None, *, script: Path, target: str, objectives: list[str],
                     named: list[str], same_script: bool) -> list[str]:
     """The studies that seed study ``name``: those ``named`` (each must exist and optimise the same
     objectives), then with ``same_script`` the others of ``script``'s file name and ``target``
@@ -67,7 +73,7 @@ def earlier_studies(storage: Any, name: str | None, *, script: Path, target: str
     return out
 
 
-def read_warm_start(storage: Any, names: list[str], space: SearchSpace, check: Any) -> WarmStart:
+def read_warm_start(storage: optuna.storages.BaseStorage, names: list[str], space: SearchSpace, check: Check) -> WarmStart:
     """The results of studies ``names`` and the best configuration of each that is one of
     ``space`` and passes ``check`` (the target's check of a configuration)."""
     import optuna
@@ -92,7 +98,7 @@ def read_warm_start(storage: Any, names: list[str], space: SearchSpace, check: A
     return warm
 
 
-def best_of(results: list[tuple[dict[str, Any], float | None]], space: SearchSpace, check: Any, *,
+def best_of(results: list[tuple[dict[str, Any], float | None]], space: SearchSpace, check: Check, *,
             maximize: bool = True) -> dict[str, Any] | None:
     """The best of an earlier study's ``results`` that is a configuration of ``space`` (:func:`of_space`),
     in canonical form; ``None`` where none is."""
@@ -104,7 +110,7 @@ def best_of(results: list[tuple[dict[str, Any], float | None]], space: SearchSpa
     return None
 
 
-def of_space(config: dict[str, Any], space: SearchSpace, check: Any) -> dict[str, Any] | None:
+def of_space(config: dict[str, Any], space: SearchSpace, check: Check) -> dict[str, Any] | None:
     """``config`` (an earlier study's) as a configuration of ``space``, in canonical form; ``None``
     where it is not one: it sets a parameter the space lacks, one ``--set`` holds at another value,
     or a value the space or the target refuses."""

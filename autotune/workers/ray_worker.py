@@ -15,13 +15,16 @@ import stat
 import tempfile
 from contextlib import contextmanager
 from pathlib import Path
-from typing import Any, Iterator
+from typing import TYPE_CHECKING, Any, Callable, Iterator
 
 import psutil
 
 from autotune.machine.host import host_device
 from autotune.targets import get_target
 from autotune.targets.gpus import GPU_RESOURCE
+
+if TYPE_CHECKING:
+    from autotune.records import TrialRequest, TrialResult
 
 #: Ray's switch that leaves a worker's device variables as its node has them where the worker
 #: holds no devices of that kind. Ray 2.50 to 2.55 empty CUDA_VISIBLE_DEVICES (and
@@ -71,7 +74,7 @@ class TrialWorker:
         with measuring(self.device_resource is None):
             return self._run(request).model_dump_json()
 
-    def _run(self, request: Any, pause: Any = None) -> Any:
+    def _run(self, request: TrialRequest, pause: Callable[[], bool] | None = None) -> TrialResult:
         """Run ``request`` (a :class:`TrialRequest`) through the launcher; its result, placed here."""
         from autotune.workers.launcher import TrialLimits, run_trial
 

@@ -9,10 +9,13 @@ from __future__ import annotations
 import re
 import shlex
 from dataclasses import dataclass
-from typing import Any, Callable, Literal, Mapping
+from typing import TYPE_CHECKING, Any, Callable, Literal, Mapping
 
 from autotune.errors import InvalidConfigError
 from autotune.records import PROCESSES_PARAM
+
+if TYPE_CHECKING:
+    from autotune.space import ParamValue
 
 FLAGS_ENV = "NEURON_CC_FLAGS"
 
@@ -200,7 +203,7 @@ def parse_user_flags(flags: str) -> list[ExportedFlag]:
     return parsed
 
 
-def _render(key: str, value: Any) -> str | None:
+def _render(key: str, value: ParamValue | None) -> str | None:
     flag = _FLAG_BY_KEY[key]
     if key == "mixed_precision_accumulation":
         return flag.canonical if value else _DISABLE_MIXED_PRECISION_ACCUMULATION
@@ -314,7 +317,7 @@ def compiler_version(text: str | None) -> tuple[int, ...] | None:
     return tuple(int(part) for part in match.group(0).split(".")) if match else None
 
 
-def known_to(version: tuple[int, ...] | None, name: str, value: Any) -> bool:
+def known_to(version: tuple[int, ...] | None, name: str, value: ParamValue | None) -> bool:
     """Whether neuronx-cc ``version`` knows the setting ``name=value`` (an unknown version: assumed)."""
     since = SINCE.get((name, value))
     return since is None or version is None or version >= since
