@@ -155,7 +155,9 @@ def pareto_front(study: Any, report: StudyReport) -> Any | None:
         return None
     import optuna
 
-    return optuna.visualization.plot_pareto_front(study)
+    from autotune.storage.optuna_versions import constrained
+
+    return optuna.visualization.plot_pareto_front(study, **constrained())
 
 
 def spend(study: Any) -> Any | None:
