@@ -33,7 +33,7 @@ def retry_stale_trial(max_retry: int) -> Callable[..., None]:
 
 def finished_already(exc: BaseException) -> bool:
     """Whether ``exc`` is Optuna's refusal to change a finished trial (``UpdateFinishedTrialError``
-    from Optuna 5.0 on, a ``RuntimeError`` that says so before)."""
+    from Optuna 4.3 on, a ``RuntimeError`` that says so before)."""
     import optuna
 
     refused = getattr(optuna.exceptions, "UpdateFinishedTrialError", None)
