@@ -157,6 +157,8 @@ def test_two_projects_train_py_on_one_postgresql_database_never_share_a_study(po
                                                                               monkeypatch) -> None:
     import optuna
 
+    from autotune.storage.optuna_storage import rdb_storage
+
     (tmp_path / "space.yaml").write_text(EAGER)
     pool = InProcessPool(None)
     studies = []
@@ -171,6 +173,7 @@ def test_two_projects_train_py_on_one_postgresql_database_never_share_a_study(po
         assert (result.ran, result.reused) == (1, 0), project
         studies.append(result.study)
     assert studies[0] == "train-inductor" != studies[1]
-    stored = {s.study_name: s.user_attrs["script"] for s in optuna.get_all_study_summaries(postgres_url)}
+    summaries = optuna.get_all_study_summaries(rdb_storage(postgres_url), include_best_trial=False)
+    stored = {s.study_name: s.user_attrs["script"] for s in summaries}
     assert stored == {studies[0]: str(tmp_path / "vision" / "train.py"),
                       studies[1]: str(tmp_path / "speech" / "train.py")}
