@@ -14,7 +14,7 @@ key of its own, written straight into the database):
   ``k`` trials and no more;
 * the statements it sends per trial, counted with a SQLAlchemy event listener: writes
   (INSERT/UPDATE/DELETE), reads (SELECT), and how many of the reads are of the whole trial table
-  (a read of the study's trials that is not limited to some trials by id).
+  (a read of the study's trials that is not limited to the unfinished ones or to some by id).
 
 Assumed, and printed as such: the compile time of a Neuron trial (``--compile-minutes``, default 10:
 "a compile that can take over ten minutes"), added to each configuration's recorded wall time;
@@ -82,12 +82,12 @@ class StatementCounter:
     def _count(self, _conn: Any, _cursor: Any, statement: str, *_args: Any) -> None:
         verb = statement.lstrip().split(None, 1)[0].upper()
         self.counts["write" if verb in ("INSERT", "UPDATE", "DELETE") else "read" if verb == "SELECT" else "other"] += 1
-        # Optuna's read of a study's trials, limited by id to those it has not seen finished
-        # (``trials.trial_id IN`` / ``>``) or not: only the latter grows with the study. The count
-        # that numbers a new trial returns one row.
+        # A read of a study's trials, limited to those not finished (``trials.state IN``) or to some
+        # by id (``trials.trial_id IN`` / ``>``), or not: only the latter grows with the study. The
+        # count that numbers a new trial returns one row.
         if verb == "SELECT" and "FROM trials" in statement and "WHERE trials.study_id" in statement \
-                and "count(" not in statement \
-                and "trials.trial_id IN" not in statement and "trials.trial_id >" not in statement:
+                and "count(" not in statement and not any(
+                    part in statement for part in ("trials.trial_id IN", "trials.trial_id >", "trials.state IN")):
             self.counts["whole table"] += 1
 
 

@@ -68,7 +68,7 @@ def dashboard(
     from autotune.report import require
     from autotune.storage.database import redacted
     from autotune.storage.database import default_storage
-    from autotune.storage.optuna_storage import open_existing_storage
+    from autotune.storage.optuna_storage import open_existing_storage, stored_study
 
     require("optuna_dashboard", "autotune dashboard")
     url = storage or default_storage()
@@ -89,7 +89,7 @@ def dashboard(
             while True:
                 for name in names():
                     try:
-                        annotate(optuna.load_study(study_name=name, storage=opened), name)
+                        annotate(stored_study(opened, name), name)
                     except Exception as exc:  # a study that is not autotune's, or one being written
                         err.print(f"notes of study {name}: {exc}", highlight=False)
                 if stop.wait(NOTES_EVERY_S):

@@ -26,7 +26,7 @@ from autotune.errors import AutotuneError
 from autotune.atomic_file import write_atomic
 from autotune.results.outputs import BestConfig
 from autotune.storage.database import sqlite_path
-from autotune.storage.optuna_storage import open_storage
+from autotune.storage.optuna_storage import open_storage, stored_study
 
 
 class EnsureResult(BaseModel):
@@ -89,18 +89,14 @@ def stored_best(storage: Any, study_name: str, trials: int) -> BestConfig | None
 
     ``storage`` is an Optuna storage (or URL); a study that does not exist is simply not stored.
     """
-    import optuna
-
     from autotune.results.best import best_config
-    from autotune.storage.attrs import TrialAttrs
+    from autotune.results.standings import trial_counts
 
     try:
-        study = optuna.load_study(study_name=study_name, storage=storage)
+        study = stored_study(storage, study_name)
     except KeyError:
         return None
-    counted = sum(1 for t in study.get_trials(deepcopy=False)
-                  if TrialAttrs.of(t).counted and t.state.is_finished())
-    if counted < trials:
+    if trial_counts(study, exclude=set())[0] < trials:
         return None
     return best_config(study, study_name)
 

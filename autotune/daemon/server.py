@@ -180,14 +180,13 @@ def create_app(daemon: Daemon, port: int) -> FastAPI:
 
     @app.get("/jobs/{job_id}/best", response_model=BestConfig)
     def best(job_id: str = JobId) -> BestConfig:
-        import optuna
-
         from autotune.results.best import best_config
+        from autotune.storage.optuna_storage import stored_study
 
         job = daemon.job(job_id)
         try:
             study = daemon.study_of(job)
-            cfg = best_config(optuna.load_study(study_name=study, storage=daemon.studies), study)
+            cfg = best_config(stored_study(daemon.studies, study), study)
         except KeyError:
             cfg = None
         if cfg is None:
@@ -218,14 +217,13 @@ def create_app(daemon: Daemon, port: int) -> FastAPI:
     @app.get("/jobs/{job_id}/report", response_class=HTMLResponse)
     def report(job_id: str = JobId) -> HTMLResponse:
         """The report of the job's study as it stands (``autotune report``'s page), drawn when asked."""
-        import optuna
-
         from autotune.report import report_html
+        from autotune.storage.optuna_storage import stored_study
 
         job = daemon.job(job_id)
         try:
             name = daemon.study_of(job)
-            study = optuna.load_study(study_name=name, storage=daemon.studies)
+            study = stored_study(daemon.studies, name)
         except KeyError:
             raise HTTPException(409, f"job {job_id} has no trial yet ({job.state.value}); "
                                      "its report exists once its study does") from None

@@ -26,7 +26,8 @@ from autotune.daemon.messages import (
 from autotune.daemon.job_files import DaemonSettings, JobFiles
 from autotune.daemon.runner import JobRunner, Slots
 from autotune.errors import AutotuneError
-from autotune.storage.optuna_storage import rdb_storage
+from autotune.storage.optuna_storage import rdb_storage, stored_study
+from autotune.storage.trial_cache import TrialCache
 
 
 #: Uploads that no job claimed within this time are removed.
@@ -83,7 +84,7 @@ class Daemon:
         self.store = JobStore(storage)  # it makes a SQLite file's folder (autotune.storage.optuna_storage)
         optuna.logging.set_verbosity(optuna.logging.WARNING)
         try:
-            self.studies = rdb_storage(storage)
+            self.studies = TrialCache(rdb_storage(storage))
         except Exception as exc:  # SQLAlchemy raises many types for a bad URL
             raise AutotuneError(f"cannot open storage {self.store.redacted_url}: {str(exc).splitlines()[0][:200]}") from None
         self.settings = DaemonSettings(storage=storage, cache=open_cache(config.cache).path, jobs_dir=jobs_dir,
@@ -218,19 +219,20 @@ class Daemon:
         import optuna
 
         from autotune.results.best import best_config
-        from autotune.storage.attrs import StudyAttrs, TrialAttrs
+        from autotune.storage.attrs import StudyAttrs, TrialAttrs, counts
+        from autotune.storage.trial_cache import trials_of
 
         try:
-            study = optuna.load_study(study_name=info.study, storage=self.studies)
+            study = stored_study(self.studies, info.study)
         except KeyError:
             return
-        for t in study.get_trials(deepcopy=False):
+        kept = trials_of(study)
+        for t in kept.trials():
             if t.state == optuna.trial.TrialState.RUNNING:
                 info.running += 1
-            elif TrialAttrs.of(t).counted and t.state.is_finished():
-                info.done += 1
-                if t.state == optuna.trial.TrialState.FAIL and TrialAttrs.of(t).duplicate_of is None:
-                    info.failed += 1
+            elif t.state == optuna.trial.TrialState.FAIL and counts(t) and TrialAttrs.of(t).duplicate_of is None:
+                info.failed += 1
+        info.done = kept.counted
         info.metric = StudyAttrs.of(study).metric or info.metric
         best = best_config(study, info.study)
         if best is not None:

@@ -20,6 +20,7 @@ from autotune.report.figures import value_axis
 from autotune.report.write import require
 from autotune.results.outputs import TrialSummary
 from autotune.storage.attrs import StudyAttrs
+from autotune.storage.trial_cache import trials_of
 
 if TYPE_CHECKING:
     import optuna
@@ -89,11 +90,13 @@ def annotate(study: optuna.Study, name: str) -> int:
     if get_note(study) != body:
         save_note(study, body)
         written += 1
-    frozen = {t.number: t for t in study.get_trials(deepcopy=False)}
+    kept = trials_of(study)
     for t in report.trials:
         body = trial_note(report, t)
-        trial = optuna.trial.Trial(study, frozen[t.number]._trial_id)
-        if body and get_note(trial) != body:
+        if not body:
+            continue
+        trial = optuna.trial.Trial(study, kept.trial_id(t.number))
+        if get_note(trial) != body:
             save_note(trial, body)
             written += 1
     return written

@@ -157,9 +157,15 @@ def pareto_front(study: optuna.Study, report: StudyReport) -> go.Figure | None:
     """Optuna's own Pareto-front plot, for a study of two or three objectives; None otherwise."""
     if not 2 <= len(report.directions) <= 3:
         return None
+    import warnings
+
     import optuna
 
-    return optuna.visualization.plot_pareto_front(study)
+    from autotune.storage.optuna_versions import constrained
+
+    with warnings.catch_warnings():  # Optuna 4 reads constraints_func here, yet warns it is deprecated
+        warnings.simplefilter("ignore", FutureWarning)
+        return optuna.visualization.plot_pareto_front(study, **constrained())
 
 
 def spend(study: optuna.Study) -> go.Figure | None:

@@ -12,6 +12,7 @@ from autotune.config import JobConfig
 from autotune.measurement.noise import Figure, RunNoise, Runs
 from autotune.records import TrialResult
 from autotune.storage.folded import Context, Folded, Group, folded_of
+from autotune.storage.trial_cache import trials_of
 from autotune.measurement.numerics import loss_deviation
 from autotune.results.outlook import FROM_THROUGHPUT
 from autotune.results.outputs import RunFigure
@@ -92,24 +93,27 @@ def _context(study: optuna.Study) -> Context:
 def _folded(study: optuna.Study, trials: list[optuna.trial.FrozenTrial] | None = None) -> Folded:
     """The study's sums (:mod:`autotune.storage.folded`) with every trial finished by now taken in
     (``trials``: the study's, where the caller has read them)."""
-    fold = folded_of(study)
+    kept, fold = folded_of(study)
     context = _context(study)
-    trials = study.get_trials(deepcopy=False) if trials is None else trials
+    if trials is None:
+        kept.trials()
+    else:
+        kept.take_in(trials)
     with fold.lock:
         if context != fold.context:
             fold.reset(context)
-        new = fold.newly_finished(trials)
+        new = fold.newly_finished(kept)
         base = _first_baseline(new, context)
         if base is not None and (fold.base_losses_trial is None or base.number < fold.base_losses_trial.number):
             if fold.version:  # the trials folded before were judged without these losses (or by others)
                 fold.reset(context)
-                new = fold.newly_finished(trials)
+                new = fold.newly_finished(kept)
                 base = _first_baseline(new, context)
             fold.base_losses_trial = base
             fold.base_losses = TrialResult.model_validate_json(TrialAttrs.of(base).result or "").losses
         for t in new:
             _fold(fold, t, context)
-        fold.mark(new)
+        fold.mark()
     return fold
 
 
@@ -126,8 +130,6 @@ def _fold(fold: Folded, t: optuna.trial.FrozenTrial, context: Context) -> None:
     """What one finished trial adds to the study's sums."""
     told = TrialAttrs.of(t)
     complete = t.state.name == "COMPLETE"
-    if told.counted:
-        fold.counted += 1
     if complete and told.config_key == context.baseline_key and told.duplicate_of is None \
             and (fold.baseline is None or t.number < fold.baseline.number):
         fold.baseline = t
@@ -344,9 +346,9 @@ def _named_values(names: list[str], trial: optuna.trial.FrozenTrial) -> dict[str
 
 
 def trial_counts(study: optuna.Study, exclude: set[int]) -> tuple[int, int]:
-    """Trials measured so far (in any run of the study), and trials running in other drivers
-    (those not in ``exclude``)."""
-    trials = study.get_trials(deepcopy=False)
-    fold = _folded(study, trials)
-    with fold.lock:
-        return fold.counted, sum(t.number not in exclude for t in fold.running(trials))
+    """Trials that count towards ``--trials`` so far (in any run of the study), and trials running
+    in other drivers (those not in ``exclude``)."""
+    kept = trials_of(study)
+    trials = kept.trials()
+    with kept.lock:
+        return kept.counted, sum(t.number not in exclude for t in kept.running(trials))

@@ -15,8 +15,10 @@ def make_sampler(name: str, space: SearchSpace, seed: int | None) -> optuna.samp
     import optuna
 
     if name == "tpe":
+        from autotune.storage.optuna_versions import constrained
+
         return optuna.samplers.TPESampler(multivariate=True, group=True, constant_liar=True, seed=seed,
-                                          n_startup_trials=5)
+                                          n_startup_trials=5, **constrained())
     if name == "autotune":
         # The default: expected improvement over the configurations not measured yet, times the
         # chance each runs (strategy.py; bench/search_bench.py).

@@ -42,6 +42,8 @@ from autotune.space import (
     config_key,
 )
 from autotune.storage.attrs import TrialAttrs
+from autotune.storage.optuna_versions import constrained, constraints_of
+from autotune.storage.trial_cache import trials_of
 
 #: Enumerate the space when it has at most this many configurations; sample it when larger.
 MAX_ENUMERATED = 20000
@@ -100,10 +102,8 @@ class AutotuneSampler(BaseSampler):
         self.encoding = Encoding(space, ordinal)
         self.categorical = all(p.choices is not None for p in self.encoding.free)
         self.trend = trend
-        self._picked: dict[int, dict[str, Any]] = {}
-        #: The study whose finished trials :func:`measured_history` read (its storage and id), and
-        #: what it read of each: read once, since a finished trial never changes.
-        self._read: tuple[Any, int, dict[int, Any]] | None = None
+        #: The configuration proposed for each trial being sampled, by its study's name and its number.
+        self._picked: dict[tuple[str, int], dict[str, Any]] = {}
         #: Parameters held at one value from now on (``None``: the script's own), see :meth:`pin`.
         self.pinned: dict[str, Any] = {}
         #: Parameters whose value here is the same run as leaving them unset, see :meth:`same_as_unset`.
@@ -114,7 +114,7 @@ class AutotuneSampler(BaseSampler):
         self.prior: list[tuple[dict[str, Any], float]] = []
         # Optuna's TPE takes over a space with ranges (built only then: it warns when built).
         self._fallback = None if self.categorical else optuna.samplers.TPESampler(
-            seed=seed, multivariate=True, group=True, constant_liar=True)
+            seed=seed, multivariate=True, group=True, constant_liar=True, **constrained())
 
     # -- the Optuna sampler interface ---------------------------------------------------------------
     def infer_relative_search_space(self, study: Any, trial: Any) -> dict[str, Any]:
@@ -126,9 +126,9 @@ class AutotuneSampler(BaseSampler):
     def sample_independent(self, study: Any, trial: Any, param_name: str, param_distribution: Any) -> Any:
         if self._fallback is not None:
             return self._fallback.sample_independent(study, trial, param_name, param_distribution)
-        config = self._picked.get(trial._trial_id)
+        config = self._picked.get((study.study_name, trial.number))
         if config is None:
-            config = self._picked[trial._trial_id] = self.propose(study)
+            config = self._picked[(study.study_name, trial.number)] = self.propose(study)
         value = config.get(param_name)
         if value in param_distribution.choices:
             return value
@@ -139,7 +139,7 @@ class AutotuneSampler(BaseSampler):
             self._fallback.before_trial(study, trial)
 
     def after_trial(self, study: Any, trial: Any, state: Any, values: Any) -> None:
-        self._picked.pop(trial._trial_id, None)
+        self._picked.pop((study.study_name, trial.number), None)
         if self._fallback is not None:
             self._fallback.after_trial(study, trial, state, values)
 
@@ -243,10 +243,11 @@ class AutotuneSampler(BaseSampler):
             gain = gain * self._runs(X, ok, Xc, _broke(history))
         return float(gain.max())
 
-    def _read_of(self, study: Any) -> dict[int, Any]:
-        if self._read is None or self._read[0] is not study._storage or self._read[1] != study._study_id:
-            self._read = (study._storage, study._study_id, {})
-        return self._read[2]
+    @staticmethod
+    def _read_of(study: Any) -> dict[int, Any]:
+        """What :func:`measured_history` read of each finished trial of ``study``, kept with its
+        trials (:mod:`autotune.storage.trial_cache`): read once, since a finished trial never changes."""
+        return trials_of(study).kept("history", dict)
 
     def _expected_improvement(self, X: np.ndarray, ok: np.ndarray, values: list[float | None], Xc: np.ndarray,
                               maximize: bool) -> np.ndarray:
@@ -373,7 +374,7 @@ def _history_point(t: Any) -> tuple[dict[str, Any], float | None, dict[str, floa
         return None
     # A trial that violates a constraint (the study's numerics guard: its losses diverged)
     # counts as one that did not run: never a best, and its neighbours are suspect.
-    feasible = all(v <= 0 for v in (getattr(t, "constraints", None) or {}).values())
+    feasible = all(v <= 0 for v in constraints_of(t).values())
     value = t.value if t.state == optuna.trial.TrialState.COMPLETE and feasible else None
     facts = _costs(attrs.result)
     if value is None and category is not None and category.convicts_level:

@@ -48,6 +48,9 @@ class TrialAttrs:
     numerics_constraint: float | None = None
     #: The study's constraints (``--constraint``) this trial's result breaks: never the best.
     violated: list[str] | None = None
+    #: Each constraint's value (above 0: broken), kept here under an Optuna older than 5.0, whose
+    #: trials do not hold them (:mod:`autotune.storage.optuna_versions`).
+    constraints: dict[str, float] | None = None
     #: The parameters it set that never reached the script (no DataLoader for a batch size): it
     #: measured the script's own value of each, under another name, so it is never the best.
     idle: list[str] | None = None
@@ -103,6 +106,12 @@ class StudyAttrs:
     def of(cls, study: Any) -> StudyAttrs:
         attrs = study.user_attrs
         return cls(**{name: attrs[name] for name in _STUDY if name in attrs})
+
+
+def counts(trial: Any) -> bool:
+    """Whether a finished trial counts towards ``--trials`` (:attr:`TrialAttrs.counted`); a
+    running one does not yet."""
+    return trial.state.is_finished() and TrialAttrs.of(trial).counted
 
 
 def _lost(trial: Any, attrs: TrialAttrs) -> bool:

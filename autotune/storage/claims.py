@@ -11,21 +11,21 @@ first and writing after would let both win. A claim whose trial ended for its dr
 configuration again, by a compare-and-set on the holder.
 
 ``--trials N`` is N for the study: a trial asked for when the trials before it (by number,
-which Optuna hands out one at a time) already fill N is not run.
+which Optuna hands out one at a time) already fill N is not run (:func:`trials_filled`).
 """
 
 from __future__ import annotations
 
+import bisect
 import hashlib
-from dataclasses import dataclass, field
 from typing import Any
-from weakref import WeakKeyDictionary
 
 import sqlalchemy as sa
 from sqlalchemy.exc import IntegrityError
 
 from autotune.storage.optuna_storage import create_schema
-from autotune.storage.attrs import TrialAttrs
+from autotune.storage.attrs import TrialAttrs, counts
+from autotune.storage.trial_cache import trials_of
 
 _metadata = sa.MetaData()
 claims_table = sa.Table(
@@ -43,7 +43,8 @@ class Claims:
     def __init__(self, storage: Any, study: Any, url: str) -> None:
         self.engine = storage.engine
         self.outages = storage.outages
-        self.study = study
+        self.storage = storage
+        self.study_id: int = storage.get_study_id_from_name(study.study_name)
         create_schema(url, lambda: _metadata.create_all(self.engine))
 
     def holder(self, key: str, number: int) -> Any:
@@ -54,11 +55,11 @@ class Claims:
 
     def _holder(self, key: str, number: int) -> Any:
         digest = hashlib.sha256(key.encode()).hexdigest()
-        where = sa.and_(claims_table.c.study_id == self.study._study_id, claims_table.c.config_digest == digest)
+        where = sa.and_(claims_table.c.study_id == self.study_id, claims_table.c.config_digest == digest)
         for _ in range(5):
             try:
                 with self.engine.begin() as c:
-                    c.execute(claims_table.insert().values(study_id=self.study._study_id, config_digest=digest,
+                    c.execute(claims_table.insert().values(study_id=self.study_id, config_digest=digest,
                                                            trial_number=number))
                 return None
             except IntegrityError:
@@ -69,7 +70,7 @@ class Claims:
                 continue  # released between the insert and the read: try again
             if held_by == number:
                 return None
-            trial = _trial(self.study, held_by)
+            trial = self._trial(held_by)
             # A holder writes its key before it claims; one that has another key holds a claim left
             # by a deleted study whose id the database gave again: stale, like an abandoned one.
             if trial is not None and TrialAttrs.of(trial).config_key == key and not _abandoned(trial):
@@ -82,50 +83,29 @@ class Claims:
         return None
 
 
-@dataclass
-class _Tally:
-    """Of a study's first trials, all finished: how many of the first ``i`` count (``counted[i]``).
-    A finished trial never changes, so each is read once, and a budget check reads only the
-    trials after them (those running, and the newest): its cost stays that of the trials in
+    def _trial(self, number: int) -> Any:
+        """Trial ``number`` of the study, or ``None``."""
+        try:
+            trial_id = self.storage.get_trial_id_from_study_id_trial_number(self.study_id, number)
+        except KeyError:
+            return None
+        return self.storage.get_trial(trial_id)
+
+
+def trials_filled(study: Any, number: int, trials: int) -> bool:
+    """Whether the trials numbered below ``number`` that count towards ``--trials``, or run as
+    trials that will, already fill ``trials``. Each finished trial is read once (the study's copy
+    of its trials tallies those that count as they finish): the cost is that of the trials in
     flight, not of the study."""
-
-    counted: list[int] = field(default_factory=lambda: [0])
-
-
-_tallies: WeakKeyDictionary[Any, _Tally] = WeakKeyDictionary()
-
-
-def over_budget(study: Any, number: int, trials: int) -> bool:
-    """Whether the trials numbered below ``number`` that count or are running already fill ``trials``."""
-    tally = _tallies.setdefault(study, _Tally())
-    everything = study.get_trials(deepcopy=False)  # by number; a trial not read yet is left out
-    done = len(tally.counted) - 1
-    while done < len(everything) and everything[done].number == done and everything[done].state.is_finished():
-        tally.counted.append(tally.counted[-1] + TrialAttrs.of(everything[done]).counted)
-        done += 1
-    before = tally.counted[min(number, done)]
-    before += sum(1 for t in everything[done:] if t.number < number and _fills_budget(t))
+    kept = trials_of(study)
+    everything = kept.trials()  # by number; a trial not read yet is left out
+    with kept.lock:
+        after = everything[bisect.bisect_left(everything, number, key=lambda t: t.number):]
+        before = kept.counted - sum(1 for t in after if counts(t))
+        before += sum(1 for t in kept.running(everything) if t.number < number and TrialAttrs.of(t).confirms is None)
     return before >= trials
-
-
-def _fills_budget(trial: Any) -> bool:
-    """Counted, or running as a trial that will be (a re-measurement never is)."""
-    import optuna
-
-    attrs = TrialAttrs.of(trial)
-    return (trial.state.is_finished() and attrs.counted) or \
-        (trial.state == optuna.trial.TrialState.RUNNING and attrs.confirms is None)
-
-
-def _trial(study: Any, number: int) -> Any:
-    """Trial ``number`` of ``study``, or ``None``; from the driver's copy once it has finished."""
-    try:
-        trial_id = study._storage.get_trial_id_from_study_id_trial_number(study._study_id, number)
-    except KeyError:
-        return None
-    return study._storage.get_trial(trial_id)
 
 
 def _abandoned(trial: Any) -> bool:
     """Ended without a result that counts: failed for its driver's sake, or told a duplicate."""
-    return trial.state.is_finished() and not TrialAttrs.of(trial).counted
+    return trial.state.is_finished() and not counts(trial)

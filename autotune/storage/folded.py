@@ -1,13 +1,13 @@
 """What a study's finished trials add up to, each trial taken in once.
 
-The study's figures (the configurations measured and their runs, the baseline, the trials counted
-towards ``--trials``) are asked for several times per trial: the pruning bar at each dispatch, the
-racing at each free slot, the progress line, the outputs. Read from every trial each time, they
-cost a driver more per trial the more trials the study holds. A finished trial never changes
-(Optuna refuses any write to it), so :class:`Folded` takes each one in once, when it is first seen
-finished, and keeps the sums beside the study's storage: every study object a driver opens on that
-storage reuses them, and a storage opened afresh (``autotune best``, the daemon) folds its trials
-once on its first question.
+The study's figures (the configurations measured and their runs, the baseline) are asked for
+several times per trial: the pruning bar at each dispatch, the racing at each free slot, the
+progress line, the outputs. Read from every trial each time, they cost a driver more per trial the
+more trials the study holds. A finished trial never changes (Optuna refuses any write to it), so
+:class:`Folded` takes in each one once, in the order the study's copy of its trials
+(:mod:`.trial_cache`) saw them finish, and is kept with that copy: every study object opened on the
+driver's storage shares them, and a storage opened afresh (``autotune best``, the daemon) folds its
+trials once on its first question.
 
 What the sums depend on besides the trials (the study's objectives, its baseline and the
 numerics guard's tolerance, the noise earlier studies measured) is read at each look; where it
@@ -17,13 +17,12 @@ is folded again.
 
 from __future__ import annotations
 
-import bisect
 import threading
-import weakref
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any, Callable, TypeVar
 
 from autotune.storage.attrs import StudyAttrs
+from autotune.storage.trial_cache import StudyTrials, trials_of
 
 if TYPE_CHECKING:
     import optuna
@@ -80,13 +79,11 @@ class Folded:
     def reset(self, context: Context | None) -> None:
         """Start the sums again, judged with ``context``."""
         self.context = context
-        #: Every trial numbered below ``low`` is finished and folded; above it, ``seen`` are.
-        self.low = 0
-        self.seen: set[int] = set()
+        #: How many of the study's finished trials (:attr:`StudyTrials.finished`) are folded in.
+        self.taken = self._end = 0
         #: Bumped whenever a trial is folded in: what is derived from the sums is kept for one version.
         self.version = 0
         self.groups: dict[str, Group] = {}
-        self.counted = 0
         #: The first complete trial of the baseline configuration that holds a result, whose losses
         #: the numerics guard judges the others by, and the first complete one that is not a duplicate.
         self.base_losses_trial: Any = None
@@ -105,35 +102,20 @@ class Folded:
         self._derived[name] = (self.version, value)
         return value
 
-    def newly_finished(self, trials: list[optuna.trial.FrozenTrial]) -> list[optuna.trial.FrozenTrial]:
-        """The finished trials of ``trials`` (in number order) not folded yet."""
-        start = bisect.bisect_left(trials, self.low, key=lambda t: t.number)
-        return [t for t in trials[start:] if t.number not in self.seen and t.state.is_finished()]
+    def newly_finished(self, trials: StudyTrials) -> list[optuna.trial.FrozenTrial]:
+        """The finished trials of ``trials`` not folded in yet, in number order; :meth:`mark` them once folded."""
+        new = trials.finished[self.taken:]
+        self._end = self.taken + len(new)
+        return sorted(new, key=lambda t: t.number)
 
-    def mark(self, trials: list[optuna.trial.FrozenTrial]) -> None:
-        for t in trials:
-            self.seen.add(t.number)
-        while self.low in self.seen:
-            self.seen.discard(self.low)
-            self.low += 1
-        if trials:
+    def mark(self) -> None:
+        """The trials :meth:`newly_finished` gave are folded in."""
+        if self._end > self.taken:
+            self.taken = self._end
             self.version += 1
 
-    def running(self, trials: list[optuna.trial.FrozenTrial]) -> list[optuna.trial.FrozenTrial]:
-        """The running trials of ``trials``: all numbered from ``low`` on, every trial below it being finished."""
-        import optuna
 
-        start = bisect.bisect_left(trials, self.low, key=lambda t: t.number)
-        return [t for t in trials[start:] if t.state == optuna.trial.TrialState.RUNNING]
-
-
-_folds: weakref.WeakKeyDictionary[Any, dict[int, Folded]] = weakref.WeakKeyDictionary()
-_folds_lock = threading.Lock()
-
-
-def folded_of(study: optuna.Study) -> Folded:
-    """The sums kept for ``study`` beside its storage (new and empty the first time)."""
-    storage, study_id = study._storage, study._study_id
-    with _folds_lock:
-        return _folds.setdefault(storage, {}).setdefault(study_id, Folded())
-
+def folded_of(study: optuna.Study) -> tuple[StudyTrials, Folded]:
+    """The copy of ``study``'s trials, and the sums kept with it (new and empty the first time)."""
+    trials = trials_of(study)
+    return trials, trials.kept("folded", Folded)

@@ -20,6 +20,7 @@ from typing import TYPE_CHECKING, Any, Callable, Iterator, TypeVar
 from autotune.errors import AutotuneError
 from autotune.storage.database import connect_args, redacted, sqlite_path
 from autotune.storage.database import default_storage
+from autotune.storage.optuna_versions import retry_stale_trial, stale_trial_callback
 
 if TYPE_CHECKING:
     from autotune.storage.reconnecting import ReconnectingStorage
@@ -139,20 +140,25 @@ class Heartbeats:
 REQUEUED_ATTRS = ("config_key", "enqueued_key", "result_key", "provenance")
 
 
-def requeue_lost(max_retry: int) -> Any:
-    """Optuna's ``RetryHeartbeatStaleTrialCallback``, whose new trial takes only
-    :data:`REQUEUED_ATTRS` of the lost one's attributes."""
-    import copy
+class Requeue:
+    """Optuna's retry callback for a trial failed for a stale heartbeat, whose new trial takes only
+    :data:`REQUEUED_ATTRS` of the lost one's attributes; with ``onto`` (the driver's storage), the
+    new trial is added through it, whose calls wait for a database that restarts."""
 
-    from optuna.storages import RetryHeartbeatStaleTrialCallback
+    def __init__(self, max_retry: int) -> None:
+        self.retry = retry_stale_trial(max_retry)
+        self.onto: Any = None
 
-    class _Requeue(RetryHeartbeatStaleTrialCallback):
-        def __call__(self, study: Any, trial: Any) -> None:
-            trial = copy.copy(trial)
-            trial.user_attrs = {k: v for k, v in trial.user_attrs.items() if k in REQUEUED_ATTRS}
-            super().__call__(study, trial)
+    def __call__(self, study: Any, trial: Any) -> None:
+        import copy
 
-    return _Requeue(max_retry=max_retry)
+        import optuna
+
+        trial = copy.copy(trial)
+        trial.user_attrs = {k: v for k, v in trial.user_attrs.items() if k in REQUEUED_ATTRS}
+        if self.onto is not None:
+            study = optuna.load_study(study_name=study.study_name, storage=self.onto)
+        self.retry(study, trial)
 
 
 def open_storage(url: str) -> TrialCache:
@@ -165,10 +171,11 @@ def open_storage(url: str) -> TrialCache:
     shown = redacted(url)  # parses it: a malformed URL is an InvalidConfigError here
     try:
         warnings.filterwarnings("ignore", category=optuna.exceptions.ExperimentalWarning)  # heartbeat_interval
-        return TrialCache(rdb_storage(
-            url, heartbeat_interval=HEARTBEAT_S, grace_period=GRACE_S,
-            heartbeat_stale_trial_callback=requeue_lost(max_retry=2),
-        ))
+        requeue = Requeue(max_retry=2)
+        storage = TrialCache(rdb_storage(url, heartbeat_interval=HEARTBEAT_S, grace_period=GRACE_S,
+                                         **stale_trial_callback(requeue)))
+        requeue.onto = storage
+        return storage
     except Exception as exc:  # SQLAlchemy raises many types for a bad URL or a corrupt file
         first = str(exc).strip().splitlines()[0][:200] if str(exc).strip() else type(exc).__name__
         if isinstance(exc, ImportError) or "Failed to import DB access module" in first:
@@ -195,15 +202,27 @@ def open_existing_storage(url: str) -> TrialCache:
 
 
 def load_study(name: str, storage: str | None = None) -> Any:
+    """The study ``name`` in the database at ``storage`` (the default one when ``None``)."""
     import optuna
 
     url = storage or default_storage()
     st = open_existing_storage(url)
     try:
-        return optuna.load_study(study_name=name, storage=st)
+        return stored_study(st, name)
     except KeyError:
-        names = ", ".join(s.study_name for s in optuna.get_all_study_summaries(st)) or "none"
+        names = ", ".join(s.study_name for s in optuna.get_all_study_summaries(st, include_best_trial=False)) \
+            or "none"
         raise AutotuneError(f"no study named {name!r} in {redacted(url)}; studies there: {names}") from None
+
+
+def stored_study(storage: Any, name: str) -> Any:
+    """The study ``name`` in ``storage`` (Optuna's ``KeyError`` where there is none), sharing the
+    copy of its trials with every other study object of that name on ``storage``."""
+    import optuna
+
+    from autotune.storage.trial_cache import opened
+
+    return opened(optuna.load_study(study_name=name, storage=storage), storage)
 
 
 def open_study(storage: Any, name: str, directions: list[str], sampler: Any, *, fresh: bool) -> tuple[Any, list[str]]:
@@ -211,12 +230,14 @@ def open_study(storage: Any, name: str, directions: list[str], sampler: Any, *, 
     first kept under ``<name>@<time>``. Returns the study and what its user should be told."""
     import optuna
 
+    from autotune.storage.trial_cache import opened
+
     notes = [_archive(storage, name)] if fresh else []
     for _ in range(3):
         try:
             study = optuna.create_study(storage=storage, study_name=name, sampler=sampler, load_if_exists=True,
                                         directions=[optuna.study.StudyDirection[d.upper()] for d in directions])
-            return study, [n for n in notes if n]
+            return opened(study, storage), [n for n in notes if n]
         except optuna.exceptions.DuplicatedStudyError:
             continue  # another driver created it between our look and our insert: load it
         except ValueError as exc:

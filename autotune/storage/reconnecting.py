@@ -11,7 +11,8 @@ afterwards says after how long.
 
 While the database was unreachable, no driver's heartbeat reached it: a driver that is back judges
 no trial stale (another driver's, or its own) until a grace period after it got through, so that
-no running trial is failed, and its configuration measured again, because of the outage.
+no running trial is failed, and its configuration measured again, because of the outage
+(:meth:`autotune.storage.trial_cache.TrialCache.fail_stale`).
 """
 
 from __future__ import annotations
@@ -147,22 +148,17 @@ class ReconnectingStorage(RDBStorage):
         self.outages = Outages(url)
         super().__init__(engine_url(url).replace("{", "{{").replace("}", "}}"), **kwargs)
 
-    def _get_stale_trial_ids(self, study_id: int) -> list[int]:
-        grace = self.grace_period or 2 * (self.heartbeat_interval or 0)
-        if self.outages.recently_down(within_s=grace):  # no heartbeat could reach the database
-            return []
-        return self.outages.call(super()._get_stale_trial_ids, study_id)
 
-
-#: The calls of ``RDBStorage`` that each open a transaction of their own: those that Optuna's
-#: studies and cached storage make. Not its helpers that work inside a caller's session.
+#: The public calls of ``RDBStorage``, each a transaction of its own: every call that the driver's
+#: storage (:class:`autotune.storage.trial_cache.TrialCache`) makes. The driver opens no study on a
+#: ``ReconnectingStorage`` itself (Optuna would wrap it in a cache of its own, which makes other
+#: calls), but for Optuna's stale-trial check, which is made again whole.
 _CALLS = ("create_new_study", "delete_study", "set_study_user_attr", "set_study_system_attr",
           "get_study_id_from_name", "get_study_name_from_id", "get_study_directions", "get_study_user_attrs",
           "get_study_system_attrs", "get_trial_user_attrs", "get_trial_system_attrs", "get_all_studies",
-          "_create_new_trial", "_set_trial_param", "get_trial_param", "set_trial_state_values",
+          "create_new_trial", "set_trial_param", "get_trial_param", "set_trial_state_values",
           "set_trial_intermediate_value", "set_trial_user_attr", "set_trial_system_attr",
-          "get_trial_id_from_study_id_trial_number", "get_trial", "_get_trials", "_get_best_trial_id",
-          "record_heartbeat")
+          "get_trial_id_from_study_id_trial_number", "get_trial", "get_all_trials", "record_heartbeat")
 for _name in _CALLS:
     setattr(ReconnectingStorage, _name, waits_for_database(getattr(RDBStorage, _name)))
 

@@ -22,12 +22,12 @@ from autotune.records import MeasurementProtocol, TrialPlan, TrialResult
 from autotune.search.samplers import suggest
 from autotune.space import config_key
 from autotune.repeats import pruning
-from autotune.storage.claims import Claims, over_budget
+from autotune.storage.claims import Claims, trials_filled
 from autotune.study.tell import TrialRecorder
 from autotune.study.requests import TrialRequests
 from autotune.results.best import noise_figure
 from autotune.results.standings import noise_of, standings
-from autotune.storage.attrs import TrialAttrs, write
+from autotune.storage.attrs import TrialAttrs, counts, write
 
 if TYPE_CHECKING:
     import optuna
@@ -107,7 +107,7 @@ class Dispatch:
 
     def __call__(self, trial: optuna.Trial) -> Outcome:
         """Suggest a configuration; run it, or answer it from an earlier result."""
-        if over_budget(self.study, trial.number, self.o.trials):
+        if trials_filled(self.study, trial.number, self.o.trials):
             self.told.tell_surplus(trial, self.o.trials)
             return Outcome.surplus
         proposal = self._suggest(trial)
@@ -145,8 +145,7 @@ class Dispatch:
 
     def _earlier_result(self, key: str, number: int) -> optuna.trial.FrozenTrial | None:
         for t in self.study.get_trials(deepcopy=False):
-            if t.number != number and TrialAttrs.of(t).config_key == key and TrialAttrs.of(t).counted \
-                    and t.state.is_finished():
+            if t.number != number and TrialAttrs.of(t).config_key == key and counts(t):
                 return t
         return None
 

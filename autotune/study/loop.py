@@ -24,7 +24,8 @@ from autotune.repeats.racing import RACE, Racing, Repeat
 from autotune.results.ranking import trial_key
 from autotune.results.standings import maximizes, noise_of, standings, trial_counts
 from autotune.storage.optuna_storage import HEARTBEAT_S, Heartbeats
-from autotune.storage.attrs import TrialAttrs
+from autotune.storage.attrs import TrialAttrs, counts
+from autotune.storage.trial_cache import fail_stale, trials_of
 
 if TYPE_CHECKING:
     import optuna
@@ -50,6 +51,8 @@ class AskTell:
         self.budget = budget
         self.o = options
         self.beats = beats
+        #: The storage's id of each trial it beats for, by number.
+        self._beating: dict[int, int] = {}
         self.on_progress = on_progress
         self.deadline = time.monotonic() + options.timeout if options.timeout else math.inf
         #: Every configuration of the space has been measured (the study ended before ``--trials``).
@@ -90,8 +93,6 @@ class AskTell:
                                    f"{', '.join(str(t.number) for t in skipped)} were measured again")
 
     def _measure(self, pool: TrialPool) -> None:
-        import optuna
-
         in_flight: dict[Hashable, optuna.Trial] = {}
         #: Re-measurements running: tag -> the repeat.
         again: dict[Hashable, Repeat] = {}
@@ -126,8 +127,7 @@ class AskTell:
                 trial = self.study.ask()
                 # At once: a driver killed before the trial is submitted must still leave a trial
                 # that goes stale (one with no heartbeat at all never does, and a resume would wait).
-                if self.beats is not None:
-                    self.beats.hold(trial._trial_id)
+                self._hold(trial)
                 if self.dispatch(trial) is Outcome.submitted:
                     in_flight[trial.number] = trial
                     consecutive_dups = 0
@@ -143,7 +143,7 @@ class AskTell:
                 return
             if not in_flight and not again:
                 if running_elsewhere and not self.timed_out():
-                    optuna.storages.fail_stale_trials(self.study)  # another driver's trials, or a killed one's
+                    fail_stale(self.study)  # another driver's trials, or a killed one's
                     time.sleep(1.0)
                     continue
                 return
@@ -151,7 +151,7 @@ class AskTell:
             for job in pool.wait(timeout=1.0):
                 tell(job)
             if time.monotonic() - last_check > HEARTBEAT_S:
-                optuna.storages.fail_stale_trials(self.study)
+                fail_stale(self.study)
                 last_check = time.monotonic()
 
     def _measure_again(self, pool: TrialPool, again: dict[Hashable, Repeat], *, finishing: bool) -> bool:
@@ -180,9 +180,14 @@ class AskTell:
         return counted + len(in_flight) + running_elsewhere < self.o.trials and self.stopped is None, \
             running_elsewhere
 
+    def _hold(self, trial: optuna.Trial) -> None:
+        if self.beats is not None:
+            self._beating[trial.number] = trials_of(self.study).trial_id(trial.number)
+            self.beats.hold(self._beating[trial.number])
+
     def _release(self, trial: optuna.Trial) -> None:
         if self.beats is not None:
-            self.beats.release(trial._trial_id)
+            self.beats.release(self._beating.pop(trial.number))
 
     def _every_configuration_taken(self) -> bool:
         """Whether each configuration of a small all-categorical space has a trial already, measured
@@ -199,7 +204,7 @@ class AskTell:
         if self._grid is None or self._grid[0] is not space:
             self._grid = (space, {config_key(c) for c in enumerate_space(space)})
         taken = {TrialAttrs.of(t).config_key for t in self.study.get_trials(deepcopy=False)
-                 if TrialAttrs.of(t).counted or t.state == optuna.trial.TrialState.RUNNING}
+                 if t.state == optuna.trial.TrialState.RUNNING or counts(t)}
         return self._grid[1] <= taken
 
 

@@ -8,7 +8,7 @@ form) is not run again: Optuna is told the earlier result.
 ``--trials N`` is the number of measured trials the study should hold: running the same study
 again continues it up to N, and a study that already has N runs nothing. Trials left running by a
 driver that was killed stop sending heartbeats; once stale they are marked failed and their
-configurations are queued again (Optuna's ``RetryFailedTrialCallback``).
+configurations are queued again (Optuna's retry callback, :mod:`autotune.storage.optuna_storage`).
 
 What the study measures again (the noise, races, the best and the baseline before it ends, the
 ``--confirm`` best) is :mod:`autotune.repeats.racing`'s to say; a re-measurement is a trial of its
@@ -56,6 +56,7 @@ from autotune.results.best import best_config
 from autotune.study.outcome import study_result, update_progress
 from autotune.results.summaries import study_summaries
 from autotune.storage.optuna_storage import Heartbeats, open_storage
+from autotune.storage.trial_cache import fail_stale
 from autotune.study.starting import enqueue_starting_points, warm_start
 from autotune.study.warm_start import WarmStart, earlier_studies
 from autotune.targets import Target, resolve_target
@@ -241,7 +242,7 @@ class Study:
             attrs = TrialAttrs.of(told)  # a resumed study: what its trials showed still holds
             if attrs.idle or (attrs.config_key == config_key(self.baseline_params) and attrs.result):
                 self._learn_from(told.number, TrialResult.model_validate_json(attrs.result or ""), stored=True)
-        optuna.storages.fail_stale_trials(study)
+        fail_stale(study)
         enqueue_starting_points(study, self.space, self.baseline_params, self.warm, self.starting_points)
         pool, done = self._pool(started_ray)
         try:

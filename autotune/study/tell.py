@@ -22,6 +22,7 @@ from autotune.objectives import BUILT_IN, Constraint, Objective
 from autotune.records import Failure, FailureCategory, TrialPlan, TrialResult
 from autotune.study.options import FinishedTrial, StudyOptions, StudyProgress
 from autotune.storage.optuna_storage import GRACE_S
+from autotune.storage.optuna_versions import constraints_of, finished_already, tell_constraints
 from autotune.study.verdict import Verdict
 from autotune.storage.attrs import TrialAttrs, trial_attrs, write
 
@@ -155,8 +156,7 @@ class TrialRecorder:
         write(trial, **{name: value for name, value in (("category", told.category), ("reason", told.reason))
                         if value is not None})
         if earlier.state == optuna.trial.TrialState.COMPLETE:
-            for key, value in earlier.constraints.items():
-                trial.set_constraint(key, value)
+            tell_constraints(trial, constraints_of(earlier))
             self.study.tell(trial, earlier.values)
         else:
             self.study.tell(trial, state=optuna.trial.TrialState.FAIL)
@@ -212,11 +212,11 @@ class TrialRecorder:
         """Tell a trial this driver ran, unless another driver took it for lost meanwhile (its
         heartbeats stopped reaching the database for longer than the grace period): that driver
         failed it and queued its configuration again, so this measurement is not counted twice."""
-        import optuna
-
         try:
             self.tell(trial, result, error)
-        except optuna.exceptions.UpdateFinishedTrialError:
+        except RuntimeError as exc:  # Optuna's refusal to change a finished trial
+            if not finished_already(exc):
+                raise
             self.notes.append(f"trial {trial.number} was taken for lost while it ran (no heartbeat reached "
                               f"the database for {GRACE_S} s); its configuration was queued again")
 

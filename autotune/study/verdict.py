@@ -16,6 +16,7 @@ from autotune.measurement.numerics import constraint_value, loss_deviation
 from autotune.study.options import StudyOptions
 from autotune.results.standings import _baseline_losses
 from autotune.storage.attrs import StudyAttrs, TrialAttrs, write
+from autotune.storage.optuna_versions import tell_constraints
 
 if TYPE_CHECKING:
     import optuna
@@ -54,7 +55,7 @@ class Verdict:
         violated = []
         for c in self.constraints:
             amount = c.violation(objective(c.name, self.o.direction).read(result, self.usd_per_sample_second))
-            trial.set_constraint(c.text, amount)
+            tell_constraints(trial, {c.text: amount})
             if amount > 0:
                 violated.append(c.text)
         if violated:
@@ -74,5 +75,5 @@ class Verdict:
             write(trial, loss_deviation=deviation if math.isfinite(deviation) else "inf")
             value = constraint_value(deviation, self.o.loss_tolerance)
             write(trial, numerics_constraint=value)
-            trial.set_constraint("numerics", value)  # constrained sampling steers away from it
+            tell_constraints(trial, {"numerics": value})  # constrained sampling steers away from it
 

@@ -79,7 +79,7 @@ class ByHandSampler(BaseSampler):
             if p.choices is None:
                 raise InvalidConfigError(f"the by-hand method tries each value of a knob; {p.name!r} is a range")
         self.space = space
-        self._picked: dict[int, dict[str, Any]] = {}
+        self._picked: dict[tuple[str, int], dict[str, Any]] = {}
 
     def infer_relative_search_space(self, study: optuna.Study, trial: optuna.trial.FrozenTrial
                                     ) -> dict[str, BaseDistribution]:
@@ -91,9 +91,9 @@ class ByHandSampler(BaseSampler):
 
     def sample_independent(self, study: optuna.Study, trial: optuna.trial.FrozenTrial, param_name: str,
                            param_distribution: BaseDistribution) -> Any:
-        config = self._picked.get(trial._trial_id)
+        config = self._picked.get((study.study_name, trial.number))
         if config is None:
-            config = self._picked[trial._trial_id] = self.propose(study)
+            config = self._picked[(study.study_name, trial.number)] = self.propose(study)
         value = config.get(param_name)
         # The method tries the listed choices of each knob (knob_values): a parameter with choices
         # is asked as a categorical (autotune.search.samplers.suggest_one).
@@ -102,7 +102,7 @@ class ByHandSampler(BaseSampler):
 
     def after_trial(self, study: optuna.Study, trial: optuna.trial.FrozenTrial, state: optuna.trial.TrialState,
                     values: Sequence[float] | None) -> None:
-        self._picked.pop(trial._trial_id, None)
+        self._picked.pop((study.study_name, trial.number), None)
 
     def propose(self, study: optuna.Study) -> dict[str, Any]:
         import optuna

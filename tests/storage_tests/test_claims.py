@@ -9,8 +9,9 @@ import time
 import optuna
 import pytest
 
-from autotune.storage.claims import Claims, claims_table, over_budget
-from autotune.storage.optuna_storage import open_storage, rdb_storage, requeue_lost
+from autotune.storage.claims import Claims, claims_table, trials_filled
+from autotune.storage.optuna_storage import Requeue, open_storage, rdb_storage
+from autotune.storage.optuna_versions import stale_trial_callback
 from autotune.storage.attrs import TrialAttrs, write
 
 
@@ -39,7 +40,7 @@ def test_a_configuration_is_measured_by_the_trial_that_claimed_it_first(tmp_path
     assert claims.holder("B", stale.number) is None
     other = _running(study, "C")
     with claims.engine.begin() as c:
-        c.execute(claims_table.insert().values(study_id=study._study_id, trial_number=stale.number,
+        c.execute(claims_table.insert().values(study_id=claims.study_id, trial_number=stale.number,
                                                config_digest=hashlib.sha256(b"C").hexdigest()))
     assert claims.holder("C", other.number) is None
 
@@ -47,10 +48,10 @@ def test_a_configuration_is_measured_by_the_trial_that_claimed_it_first(tmp_path
 def test_trials_beyond_the_budget_are_not_run(tmp_path) -> None:
     study = optuna.create_study(storage=open_storage(f"sqlite:///{tmp_path / 'db'}"))
     trials = [_running(study, str(i)) for i in range(3)]
-    assert not over_budget(study, trials[1].number, 2)
-    assert over_budget(study, trials[2].number, 2), "two running before it fill a budget of two"
+    assert not trials_filled(study, trials[1].number, 2)
+    assert trials_filled(study, trials[2].number, 2), "two running before it fill a budget of two"
     study.tell(trials[0], state=optuna.trial.TrialState.FAIL)  # not counted: room again
-    assert not over_budget(study, trials[2].number, 2)
+    assert not trials_filled(study, trials[2].number, 2)
 
 
 @pytest.mark.filterwarnings("ignore::optuna.exceptions.ExperimentalWarning")  # heartbeat_interval
@@ -59,7 +60,7 @@ def test_a_trial_killed_after_writing_its_result_and_before_telling_it_is_measur
     # trial stays running until another driver fails it for lost and queues it again.
     url = f"sqlite:///{tmp_path / 'db'}"
     storage = rdb_storage(url, heartbeat_interval=1, grace_period=1,
-                          heartbeat_stale_trial_callback=requeue_lost(max_retry=2))
+                          **stale_trial_callback(Requeue(max_retry=2)))
     study = optuna.create_study(study_name="s", storage=storage)
     claims = Claims(storage, study, url)
     lost = _running(study, "A")
@@ -72,7 +73,7 @@ def test_a_trial_killed_after_writing_its_result_and_before_telling_it_is_measur
     frozen = study.trials[lost.number]
     assert frozen.state == optuna.trial.TrialState.FAIL and frozen.user_attrs["counted"]
     assert not TrialAttrs.of(frozen).counted, "never told: it does not count"
-    assert not over_budget(study, lost.number + 1, 1), "nor fill the budget"
+    assert not trials_filled(study, lost.number + 1, 1), "nor fill the budget"
     queued = study.trials[-1]
     assert queued.state == optuna.trial.TrialState.WAITING
     assert queued.user_attrs == {"config_key": "A", "result_key": "k"}, "the lost one's measurement is not copied"
