@@ -35,7 +35,7 @@ from autotune.objectives import Constraint, objective
 from autotune.records import TrialResult
 from autotune.search.samplers import make_sampler
 from autotune.space import SearchSpace, config_key
-from autotune.space.processes import most_processes, with_processes
+from autotune.space.processes import most_processes, trial_nodes, with_processes
 from autotune.storage.claims import Claims
 from autotune.study.costing import StudyCost
 from autotune.storage.database import sqlite_path
@@ -113,11 +113,14 @@ class Study:
         self.target: Target = resolve_target(options.target, self.script, options.gpus_per_trial)
         loaded = space or load_trial_space(self.target, options.space, options.platform)
         base_space, sets = with_processes(loaded.with_flags(options.script_flags()), options.sets,
-                                          options.nproc_per_node)
+                                          options.nproc_per_node, options.nnodes)
         validate_for(self.target, base_space, {k: v for k, v in sets.items() if k not in base_space.parameters})
         self.processes = most_processes(base_space)
+        #: The nodes each trial spans (``--nnodes``).
+        self.nodes = trial_nodes(base_space)
         self.target.check_processes(self.processes, options.cores_per_trial)
-        self.name = options.study or default_study_name(self.script, self.target.name, options.nproc_per_node)
+        self.name = options.study or default_study_name(self.script, self.target.name, options.nproc_per_node,
+                                                        self.nodes)
         self.out = Path(options.out) if options.out else DEFAULT_DIR / self.name
         self.storage_url = "in-memory" if in_memory is not None else options.storage or default_storage()
         if in_memory is None:
@@ -128,7 +131,7 @@ class Study:
         self.notes: list[str] = []
         self.objectives = [objective(name, options.direction) for name in options.objectives()]
         self.constraints = [Constraint.parse(text) for text in options.constraint]
-        self.cost = StudyCost(self.target, options, self.objectives, self.constraints)
+        self.cost = StudyCost(self.target, options, self.objectives, self.constraints, self.nodes)
         from autotune.cache import open_cache
 
         self.cache = open_cache(options.cache) if in_memory is None else None
@@ -230,7 +233,8 @@ class Study:
                                  on_result=self._learn_from, on_no_space=self._no_space)
         self._opened = study, recorder
         write(study, provenance=self.provenance, price=self.cost.price.model_dump() if self.cost.price else None,
-              devices_per_trial=self.cost.devices_per_trial)
+              devices_per_trial=self.cost.devices_per_trial,
+              **({"nodes_per_trial": self.nodes} if self.nodes > 1 else {}))
         note = self.target.availability_note()
         if note:
             self.notes.append(note)
@@ -273,7 +277,7 @@ class Study:
             pool = self.pools(self)
             return pool, lambda: None
         ray = RayPools(self.target, self.o, self.baseline_params, self.processes, self.requests.compile_split,
-                       self.notes, ray_started=started_ray)
+                       self.notes, ray_started=started_ray, nodes=self.nodes)
         return ray.pool, ray.done
 
     # -- between-run noise --------------------------------------------------------------------

@@ -131,14 +131,14 @@ def ray_fleet() -> Iterator[RayFleet]:
             shutil.rmtree(temp_dir, ignore_errors=True)
 
 
-def _start_node(args: list[str], resources: dict[str, int], temp_dir: Path) -> subprocess.Popen:
+def _start_node(args: list[str], resources: dict[str, int], temp_dir: Path, cpus: int = 1) -> subprocess.Popen:
     """A node in its own process group; ``autotune`` on its PATH, as where it is installed."""
     temp_dir.mkdir(exist_ok=True)
     # Every port of a node's agents its own: Ray's defaults (52365 for the job agent, say) are taken
     # by any other Ray on the machine (another test process's), and the head then takes no jobs.
     ports = [f"--{name}={_free_port()}" for name in ("dashboard-agent-listen-port", "dashboard-agent-grpc-port",
                                                      "metrics-export-port", "runtime-env-agent-port")]
-    cmd = [sys.executable, "-m", "ray.scripts.scripts", "start", "--block", *args, *ports, "--num-cpus=1", "--num-gpus=0",
+    cmd = [sys.executable, "-m", "ray.scripts.scripts", "start", "--block", *args, *ports, f"--num-cpus={cpus}", "--num-gpus=0",
            f"--resources={json.dumps(resources)}", f"--temp-dir={temp_dir}", "--object-store-memory=100000000",
            "--disable-usage-stats"]
     env = {**os.environ, "PATH": f"{Path(sys.executable).parent}{os.pathsep}{os.environ.get('PATH', '')}"}
