@@ -97,6 +97,8 @@ def test_a_trial_of_two_nodes_runs_its_ranks_on_both_and_adds_them_up(three_node
     ranks = [r.measurement.throughput for r in result.ranks if r.measurement]
     assert len(ranks) == 2 * NPROC and abs(m.throughput - sum(ranks)) / sum(ranks) < 0.25, (m.throughput, ranks)
     assert summary.trials[0].params["nnodes"] == 2
+    # Stopped once measured, every rank on both nodes at one step (through node 0's store).
+    assert result.stopped_early and len({r.steps_seen for r in result.ranks}) == 1, result.ranks
 
 
 def _ancestors(pid: int) -> Iterator[int]:
