@@ -99,6 +99,7 @@ def test_a_trial_of_two_nodes_runs_its_ranks_on_both_and_adds_them_up(three_node
     assert summary.trials[0].params["nnodes"] == 2
     # Stopped once measured, every rank on both nodes at one step (through node 0's store).
     assert result.stopped_early and len({r.steps_seen for r in result.ranks}) == 1, result.ranks
+    print(f"{m.throughput:.0f} samples/s from ranks of {[round(t) for t in ranks]} on nodes {nodes}")
 
 
 def _ancestors(pid: int) -> Iterator[int]:
@@ -137,5 +138,6 @@ def test_a_node_lost_mid_trial_leaves_no_rank_and_the_trial_runs_again(three_nod
     (trial,) = summary.trials
     assert trial.state == "COMPLETE", (trial.reason, trial.log_tail)
     assert "lost" in trial.placement, trial.placement
+    print("lost:", trial.placement["lost"], "; measured again on", trial.placement["ray_nodes"])
     left = subprocess.run(["ps", "-eo", "pid,args"], capture_output=True, text=True).stdout
     assert "nodes_train.py" not in left and not [pid for pid in held if _alive(pid)], left
