@@ -94,8 +94,11 @@ class RayFleet:
 
     def nodes(self) -> list[dict]:
         """The live nodes: ``{"id": ..., "resources": {...}}`` each."""
-        out = subprocess.run([sys.executable, "-c", _STATUS, self.address], capture_output=True, text=True,
-                             timeout=120)
+        try:
+            out = subprocess.run([sys.executable, "-c", _STATUS, self.address], capture_output=True, text=True,
+                                 timeout=120)
+        except subprocess.TimeoutExpired:  # a head still starting on a busy machine: none yet
+            return []
         # The line the script printed, whatever Ray writes around it (a raylet's backtrace at exit, say).
         listed = [line for line in out.stdout.splitlines() if line.startswith("[")]
         return [n for n in json.loads(listed[-1]) if n["alive"]] if listed else []

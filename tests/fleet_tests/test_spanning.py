@@ -54,9 +54,10 @@ def three_nodes() -> Iterator[ThreeNodes]:
         fleet = ThreeNodes(f"127.0.0.1:{port}", temp_dir, head, "")
         fleet.others, fleet.gate = [], temp_dir / "gate"
         try:
-            fleet.wait(lambda nodes: len(nodes) == 1)
+            # Three nodes come up in half a minute on a quiet machine, in minutes on a busy one.
+            fleet.wait(lambda nodes: len(nodes) == 1, timeout=300)
             fleet.others = [_start_node(["--address", fleet.address], {}, temp_dir / f"node{i}", cpus=NPROC) for i in (1, 2)]
-            fleet.wait(lambda nodes: len(nodes) == 3)
+            fleet.wait(lambda nodes: len(nodes) == 3, timeout=300)
             yield fleet
         finally:
             for node in [*fleet.others, head]:
