@@ -75,6 +75,10 @@ class JobConfig(BaseModel):
     nproc_per_node: int = Field(default=1, ge=1, description="Processes of each trial, as torchrun's --nproc_per_node: "
                                                      "above 1 the script runs through torchrun, the batch "
                                                      "size applies to each process.")
+    nnodes: int = Field(default=1, ge=1, description="Nodes of each trial, as torchrun's --nnodes: above 1 each trial "
+                                             "holds a share of as many Ray nodes (one each), runs "
+                                             "--nproc-per-node processes on every one of them, and its figure is "
+                                             "the sum over all of them.")
     compile_workers: int = Field(default=0, ge=0, description="Compile processes that compile configurations ahead of "
                                                       "their measurement, so that trials only measure (0: each "
                                                       "trial compiles its own). On a Ray cluster: compile workers "

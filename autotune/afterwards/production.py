@@ -86,6 +86,11 @@ def production_command(best: BestConfig, command: list[str]) -> ProductionComman
         return ProductionCommand(command)
     if best.launch is None:
         return ProductionCommand(command)
+    if is_python_script(command) and best.nnodes > 1:
+        return ProductionCommand([command[0], "-m", "torch.distributed.run", f"--nnodes={best.nnodes}",
+                                  f"--nproc_per_node={best.nproc_per_node}", *command[1:]], [
+            f"the best was measured on {best.nnodes} nodes: run this on each of them, with PET_NODE_RANK (0 to "
+            f"{best.nnodes - 1}), PET_MASTER_ADDR (node 0's address) and PET_MASTER_PORT set"])
     if is_python_script(command):
         return ProductionCommand([command[0], "-m", "torch.distributed.run", "--standalone",
                                   f"--nproc_per_node={best.nproc_per_node}", *command[1:]])

@@ -44,7 +44,7 @@ PANELS: dict[str, str] = {
                      "loss_tolerance"), "Search"),
     **dict.fromkeys(("metric", "direction", "objective", "constraint", "prefer", "instance_type", "price_per_hour",
                      "prices", "budget_usd", "budget_hours"), "Objective and budget"),
-    **dict.fromkeys(("workers", "cores_per_trial", "gpus_per_trial", "nproc_per_node", "compile_workers", "compile_ahead",
+    **dict.fromkeys(("workers", "cores_per_trial", "gpus_per_trial", "nproc_per_node", "nnodes", "compile_workers", "compile_ahead",
                      "ray_address", "trial_timeout", "timeout", "memory_limit"), "Placement"),
     **dict.fromkeys(("study", "storage", "cache"), "Storage"),
     "out": "Output",

@@ -76,6 +76,8 @@ def ensure_key(script: Path, args: list[str], target: Any, run: RunOptions, spac
                 if getattr(run, name)})
     if run.gpus_per_trial is not None:  # trials of 2 GPUs measure what trials of 1 do not
         doc["gpus_per_trial"] = run.gpus_per_trial
+    if run.nnodes > 1:
+        doc["nnodes"] = run.nnodes
     return hashlib.sha256(json.dumps(doc, sort_keys=True, default=str).encode()).hexdigest()
 
 

@@ -13,7 +13,7 @@ from typing import IO
 
 
 from autotune.daemon.jobs import JobRecord
-from autotune.execution.scheduler import attempt_folder, last_attempt
+from autotune.execution.worker_pool import attempt_folder, last_attempt
 from autotune.storage.database import STORAGE_ENV
 
 

@@ -71,7 +71,8 @@ def job_devices(job: JobRecord, files: JobFiles) -> tuple[str | None, int]:
         target = get_target(detect_target(script) if run.target == "auto" else run.target, run.gpus_per_trial)
     except AutotuneError:
         return None, 0
-    return target.device_resource, target.devices_per_trial(run.cores_per_trial, run.nproc_per_node)
+    # A trial of several nodes holds its share on each.
+    return target.device_resource, target.devices_per_trial(run.cores_per_trial, run.nproc_per_node) * run.nnodes
 
 
 def fair_share(slots: int, sharing: int, wanted: int | None = None) -> int:

@@ -9,7 +9,8 @@ from collections.abc import Hashable
 from typing import Any
 
 from autotune.execution.pool import Finished, TrialPool
-from autotune.execution.scheduler import WorkerPool, connect, plan_compile_placement, plan_placement
+from autotune.execution.scheduler import connect, plan_compile_placement, plan_placement
+from autotune.execution.worker_pool import WorkerPool
 from autotune.records import CompileRequest, TrialRequest
 from autotune.execution.compile_stage import Split, compile_stage, local_compile_slots
 from autotune.config import RunConfig
@@ -20,7 +21,7 @@ class LazyPool:
     """Ray workers for ``target``'s trials, placed when the first trial is submitted."""
 
     def __init__(self, target: Target, *, ray_address: str | None, workers: int | None, cores_per_trial: int,
-                 ray_started: bool, processes_per_trial: int = 1, compiles: bool = False,
+                 ray_started: bool, processes_per_trial: int = 1, nodes_per_trial: int = 1, compiles: bool = False,
                  compile_slots: int = 0) -> None:
         self.target = target
         #: Compile workers instead of trial workers; a local Ray gets ``compile_slots`` places for them.
@@ -30,6 +31,7 @@ class LazyPool:
         self.workers = workers
         self.cores_per_trial = cores_per_trial
         self.processes_per_trial = processes_per_trial
+        self.nodes_per_trial = nodes_per_trial
         self.ray_started = ray_started
         self.pool: WorkerPool | None = None
         #: What the placement decided that a user should know (set when the pool starts).
@@ -44,7 +46,8 @@ class LazyPool:
                 placement = plan_compile_placement(self.target, workers=self.workers)
             else:
                 placement = plan_placement(self.target, workers=self.workers, cores_per_trial=self.cores_per_trial,
-                                           processes_per_trial=self.processes_per_trial)
+                                           processes_per_trial=self.processes_per_trial,
+                                           nodes_per_trial=self.nodes_per_trial)
             self.notes.extend(placement.notes)
             self.threads = placement.threads_per_trial
             self.pool = WorkerPool(placement)
@@ -78,11 +81,11 @@ class RayPools:
     :meth:`done` (after ``pool`` is shut down)."""
 
     def __init__(self, target: Target, options: RunConfig, baseline: dict[str, Any], processes: int,
-                 split: Split, notes: list[str], *, ray_started: bool) -> None:
+                 split: Split, notes: list[str], *, ray_started: bool, nodes: int = 1) -> None:
         slots = local_compile_slots(options)
         self.trials = LazyPool(target, ray_address=options.ray_address, workers=options.workers,
                                cores_per_trial=options.cores_per_trial, processes_per_trial=processes,
-                               ray_started=ray_started, compile_slots=slots)
+                               nodes_per_trial=nodes, ray_started=ray_started, compile_slots=slots)
         self.compilers = LazyPool(target, ray_address=options.ray_address, workers=options.compile_workers or None,
                                   cores_per_trial=1, ray_started=False, compiles=True, compile_slots=slots)
         self.pool: TrialPool = compile_stage(target, options, baseline, self.trials, self.compilers, split, notes)

@@ -1,28 +1,24 @@
-"""Placement of trials on Ray workers, kept apart from choosing them (that is the study's job).
+"""Placement of trials on Ray workers, kept apart from choosing them (that is the study's job):
+joining the cluster, and how many workers, each holding what (:class:`Placement`); the workers
+themselves are :mod:`.worker_pool`'s.
 
-A pool of actors, one trial per actor at a time. Where the target's trials hold devices, each
-actor holds a trial's share of the target's Ray resource (``cores_per_trial`` NeuronCores of
-``neuron_cores``; ``--gpus-per-trial`` GPUs of ``GPU``), so trials never share a core or a GPU.
-A worker that dies mid-trial is replaced, and its trial is run once more on another worker
-before it is recorded as failed.
+Where the target's trials hold devices, each worker holds a trial's share of the target's Ray
+resource (``cores_per_trial`` NeuronCores of ``neuron_cores``; ``--gpus-per-trial`` GPUs of
+``GPU``), so trials never share a core or a GPU. A trial that spans several nodes (``--nnodes``)
+holds such a share on each of them, through a gang of workers (:mod:`.trial_slots`).
 """
 
 from __future__ import annotations
 
 import contextlib
+import dataclasses
 import os
-import time
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import TYPE_CHECKING, Any, Hashable, Iterator
+from typing import Any, Iterator
 
 from autotune.errors import AutotuneError
-from autotune.execution.pool import Finished
-from autotune.records import CompileRequest, TrialRequest
 from autotune.targets.base import Target
-
-if TYPE_CHECKING:
-    from ray.actor import ActorHandle
 
 
 #: The Ray resource of compile workers (``--compile-workers``): CPU nodes that compile declare
@@ -46,6 +42,14 @@ class Placement:
     #: The most of these workers that run at once on one node: each trial's default memory limit
     #: is that share of the node's (:class:`autotune.workers.launcher.TrialLimits`).
     per_node: int = 1
+    #: The nodes each trial spans: a trial slot is then a gang of workers, one on each node.
+    nodes_per_trial: int = 1
+
+    def bundle(self) -> dict[str, float]:
+        """What one worker holds of its node, as Ray resources."""
+        held = {self.device_resource: float(self.devices_per_worker)} \
+            if self.device_resource and self.devices_per_worker else {}
+        return {**({"CPU": self.cpus_per_worker} if self.cpus_per_worker else {}), **held}
 
 
 def connect(address: str | None, compile_slots: int = 0, notes: list[str] | None = None) -> bool:
@@ -144,7 +148,7 @@ def alive_nodes() -> list[dict[str, float]]:
 
 
 def plan_placement(target: Target, *, workers: int | None, cores_per_trial: int, processes_per_trial: int = 1,
-                   nodes: list[dict[str, float]] | None = None) -> Placement:
+                   nodes_per_trial: int = 1, nodes: list[dict[str, float]] | None = None) -> Placement:
     """How many workers, and what each holds, from the resources of the cluster's ``nodes``.
 
     A target whose trials hold devices (:attr:`Target.device_resource`: ``neuron_cores``, ``GPU``)
@@ -154,8 +158,14 @@ def plan_placement(target: Target, *, workers: int | None, cores_per_trial: int,
     trial starts). The others get a share of one node's
     CPUs each, never the cluster's total: a worker that asks for more CPUs than any node has is
     never placed, and one that asks for all of a cluster's CPUs leaves no room for a second study.
+    A trial of ``nodes_per_trial`` nodes holds one worker's share on each of as many nodes
+    (:func:`spanning`).
     """
     nodes = alive_nodes() if nodes is None else nodes
+    if nodes_per_trial > 1:
+        one = plan_placement(target, workers=None, cores_per_trial=cores_per_trial,
+                             processes_per_trial=processes_per_trial, nodes=nodes)
+        return spanning(one, nodes_per_trial, workers, nodes)
     notes: list[str] = []
     resource, noun = target.device_resource, target.device_noun
     if resource is not None:
@@ -202,6 +212,27 @@ def plan_placement(target: Target, *, workers: int | None, cores_per_trial: int,
                      notes=notes, per_node=min(n, on_a_node))
 
 
+def spanning(one: Placement, count: int, workers: int | None, nodes: list[dict[str, float]]) -> Placement:
+    """``one``'s workers (a one-node trial's share each) as gangs of ``count``, each on ``count``
+    nodes: as many as the nodes hold side by side, one share of a gang to a node (``workers`` of
+    them at most, a CPU study's default at most where none is asked for)."""
+    bundle = one.bundle()
+    fits = [int(min((node.get(k, 0) / v for k, v in bundle.items()), default=1)) for node in nodes]
+    able = sum(1 for f in fits if f >= 1)
+    if able < count:
+        held = ", ".join(f"{v:g} {k}" for k, v in bundle.items()) or "a worker"
+        raise AutotuneError(f"a trial of {count} nodes holds {held} on each of {count} nodes; the Ray cluster has "
+                            f"{able} such node{'s' if able != 1 else ''}: lower --nnodes, or start more nodes")
+    # The most gangs k such that the nodes hold k * count shares, no node more than one of each gang.
+    most = max(k for k in range(1, sum(fits) // count + 1) if sum(min(f, k) for f in fits) >= k * count)
+    notes = list(one.notes)
+    if workers and workers > most:
+        notes.append(f"{workers} workers asked for, but the cluster's nodes hold only {most} trials of {count} nodes "
+                     f"side by side: using {most}")
+    n = min(workers or (most if one.device_resource else one.workers), most)
+    return dataclasses.replace(one, workers=n, notes=notes, per_node=min(n, one.per_node), nodes_per_trial=count)
+
+
 def plan_compile_placement(target: Target, *, workers: int | None,
                            nodes: list[dict[str, float]] | None = None) -> Placement:
     """The compile workers: one per ``compile_slots`` the cluster's nodes declare (``workers`` of
@@ -222,187 +253,3 @@ def plan_compile_placement(target: Target, *, workers: int | None,
     return Placement(workers=n, target=target.name, devices_per_worker=1,
                      device_resource=COMPILE_RESOURCE, cpus_per_worker=0, threads_per_trial=1, notes=notes,
                      compiles=True, per_node=min(n, max(int(node.get(COMPILE_RESOURCE, 0)) for node in nodes)))
-
-
-#: Seconds a lost worker's replacement may take to be placed before the trials waiting for a
-#: worker are failed, when no other worker is left to run them.
-PLACE_TIMEOUT_S = 120.0
-
-
-@dataclass
-class _Running:
-    request: TrialRequest | CompileRequest
-    worker: ActorHandle
-    ref: Any
-    attempts: int
-    tag: Hashable
-    #: Why an earlier attempt of this trial ended without a result (its worker or node was lost).
-    lost: str | None = None
-
-
-def for_attempt(request: TrialRequest | CompileRequest, attempt: int) -> TrialRequest | CompileRequest:
-    """``request`` run again as its ``attempt``-th attempt, in a folder of its own under the
-    first's: whatever the lost attempt's processes still write there (its report, its log) is
-    never read as this attempt's."""
-    if isinstance(request, CompileRequest):
-        return request.model_copy(update={"trial": for_attempt(request.trial, attempt)})
-    return request.model_copy(update={"trial_dir": str(attempt_folder(request.trial_dir, attempt))})
-
-
-def attempt_folder(trial_dir: str | Path, attempt: int) -> Path:
-    """The folder of a trial's ``attempt`` (1: the first, its own folder)."""
-    return Path(trial_dir) if attempt <= 1 else Path(trial_dir) / f"attempt-{attempt}"
-
-
-def last_attempt(trial_dir: str | Path) -> int:
-    """The last attempt of the trial whose folder is ``trial_dir`` that left a folder."""
-    found = [int(p.name.removeprefix("attempt-")) for p in Path(trial_dir).glob("attempt-*")
-             if p.name.removeprefix("attempt-").isdigit()]
-    return max(found, default=1)
-
-
-class WorkerPool:
-    """Ray actors that run trial requests; :meth:`wait` yields finished ones.
-
-    A worker lost mid-trial (its process or its whole node died) is infrastructure, not the
-    configuration's fault: the trial runs again on another worker, and its result says so in
-    ``placement["lost"]``. The lost worker's replacement takes trials only once Ray has placed it
-    (the node may be gone, and Ray may not know yet): until then, and for good when the cluster no
-    longer has room for it, the trial waits for a worker that is free.
-    """
-
-    def __init__(self, placement: Placement) -> None:
-        from autotune.workers.ray_worker import worker_class
-
-        self.placement = placement
-        devices: dict[str, float] | None = ({placement.device_resource: placement.devices_per_worker}
-                                            if placement.device_resource and placement.devices_per_worker else None)
-        self._cls = worker_class(resources=devices, num_cpus=placement.cpus_per_worker,
-                                 compiles=placement.compiles)
-        self._next_id = 0
-        self.idle: list[Any] = [self._spawn() for _ in range(placement.workers)]
-        self.running: dict[Any, _Running] = {}
-        #: Trials whose worker was lost, waiting for a free one.
-        self.queued: list[_Running] = []
-        #: Replacements of lost workers, until Ray has placed them: a ready reference -> (the
-        #: worker, when it was asked for).
-        self.starting: dict[Any, tuple[Any, float]] = {}
-
-    def _spawn(self) -> ActorHandle:
-        self._next_id += 1
-        # A compile worker's compile_slots are no devices of the target's.
-        held = None if self.placement.compiles else self.placement.device_resource
-        return self._cls.remote(self._next_id, self.placement.target, self.placement.per_node, held)
-
-    @property
-    def free(self) -> int:
-        return max(0, len(self.idle) - len(self.queued))
-
-    def submit(self, request: TrialRequest | CompileRequest, tag: Hashable, attempts: int = 1,
-               lost: str | None = None) -> None:
-        worker = self.idle.pop()
-        ref = worker.run.remote(request.model_dump_json())
-        self.running[ref] = _Running(request, worker, ref, attempts, tag, lost)
-
-    def wait(self, timeout: float) -> list[Finished]:
-        """The jobs that finished; a lost worker's trial is run again once."""
-        import ray
-        from ray.exceptions import RayActorError, RayError
-
-        self._place_started()
-        if not self.running:
-            time.sleep(min(timeout, 0.2))
-            self._run_queued()
-            return self._unrunnable()
-        ready, _ = ray.wait(list(self.running), num_returns=len(self.running), timeout=timeout)
-        done: list[Finished] = []
-        for ref in ready:
-            job = self.running.pop(ref)
-            try:
-                done.append(_finished(job.tag, ray.get(ref), job.lost))
-                self.idle.append(job.worker)
-            except RayActorError as exc:
-                self._replace(job.worker)
-                if job.attempts < 2:
-                    job.attempts, job.lost = job.attempts + 1, _first_line(exc)
-                    self.queued.append(job)
-                else:
-                    done.append(Finished(job.tag, error=f"the worker running this trial died twice: {_first_line(exc)}"))
-            except RayError as exc:
-                self.idle.append(job.worker)
-                done.append(Finished(job.tag, error=f"the worker failed: {_first_line(exc)}"))
-        self._run_queued()
-        return done + self._unrunnable()
-
-    def _run_queued(self) -> None:
-        while self.queued and self.idle:
-            job = self.queued.pop(0)
-            self.submit(for_attempt(job.request, job.attempts), job.tag, attempts=job.attempts, lost=job.lost)
-
-    def _unrunnable(self) -> list[Finished]:
-        """Waiting trials that no worker is left to run: every worker is lost, and no replacement
-        was placed within ``PLACE_TIMEOUT_S`` (the cluster has no room left for one)."""
-        now = time.monotonic()
-        if not self.queued or self.idle or self.running or \
-                any(now - asked < PLACE_TIMEOUT_S for _, asked in self.starting.values()):
-            return []
-        done = [Finished(job.tag, error=f"no worker is left to run this trial: {job.lost}") for job in self.queued]
-        self.queued = []
-        return done
-
-    def _place_started(self) -> None:
-        import ray
-
-        if not self.starting:
-            return
-        from ray.exceptions import RayError
-
-        ready, _ = ray.wait(list(self.starting), num_returns=len(self.starting), timeout=0)
-        for ref in ready:
-            worker, _ = self.starting.pop(ref)
-            try:
-                ray.get(ref)
-                self.idle.append(worker)
-            except RayError:
-                pass  # lost before it took a trial
-
-    def _replace(self, dead: ActorHandle) -> None:
-        import ray
-
-        try:
-            ray.kill(dead)
-        except Exception:
-            pass
-        worker = self._spawn()
-        self.starting[worker.info.remote()] = (worker, time.monotonic())
-
-    def shutdown(self) -> None:
-        import ray
-
-        for worker in [*self.idle, *(j.worker for j in self.running.values()), *(w for w, _ in self.starting.values())]:
-            try:
-                ray.kill(worker)
-            except Exception:
-                pass
-        self.idle, self.running, self.queued, self.starting = [], {}, [], {}
-
-
-def _finished(tag: Hashable, reply: str, lost: str | None) -> Finished:
-    """A worker's reply (JSON, which any Ray version carries) as the job it finished, with why an
-    earlier attempt ended in its placement (``lost``)."""
-    from autotune.records import CompileOutcome, TrialResult
-
-    if '"stage"' in reply[:20]:
-        outcome = CompileOutcome.model_validate_json(reply)
-        if lost is not None:
-            outcome.stage.placement["lost"] = lost
-        return Finished(tag, compiled=outcome)
-    result = TrialResult.model_validate_json(reply)
-    if lost is not None:
-        result.placement["lost"] = lost
-    return Finished(tag, result=result)
-
-
-def _first_line(exc: BaseException) -> str:
-    text = str(exc).strip().splitlines()
-    return text[0][:300] if text else type(exc).__name__

@@ -63,7 +63,8 @@ from autotune.harness.backends import Backends
 from autotune.harness.ending import record_end, write_report
 from autotune.harness.optimizer_steps import OptimizerSteps
 from autotune.harness.script_model import ScriptModel
-from autotune.harness.timing.step_clock import NumericsFailure, RankStop, StepClock
+from autotune.harness.timing.rank_stop import RankStop, StoreStop
+from autotune.harness.timing.step_clock import NumericsFailure, StepClock
 from autotune.harness.tensors import batch_len, to_float
 
 if TYPE_CHECKING:
@@ -94,7 +95,7 @@ class TrialRuntime:
         self.last_loss: torch.Tensor | None = None
         self.backends = Backends()
         self.clock = StepClock(spec.protocol, self, self.backends, lazy=spec.plan.knobs.lazy_device,
-                               stop=RankStop(spec.ranks_dir if is_rank else None), spawned=spawned)
+                               stop=_rank_stop(spec, is_rank), spawned=spawned)
         self.params = dict(spec.plan.params)
         #: The runtime knobs the harness found what to apply to (a DataLoader, the model).
         self.applied: set[str] = set()
@@ -306,6 +307,14 @@ def _seed(seed: int) -> None:
     import torch
 
     torch.manual_seed(seed)
+
+
+def _rank_stop(spec: TrialSpec, is_rank: bool) -> RankStop:
+    """How this process stops with the other ranks: through their node's folder, or, where the trial
+    spans several nodes, through node 0's store (torchrun gives every rank its address)."""
+    if is_rank and spec.node is not None:
+        return StoreStop(os.environ["MASTER_ADDR"], int(os.environ["MASTER_PORT"]))
+    return RankStop(spec.ranks_dir if is_rank else None)
 
 
 def _exit_with_parent() -> None:

@@ -142,19 +142,22 @@ class Cost(BaseModel):
     instance_samples_per_second: float = Field(description=(
         "The whole instance's samples/s: the trial's times the trials that fit side by side."))
     trials_side_by_side: int = Field(description="The trials the instance runs side by side, each on its devices.")
+    instances_per_trial: int = Field(default=1, description=(
+        "The instances one trial spans (`--nnodes`): its samples/s are theirs together."))
     usd_per_million_samples: float = Field(description=(
         "US dollars per 1e6 samples at `instance_samples_per_second` and `per_hour`."))
 
     @classmethod
     def of(cls, trial_samples_per_second: float, price: Price, *, instance_type: str | None,
-           devices_per_trial: int | None) -> Cost:
+           devices_per_trial: int | None, nodes: int = 1) -> Cost:
         """The cost of samples measured by a trial that held ``devices_per_trial`` devices (``None``:
-        the target holds none, as on CPU) on ``instance_type``, at ``price``."""
+        the target holds none, as on CPU) on each of ``nodes`` instances of ``instance_type``, at ``price``."""
         sps, side_by_side = instance_rate(trial_samples_per_second, instance_type=instance_type,
-                                          devices_per_trial=devices_per_trial)
+                                          devices_per_trial=devices_per_trial, nodes=nodes)
         return cls(instance_type=instance_type, per_hour=price.per_hour, source=price.source,
                    trial_samples_per_second=trial_samples_per_second, instance_samples_per_second=sps,
-                   trials_side_by_side=side_by_side, usd_per_million_samples=cost_per_million_samples(sps, price))
+                   trials_side_by_side=side_by_side, instances_per_trial=nodes,
+                   usd_per_million_samples=cost_per_million_samples(sps, price))
 
 
 @functools.cache
@@ -235,26 +238,29 @@ def check_instance_type(instance_type: str | None, *, price_per_hour: float | No
 
 
 def instance_throughput(trial_samples_per_second: float, *, devices_per_trial: int,
-                        instance_devices: int | None) -> tuple[float, int]:
+                        instance_devices: int | None, nodes: int = 1) -> tuple[float, int]:
     """The instance's samples/s and the number of trials it runs side by side.
 
     ``instance_devices`` is ``None`` when the instance is unknown or the target holds no devices
     (a CPU trial, or one that shared the host's GPUs): the trial then stands for the whole
-    instance. A trial that needs more devices than the instance has still counts once.
+    instance. A trial that needs more devices than the instance has still counts once. A trial of
+    ``nodes`` instances holds ``devices_per_trial`` on each: each instance makes that share of its
+    samples.
     """
     if devices_per_trial < 1:
         raise ValueError(f"devices_per_trial must be at least 1, not {devices_per_trial}")
     side_by_side = max(1, instance_devices // devices_per_trial) if instance_devices else 1
-    return trial_samples_per_second * side_by_side, side_by_side
+    return trial_samples_per_second * side_by_side / nodes, side_by_side
 
 
 def instance_rate(trial_samples_per_second: float, *, instance_type: str | None,
-                  devices_per_trial: int | None) -> tuple[float, int]:
+                  devices_per_trial: int | None, nodes: int = 1) -> tuple[float, int]:
     """:func:`instance_throughput` on the catalogue's ``instance_type`` for a trial that held
-    ``devices_per_trial`` devices (``None``: the target holds none)."""
+    ``devices_per_trial`` devices (``None``: the target holds none) on each of ``nodes`` instances."""
     row = instance_info(instance_type) if instance_type else None
     return instance_throughput(trial_samples_per_second, devices_per_trial=devices_per_trial or 1,
-                               instance_devices=row.devices if row is not None and devices_per_trial else None)
+                               instance_devices=row.devices if row is not None and devices_per_trial else None,
+                               nodes=nodes)
 
 
 def cost_per_million_samples(instance_samples_per_second: float, price: Price) -> float:
@@ -264,15 +270,16 @@ def cost_per_million_samples(instance_samples_per_second: float, price: Price) -
     return 1e6 / instance_samples_per_second * price.per_hour / 3600
 
 
-def trial_rate(price: Price | None, *, instance_type: str | None, devices_per_trial: int | None) -> float:
-    """What a second of one trial's share of the instance costs: the price per second over the
-    trials the instance runs side by side ($ per sample-second once divided by samples/s). Without
-    a price, a :class:`PricingError` that says how to give one."""
+def trial_rate(price: Price | None, *, instance_type: str | None, devices_per_trial: int | None,
+               nodes: int = 1) -> float:
+    """What a second of one trial's share of the instances costs: the price per second over the
+    trials an instance runs side by side, times the instances a trial spans ($ per sample-second
+    once divided by samples/s). Without a price, a :class:`PricingError` that says how to give one."""
     if price is None:
         raise PricingError("--objective cost needs the instance's price: give --instance-type (one the catalogue "
                            "prices), --price-per-hour or --prices")
     _, side_by_side = instance_rate(1.0, instance_type=instance_type, devices_per_trial=devices_per_trial)
-    return price.per_hour / 3600 / side_by_side
+    return price.per_hour / 3600 / side_by_side * nodes
 
 
 class Utilisation(BaseModel):
@@ -289,12 +296,12 @@ class Utilisation(BaseModel):
 
 
 def utilisation(flops_per_sample: float | None, samples_per_second: float | None, provenance: dict[str, Any],
-                *, devices_per_trial: int | None, processes: int = 1,
+                *, devices_per_trial: int | None, processes: int = 1, nodes: int = 1,
                 model_device: str | None = None) -> Utilisation | None:
     """The utilisation of a trial that measured ``samples_per_second`` of a model of
     ``flops_per_sample`` where ``provenance`` says (:func:`autotune.provenance.provenance`); it held
     ``devices_per_trial`` NeuronCores or GPUs (``None``: none; on a GPU, then ``processes``
-    processes, one GPU each);
+    processes, one GPU each) on each of ``nodes`` nodes;
     ``model_device``: the device type its model was on (``cpu``: no accelerator's peak applies).
     ``None`` where the FLOPs were not counted."""
     if not flops_per_sample or not samples_per_second:
@@ -302,6 +309,8 @@ def utilisation(flops_per_sample: float | None, samples_per_second: float | None
     achieved = flops_per_sample * samples_per_second
     peak, source = device_peak(provenance, devices_per_trial=devices_per_trial, processes=processes,
                                model_device=model_device)
+    if peak is not None and nodes > 1:
+        peak, source = peak * nodes, f"{source}; x {nodes} nodes"
     return Utilisation(flops_per_sample=flops_per_sample, flops_per_second=achieved, peak_flops_per_second=peak,
                        peak_source=source, mfu=achieved / peak if peak else None)
 

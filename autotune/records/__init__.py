@@ -11,6 +11,7 @@ from autotune.records.plan import (
     BATCH_SIZE_PARAM,
     INTERCEPTIONS,
     NEUTRAL_KNOB_VALUES,
+    NODES_PARAM,
     PROCESSES_PARAM,
     ApplySpec,
     CompileSpec,
@@ -20,7 +21,7 @@ from autotune.records.plan import (
     TraceSpec,
     TrialPlan,
 )
-from autotune.records.protocol import CompileRequest, MeasurementProtocol, TrialRequest, TrialSpec
+from autotune.records.protocol import CompileRequest, MeasurementProtocol, NodeRole, TrialRequest, TrialSpec
 from autotune.records.result import (
     PROTOCOL_VERSION,
     CompileOutcome,
@@ -38,9 +39,9 @@ from autotune.records.result import (
 )
 
 __all__ = [
-    "APPLY_ENV", "BATCH_SIZE_PARAM", "INTERCEPTIONS", "NEUTRAL_KNOB_VALUES", "PROCESSES_PARAM", "PROTOCOL_VERSION",
-    "ApplySpec", "CompileOutcome", "CompileRequest", "CompileSpec", "CompileStage", "CompileStats", "Failure",
-    "FailureCategory", "HarnessReport", "KnobEffect", "KnobRoute", "Measurement", "MeasurementProtocol", "RankResult",
-    "RuntimeKnobs", "ScriptFlag", "TimedWindow", "TraceSpec", "TrialPlan", "TrialRequest", "TrialResult", "TrialSpec",
-    "TrialStatus",
+    "APPLY_ENV", "BATCH_SIZE_PARAM", "INTERCEPTIONS", "NEUTRAL_KNOB_VALUES", "NODES_PARAM", "PROCESSES_PARAM",
+    "PROTOCOL_VERSION", "ApplySpec", "CompileOutcome", "CompileRequest", "CompileSpec", "CompileStage", "CompileStats",
+    "Failure", "FailureCategory", "HarnessReport", "KnobEffect", "KnobRoute", "Measurement", "MeasurementProtocol",
+    "NodeRole", "RankResult", "RuntimeKnobs", "ScriptFlag", "TimedWindow", "TraceSpec", "TrialPlan", "TrialRequest",
+    "TrialResult", "TrialSpec", "TrialStatus",
 ]

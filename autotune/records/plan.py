@@ -11,6 +11,9 @@ from pydantic import BaseModel, Field
 
 #: The parameter of a configuration that is its process count (torchrun's ``--nproc_per_node``).
 PROCESSES_PARAM = "nproc_per_node"
+#: The parameter of a configuration that is its node count (torchrun's ``--nnodes``): present only
+#: where a trial spans several nodes, so that the keys of one-node configurations stay as they were.
+NODES_PARAM = "nnodes"
 
 
 #: The parameter that is the batch of one step of one process: a trial checks it against the
@@ -174,6 +177,8 @@ class TrialPlan(BaseModel):
     #: Processes of the trial: above 1 it is started through torch's elastic launcher (torchrun),
     #: one rank per process, on one node; the knobs (batch size included) apply to each rank.
     nproc_per_node: int = Field(default=1, ge=1)
+    #: Nodes of the trial: above 1, ``nproc_per_node`` ranks on each of them, one torchrun per node.
+    nnodes: int = Field(default=1, ge=1)
     #: A command the trial's command line runs under (a compile job on Neuron runs under
     #: ``neuron_parallel_compile``); empty for a plain trial.
     wrapper: list[str] = Field(default_factory=list)
@@ -194,15 +199,24 @@ class TrialPlan(BaseModel):
     def model_post_init(self, _context: object) -> None:
         if self.params.get(PROCESSES_PARAM) is not None and self.nproc_per_node == 1:
             self.nproc_per_node = int(self.params[PROCESSES_PARAM])
+        if self.params.get(NODES_PARAM) is not None and self.nnodes == 1:
+            self.nnodes = int(self.params[NODES_PARAM])
 
     @property
     def launch(self) -> str | None:
         """How a training job starts the script as it was measured, where it is not plain ``python``:
         through torchrun when the configuration names a process count, even one (a script written
-        for torchrun needs its env vars)."""
+        for torchrun needs its env vars), or spans several nodes."""
+        if self.nnodes > 1:
+            return f"torchrun --nnodes={self.nnodes} --nproc_per_node={self.nproc_per_node}"
         if self.nproc_per_node > 1 or PROCESSES_PARAM in self.params:
             return f"torchrun --nproc_per_node={self.nproc_per_node}"
         return None
+
+    @property
+    def world_size(self) -> int:
+        """Ranks of the trial, over all its nodes."""
+        return self.nnodes * self.nproc_per_node
 
     @property
     def compiler_flags(self) -> str | None:
@@ -231,7 +245,8 @@ class ApplySpec(BaseModel):
     routes: dict[str, list[KnobRoute]] = Field(default_factory=dict, description=(
         "How each parameter reaches the script, by parameter; an empty list: its value is the script's own."))
     params: dict[str, Any] = Field(default_factory=dict, description="The configuration's parameters.")
-    nproc_per_node: int = Field(default=1, description="The job's processes.")
+    nproc_per_node: int = Field(default=1, description="The job's processes, on each node.")
+    nnodes: int = Field(default=1, description="The job's nodes.")
     launch: str | None = Field(default=None, description=(
         "How the job starts the script (`torchrun --nproc_per_node=2`)."))
     speedup: float | None = Field(default=None, description="The configuration's speedup over the baseline, times.")
@@ -247,7 +262,7 @@ class ApplySpec(BaseModel):
         return cls(study=study, trial=trial, target=plan.target, script=script, env=env,
                    flags_env=plan.flags_env if plan.flags_env in env else None, knobs=knobs,
                    script_flags=plan.script_flags, routes=plan.routes, params=plan.params,
-                   nproc_per_node=plan.nproc_per_node, launch=plan.launch, speedup=speedup)
+                   nproc_per_node=plan.nproc_per_node, nnodes=plan.nnodes, launch=plan.launch, speedup=speedup)
 
 
 #: The env var that holds an :class:`ApplySpec` as JSON in every process of a production run.

@@ -3,6 +3,7 @@ driver to a worker, a compile job's, and the spec a trial's process reads."""
 
 from __future__ import annotations
 
+from pathlib import Path
 
 from pydantic import BaseModel, Field
 
@@ -75,6 +76,29 @@ class CompileRequest(BaseModel):
     pause_while_measuring: bool = False
 
 
+class NodeRole(BaseModel):
+    """One node's part of a trial that spans several (``--nnodes``): which node it is, and where the
+    nodes' torchruns meet. Node 0 picks the ports on its own host, before any node starts."""
+
+    index: int = Field(ge=0)
+    nodes: int = Field(ge=2)
+    #: Node 0's address, as every node reaches it (torchrun's ``--master_addr``).
+    master_addr: str
+    #: torchrun's ``--master_port`` on node 0: its rendezvous, and the store the ranks share.
+    master_port: int
+    #: A second free port on node 0, for a target runtime's own collectives (Neuron's root communicator).
+    runtime_port: int
+
+    def first_rank(self, nproc_per_node: int) -> int:
+        """The global rank of this node's local rank 0."""
+        return self.index * nproc_per_node
+
+    def folder(self, trial_dir: str | Path) -> Path:
+        """This node's folder of the trial: node 0's is the trial's own, each other's is inside it
+        (where every node sees one file system, no two write the same spec, log or reports)."""
+        return Path(trial_dir) / f"node-{self.index}" if self.index else Path(trial_dir)
+
+
 class TrialSpec(BaseModel):
     """Everything the trial process needs, written by the launcher and read by the harness."""
 
@@ -94,3 +118,5 @@ class TrialSpec(BaseModel):
     #: How long ``torch.distributed.init_process_group`` may wait for the other ranks: a rank that
     #: never comes is then a failure of its own category, not a hang until the trial's timeout.
     rendezvous_timeout_s: float | None = None
+    #: This node's part of a trial that spans several; ``None`` for a trial of one node.
+    node: NodeRole | None = None

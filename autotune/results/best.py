@@ -29,7 +29,7 @@ def study_cost(stored: StudyAttrs, throughput: float | None, price: Price | None
     if price is None or not throughput:
         return None
     return Cost.of(throughput, price, instance_type=(stored.provenance or {}).get("instance_type"),
-                   devices_per_trial=stored.devices_per_trial)
+                   devices_per_trial=stored.devices_per_trial, nodes=stored.nodes_per_trial or 1)
 
 
 def best_config(study: optuna.Study, name: str, prov: dict[str, Any] | None = None) -> BestConfig | None:
@@ -60,6 +60,7 @@ def best_config(study: optuna.Study, name: str, prov: dict[str, Any] | None = No
         compiler_flags=plan.compiler_flags if plan else None,
         knobs={k: v for k, v in (plan.knobs.model_dump() if plan else {}).items() if v not in (None, False)},
         launch=plan.launch if plan else None, nproc_per_node=plan.nproc_per_node if plan else 1,
+        nnodes=plan.nnodes if plan else 1,
         script_args=plan.script_args(list(stored.args or [])) if plan and plan.script_flags else None,
         metric=names[_preferred(study)], value=value,
         value_ci95_low=head.value.low, value_ci95_high=head.value.high,
@@ -100,7 +101,7 @@ def _utilisation(stored: StudyAttrs, result: TrialResult | None, throughput: flo
         return None
     return utilisation(m.flops_per_sample, throughput, prov or stored.provenance or {},
                        devices_per_trial=stored.devices_per_trial, processes=result.plan.nproc_per_node,
-                       model_device=m.model_device)
+                       nodes=result.plan.nnodes, model_device=m.model_device)
 
 
 def _params(trial: optuna.trial.FrozenTrial) -> dict[str, Any]:

@@ -103,7 +103,8 @@ def _row(name: str, storage: str, prices: Path | None) -> ComparisonRow:
         row.usd_per_million_samples = cost.usd_per_million_samples
     elif best.throughput:
         row.instance_samples_per_second, row.trials_side_by_side = instance_rate(
-            best.throughput, instance_type=instance, devices_per_trial=stored.devices_per_trial)
+            best.throughput, instance_type=instance, devices_per_trial=stored.devices_per_trial,
+            nodes=stored.nodes_per_trial or 1)
     return row
 
 

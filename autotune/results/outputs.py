@@ -186,7 +186,9 @@ class BestConfig(BaseModel):
         "How the job starts the script, as it was measured (`torchrun --nproc_per_node=2`); null: plain "
         "`python`, one process."))
     nproc_per_node: int = Field(default=1, description=(
-        "Processes of the job, each with the configuration's batch size."))
+        "Processes of the job on each node, each with the configuration's batch size."))
+    nnodes: int = Field(default=1, description=(
+        "Nodes of the job, each running `nproc_per_node` processes (torchrun's `--nnodes`)."))
     script_args: list[str] | None = Field(default=None, description=(
         "The script's arguments with its tuned flags, where some parameter is a flag of the script's own "
         "(`--arg`); null: the script runs with the arguments it was tuned with."))
@@ -237,12 +239,12 @@ class BestConfig(BaseModel):
         "The baseline's parameters: what `autotune verify` measures the best against again."))
 
     @computed_field(
-        description="The batch of one step of the whole job: `batch_size` (each process's) times `nproc_per_node`; "
-                    "null where the configuration sets no batch size.")
+        description="The batch of one step of the whole job: `batch_size` (each process's) times `nproc_per_node` "
+                    "times `nnodes`; null where the configuration sets no batch size.")
     @property
     def global_batch_size(self) -> int | None:
         batch = self.params.get("batch_size")
-        return batch * self.nproc_per_node if isinstance(batch, int) else None
+        return batch * self.nproc_per_node * self.nnodes if isinstance(batch, int) else None
 
     def variables(self) -> dict[str, str]:
         """The env vars of a production run, but ``PYTHONPATH``: the configuration's own, then those

@@ -82,7 +82,7 @@ class _Summary:
             thr = head.throughput
             use = utilisation(self.bare.flops_per_sample, thr.mean if thr else None, stored.provenance or {},
                               devices_per_trial=stored.devices_per_trial, processes=self.processes,
-                              model_device=self.model_device) \
+                              nodes=stored.nodes_per_trial or 1, model_device=self.model_device) \
                 if self.bare.flops_per_sample else None
             figures.update(value=head.value.mean, values=head.values, runs=head.value.runs,
                            value_ci95_low=head.value.low, value_ci95_high=head.value.high,

@@ -90,9 +90,11 @@ class StudyAttrs:
     constraints: list[str] | None = None
     prefer: str | None = None
     #: What an hour of the instance cost at the last run (:class:`autotune.machine.pricing.Price`, as a dict),
-    #: and the devices each trial held (``None``: the target holds none): what cost figures use.
+    #: the devices each trial held on each of its nodes (``None``: the target holds none), and its
+    #: nodes (``None``: one): what cost figures use.
     price: dict[str, Any] | None = None
     devices_per_trial: int | None = None
+    nodes_per_trial: int | None = None
     #: What the study had spent at the end of the last run, and its caps
     #: (:class:`autotune.study.budget.Spend`, as a dict).
     spend: dict[str, Any] | None = None

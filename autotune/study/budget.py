@@ -57,17 +57,19 @@ def machine_seconds(trial: optuna.trial.FrozenTrial) -> float:
     return result.wall_seconds + (result.compile_stage.seconds if result.compile_stage else 0.0)
 
 
-def instance_share(instance_type: str | None, devices_per_trial: int | None) -> float:
-    """The share of the instance one trial holds (1 where the target holds no devices)."""
+def instance_share(instance_type: str | None, devices_per_trial: int | None, nodes: int | None = 1) -> float:
+    """The instances one trial holds: its share of each (1 where the target holds no devices) times
+    the ``nodes`` it spans."""
     _, side_by_side = instance_rate(1.0, instance_type=instance_type, devices_per_trial=devices_per_trial)
-    return 1.0 / side_by_side
+    return (nodes or 1) / side_by_side
 
 
 def spend_over_time(study: optuna.Study) -> list[tuple[datetime.datetime, float, float | None]]:
     """(when a trial ended, instance-hours spent up to it, dollars up to it or ``None`` without a
     price) at each trial of a stored study that cost machine time, in the order they ended."""
     attrs = StudyAttrs.of(study)
-    share = instance_share((attrs.provenance or {}).get("instance_type"), attrs.devices_per_trial)
+    share = instance_share((attrs.provenance or {}).get("instance_type"), attrs.devices_per_trial,
+                           attrs.nodes_per_trial)
     per_hour = attrs.price["per_hour"] if attrs.price else None
     ended = sorted((t.datetime_complete, machine_seconds(t)) for t in study.get_trials(deepcopy=False)
                    if t.datetime_complete is not None)
@@ -96,12 +98,12 @@ class Budget:
 
     @classmethod
     def of(cls, *, hours: float | None, usd: float | None, price: Price | None, instance_type: str | None,
-           devices_per_trial: int | None) -> Budget:
+           devices_per_trial: int | None, nodes: int = 1) -> Budget:
         """The caps given; ``--budget-usd`` without a price is refused (it would never stop)."""
         if usd is not None and price is None:
             raise PricingError("--budget-usd needs the instance's price: give --instance-type (one the catalogue "
                                "prices), --price-per-hour or --prices")
-        return cls(hours=hours, usd=usd, price=price, share=instance_share(instance_type, devices_per_trial))
+        return cls(hours=hours, usd=usd, price=price, share=instance_share(instance_type, devices_per_trial, nodes))
 
     @property
     def capped(self) -> bool:

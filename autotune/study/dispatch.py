@@ -75,7 +75,7 @@ class Dispatch:
         self.objectives = objectives
         self.constraints = constraints
         self.devices_per_trial = devices_per_trial
-        self.o = requests.o
+        self.options = requests.options
         self._said_noisy = False
 
     def again(self, original: optuna.trial.FrozenTrial, name: str, tag: Hashable) -> None:
@@ -83,9 +83,9 @@ class Dispatch:
         compared with the whole of other runs), its files under ``trials/<name>``. Its compiled
         graphs are in the compile cache, and no remembered result answers it: it runs."""
         params = TrialResult.model_validate_json(TrialAttrs.of(original).result or "").plan.params
-        self._measuring(self.o.protocol)  # where a repeat is the first to find the host noisy, its note
+        self._measuring(self.options.protocol)  # where a repeat is the first to find the host noisy, its note
         self.pool.submit(self.requests.request(params, self.out / "trials" / name,
-                                               pruning.measuring_again(self.o.protocol, self.study)), tag=tag)
+                                               pruning.measuring_again(self.options.protocol, self.study)), tag=tag)
 
     def _measuring(self, protocol: MeasurementProtocol) -> MeasurementProtocol:
         """:func:`pruning.measuring`, said once in the study's notes when the host proves noisy."""
@@ -107,8 +107,8 @@ class Dispatch:
 
     def __call__(self, trial: optuna.Trial) -> Outcome:
         """Suggest a configuration; run it, or answer it from an earlier result."""
-        if trials_filled(self.study, trial.number, self.o.trials):
-            self.told.tell_surplus(trial, self.o.trials)
+        if trials_filled(self.study, trial.number, self.options.trials):
+            self.told.tell_surplus(trial, self.options.trials)
             return Outcome.surplus
         proposal = self._suggest(trial)
         if proposal is None:
@@ -155,10 +155,10 @@ class Dispatch:
             return None
         rkey = self.requests.result_key(p.params, self.devices_per_trial)
         write(p.trial, result_key=rkey)
-        remembered = None if self.o.fresh else self.cache.get_result(rkey)
-        if remembered is None or not pruning.answers(remembered, prune=self.o.prune):
+        remembered = None if self.options.fresh else self.cache.get_result(rkey)
+        if remembered is None or not pruning.answers(remembered, prune=self.options.prune):
             return None
-        if not remembered.ok and self.o.retry_failed:
+        if not remembered.ok and self.options.retry_failed:
             return None
         self.told.tell(p.trial, remembered, None, from_cache=True)
         return Outcome.reused
@@ -166,7 +166,7 @@ class Dispatch:
     def _failed_before(self, p: Proposal) -> Outcome | None:
         """A configuration whose compile the target's compile cache holds as failed."""
         p.plan = self.requests.plan(p.params)
-        if self.o.retry_failed:
+        if self.options.retry_failed:
             self.requests.target.retry_failed_compile(p.plan)
             return None
         if self.cache is None:
@@ -178,7 +178,7 @@ class Dispatch:
         return Outcome.reused
 
     def _submit(self, p: Proposal) -> Outcome:
-        protocol = pruning.trial_protocol(self._measuring(self.o.protocol), self.study, prune=self.o.prune,
+        protocol = pruning.trial_protocol(self._measuring(self.options.protocol), self.study, prune=self.options.prune,
                                           objectives=self.objectives, constraints=self.constraints)
         request = self.requests.request(p.params, self.out / "trials" / f"{p.trial.number:04d}", protocol,
                                         plan=p.plan)

@@ -49,7 +49,7 @@ class AskTell:
         self.dispatch = dispatch
         self.told = dispatch.told
         self.budget = budget
-        self.o = options
+        self.options = options
         self.beats = beats
         #: The storage's id of each trial it beats for, by number.
         self._beating: dict[int, int] = {}
@@ -177,7 +177,7 @@ class AskTell:
     def _wants_more(self, in_flight: dict[Hashable, optuna.Trial]) -> tuple[bool, int]:
         """Whether the study wants another trial, and how many other drivers run."""
         counted, running_elsewhere = self.counts(exclude={n for n in in_flight if isinstance(n, int)})
-        return counted + len(in_flight) + running_elsewhere < self.o.trials and self.stopped is None, \
+        return counted + len(in_flight) + running_elsewhere < self.options.trials and self.stopped is None, \
             running_elsewhere
 
     def _hold(self, trial: optuna.Trial) -> None:

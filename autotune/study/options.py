@@ -21,9 +21,11 @@ from autotune.results.outputs import BestConfig, TrialSummary
 EXIT_OK, EXIT_BAD_INPUT, EXIT_ALL_FAILED = 0, 2, 3
 
 
-def default_study_name(script: Path, target: str, nproc_per_node: int = 1) -> str:
-    """``train-xla``; ``train-xla-np2`` for two processes a trial, whose results are not those of one."""
-    return f"{script.stem}-{target}" + (f"-np{nproc_per_node}" if nproc_per_node > 1 else "")
+def default_study_name(script: Path, target: str, nproc_per_node: int = 1, nnodes: int = 1) -> str:
+    """``train-xla``; ``train-xla-np2`` for two processes a trial, whose results are not those of one;
+    ``train-xla-np2-nodes4`` for two processes on each of four nodes."""
+    return (f"{script.stem}-{target}" + (f"-np{nproc_per_node}" if nproc_per_node > 1 else "")
+            + (f"-nodes{nnodes}" if nnodes > 1 else ""))
 
 
 class StudyResult(BaseModel):

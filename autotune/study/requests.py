@@ -30,7 +30,7 @@ class TrialRequests:
         self.target = target
         self.space = space
         self.script = script
-        self.o = options
+        self.options = options
         #: The environment a trial would inherit from the caller, and what of it travels with each trial.
         self.environ = environ
         self.caller_env = caller_env
@@ -101,22 +101,22 @@ class TrialRequests:
         return TrialRequest(
             plan=plan or self.plan(params),
             script=str(self.script),
-            args=list(self.o.args), cwd=os.getcwd(), trial_dir=str(trial_dir.resolve()),
-            timeout_s=self.o.trial_timeout, memory_bytes=self.memory_limit, protocol=protocol,
-            seed=self.o.seed or 0)
+            args=list(self.options.args), cwd=os.getcwd(), trial_dir=str(trial_dir.resolve()),
+            timeout_s=self.options.trial_timeout, memory_bytes=self.memory_limit, protocol=protocol,
+            seed=self.options.seed or 0)
 
     def result_key(self, params: dict[str, Any], devices_per_trial: int | None) -> str:
         from autotune.cache import result_key
 
         return result_key(model=self.model_key, environment=self.env_key, target=self.target.name,
-                          params=params, protocol_version=self.o.protocol.version,
+                          params=params, protocol_version=self.options.protocol.version,
                           devices_per_trial=devices_per_trial)
 
     def compile_split(self, request: TrialRequest) -> tuple[CompileRequest, TrialRequest] | None:
         """``request`` as a compile job and the measure job that follows it (:func:`compile_job`)."""
         from autotune.cache import artifact_key
 
-        return compile_job(self.target, request, platform=self.o.platform, cache_root=str(self.cache_root),
+        return compile_job(self.target, request, platform=self.options.platform, cache_root=str(self.cache_root),
                            key_of=lambda env: artifact_key(
                                model=self.model_key, environment=self.env_key, target=self.target.name,
                                graphs=compile_key(request.plan.params), env=env))

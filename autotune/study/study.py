@@ -35,7 +35,7 @@ from autotune.objectives import Constraint, objective
 from autotune.records import TrialResult
 from autotune.search.samplers import make_sampler
 from autotune.space import SearchSpace, config_key
-from autotune.space.processes import most_processes, with_processes
+from autotune.space.processes import most_processes, trial_nodes, with_processes
 from autotune.storage.claims import Claims
 from autotune.study.costing import StudyCost
 from autotune.storage.database import sqlite_path
@@ -105,7 +105,7 @@ class Study:
                  in_memory: optuna.storages.InMemoryStorage | None = None, space: SearchSpace | None = None,
                  sampler: optuna.samplers.BaseSampler | None = None,
                  starting_points: list[dict[str, Any]] | None = None) -> None:
-        self.o = options
+        self.options = options
         self.pools = pools
         self.in_memory = in_memory
         self.given_sampler = sampler
@@ -114,11 +114,13 @@ class Study:
         self.target: Target = resolve_target(options.target, self.script, options.gpus_per_trial)
         loaded = space or load_trial_space(self.target, options.space, options.platform)
         base_space, sets = with_processes(loaded.with_flags(options.script_flags()), options.sets,
-                                          options.nproc_per_node)
+                                          options.nproc_per_node, options.nnodes)
         validate_for(self.target, base_space, {k: v for k, v in sets.items() if k not in base_space.parameters})
-        self.processes = most_processes(base_space)
+        #: The processes each trial runs on a node, and the nodes it spans (``--nnodes``).
+        self.processes, self.nodes = most_processes(base_space), trial_nodes(base_space)
         self.target.check_processes(self.processes, options.cores_per_trial)
-        self.name = options.study or default_study_name(self.script, self.target.name, options.nproc_per_node)
+        self.name = options.study or default_study_name(self.script, self.target.name, options.nproc_per_node,
+                                                        self.nodes)
         self.out = Path(options.out) if options.out else DEFAULT_DIR / self.name
         self.storage_url = "in-memory" if in_memory is not None else options.storage or default_storage()
         if in_memory is None:
@@ -129,12 +131,11 @@ class Study:
         self.notes: list[str] = []
         self.objectives = [objective(name, options.direction) for name in options.objectives()]
         self.constraints = [Constraint.parse(text) for text in options.constraint]
-        self.cost = StudyCost(self.target, options, self.objectives, self.constraints)
+        self.cost = StudyCost(self.target, options, self.objectives, self.constraints, self.nodes)
         from autotune.cache import open_cache
-
-        self.cache = open_cache(options.cache) if in_memory is None else None
         from autotune.provenance import caller_env, provenance
 
+        self.cache = open_cache(options.cache) if in_memory is None else None
         #: Where it measures, and the parts of that which key remembered results (and the study).
         self.provenance: dict[str, Any] = provenance(self.target, self.script, options.args,
                                                      instance_type=self.cost.instance_type,
@@ -181,20 +182,20 @@ class Study:
     def _sampler(self) -> optuna.samplers.BaseSampler:
         if self.given_sampler is not None:
             return self.given_sampler
-        if len(self.objectives) > 1 and self.o.sampler == "autotune":
+        if len(self.objectives) > 1 and self.options.sampler == "autotune":
             self.notes.append("autotune's sampler optimises one objective: this multi-objective study uses "
                               "Optuna's TPE")
-            return make_sampler("tpe", self.space, self.o.seed)
-        return make_sampler(self.o.sampler, self.space, self.o.seed)
+            return make_sampler("tpe", self.space, self.options.seed)
+        return make_sampler(self.options.sampler, self.space, self.options.seed)
 
     def _open_study(self, storage: optuna.storages.BaseStorage) -> optuna.Study:
         study, name = open_tuning_study(storage, self.name, self._sampler(),
-                                        identity=Identity.of(self.script, self.o.args, self.provenance),
-                                        target=self.target.name, objectives=self.objectives, options=self.o,
+                                        identity=Identity.of(self.script, self.options.args, self.provenance),
+                                        target=self.target.name, objectives=self.objectives, options=self.options,
                                         space_source=self.space.source, notes=self.notes)
         if name != self.name:
             self.name = self.progress.study = name
-            if self.o.out is None:
+            if self.options.out is None:
                 self.out = DEFAULT_DIR / name
                 if self.in_memory is None:
                     check_writable(self.out)
@@ -208,15 +209,15 @@ class Study:
         from autotune.storage.reconnecting import waited_out
 
         started_ray = False
-        if self.pools is None and self.o.ray_address:
+        if self.pools is None and self.options.ray_address:
             # Before the storage is touched: an unreachable cluster must leave nothing written.
-            started_ray = connect(self.o.ray_address)
+            started_ray = connect(self.options.ray_address)
         try:
             storage = self.in_memory if self.in_memory is not None else open_storage(self.storage_url)
             # Before the study is made: a --warm-start that names no study must leave nothing written.
             warm_from = earlier_studies(storage, None, script=self.script, target=self.target.name,
-                                        objectives=[o.name for o in self.objectives], named=list(self.o.warm_start),
-                                        same_script=self.o.warm)
+                                        objectives=[o.name for o in self.objectives], named=list(self.options.warm_start),
+                                        same_script=self.options.warm)
             study = self._open_study(storage)
             claims = Claims(storage, study, self.storage_url) if self.in_memory is None else None
         except BaseException:
@@ -225,13 +226,14 @@ class Study:
 
                 ray.shutdown()
             raise
-        recorder = TrialRecorder(study, self.o, self.cache, self.progress, self.baseline_params,
+        recorder = TrialRecorder(study, self.options, self.cache, self.progress, self.baseline_params,
                                  self.notes, on_told=self.write_outputs, objectives=self.objectives,
                                  constraints=self.constraints, usd_per_sample_second=self.cost.usd_per_sample_second,
                                  on_result=self._learn_from, on_no_space=self._no_space)
         self._opened = study, recorder
         write(study, provenance=self.provenance, price=self.cost.price.model_dump() if self.cost.price else None,
-              devices_per_trial=self.cost.devices_per_trial)
+              devices_per_trial=self.cost.devices_per_trial,
+              **({"nodes_per_trial": self.nodes} if self.nodes > 1 else {}))
         note = self.target.availability_note()
         if note:
             self.notes.append(note)
@@ -250,7 +252,7 @@ class Study:
                                 objectives=self.objectives, constraints=self.constraints,
                                 devices_per_trial=self.cost.devices_per_trial)
             beats = Heartbeats(storage) if self.in_memory is None else None
-            self.loop = AskTell(study, dispatch, self.cost.budget, self.o, beats=beats,
+            self.loop = AskTell(study, dispatch, self.cost.budget, self.options, beats=beats,
                                 on_progress=self._update_progress, racing=self._racing(study))
             self.loop.measure(pool)
             kept = self._kept_noise()
@@ -273,8 +275,8 @@ class Study:
         if self.pools is not None:
             pool = self.pools(self)
             return pool, lambda: None
-        ray = RayPools(self.target, self.o, self.baseline_params, self.processes, self.requests.compile_split,
-                       self.notes, ray_started=started_ray)
+        ray = RayPools(self.target, self.options, self.baseline_params, self.processes, self.requests.compile_split,
+                       self.notes, ray_started=started_ray, nodes=self.nodes)
         return ray.pool, ray.done
 
     # -- between-run noise --------------------------------------------------------------------
@@ -288,13 +290,13 @@ class Study:
         """What the study measures again: races within the noise (``--race``; none for a study of
         several objectives, whose front has no one best to race for) and its best configurations
         once more (``--confirm``)."""
-        race = self.o.race if len(self.objectives) == 1 else 0.0
-        if race <= 0 and self.o.confirm <= 0:
+        race = self.options.race if len(self.objectives) == 1 else 0.0
+        if race <= 0 and self.options.confirm <= 0:
             return None
         kept = self._kept_noise()
         if kept is not None:
             kept.write_prior(study)
-        return Racing.of(race, self.o.trials, prior(study), config_key(self.baseline_params), confirm=self.o.confirm)
+        return Racing.of(race, self.options.trials, prior(study), config_key(self.baseline_params), confirm=self.options.confirm)
 
     def _learn_from(self, number: int, result: TrialResult, stored: bool = False) -> None:
         """What a trial's result says of the study beyond its value: knobs that never reach the
@@ -337,5 +339,5 @@ class Study:
         if self.in_memory is not None:  # nothing shows it: each update reads every trial
             return
         update_progress(self.progress, self.study, running)
-        if self.o.on_update:
-            self.o.on_update(self.progress)
+        if self.options.on_update:
+            self.options.on_update(self.progress)

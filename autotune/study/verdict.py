@@ -28,7 +28,7 @@ class Verdict:
     def __init__(self, study: optuna.Study, options: StudyOptions, objectives: list[Objective],
                  constraints: list[Constraint], usd_per_sample_second: float | None) -> None:
         self.study = study
-        self.o = options
+        self.options = options
         self.objectives = objectives
         self.constraints = constraints
         self.usd_per_sample_second = usd_per_sample_second
@@ -54,7 +54,7 @@ class Verdict:
         """Tell Optuna how far the result is from each constraint (above 0: broken); the broken ones."""
         violated = []
         for c in self.constraints:
-            amount = c.violation(objective(c.name, self.o.direction).read(result, self.usd_per_sample_second))
+            amount = c.violation(objective(c.name, self.options.direction).read(result, self.usd_per_sample_second))
             tell_constraints(trial, {c.text: amount})
             if amount > 0:
                 violated.append(c.text)
@@ -64,7 +64,7 @@ class Verdict:
 
     def guard_numerics(self, trial: optuna.Trial, result: TrialResult) -> None:
         """Record how far this trial's first losses are from the baseline's (a constraint)."""
-        if not self.o.numerics_guard or not result.losses:
+        if not self.options.numerics_guard or not result.losses:
             return
         if TrialAttrs.of(trial).config_key == StudyAttrs.of(self.study).baseline_key:
             deviation: float | None = 0.0
@@ -73,7 +73,7 @@ class Verdict:
             deviation = loss_deviation(result.losses, base) if base else None
         if deviation is not None:
             write(trial, loss_deviation=deviation if math.isfinite(deviation) else "inf")
-            value = constraint_value(deviation, self.o.loss_tolerance)
+            value = constraint_value(deviation, self.options.loss_tolerance)
             write(trial, numerics_constraint=value)
             tell_constraints(trial, {"numerics": value})  # constrained sampling steers away from it
 

@@ -139,10 +139,12 @@ class Target(abc.ABC):
         """Reject a trial of ``nproc`` processes holding ``devices_per_process`` devices each that
         this target's runtime cannot run, before anything starts."""
 
-    def rank_envs(self, environ: Mapping[str, str], nproc: int, port: int) -> list[dict[str, str]]:
+    def rank_envs(self, environ: Mapping[str, str], nproc: int, port: int,
+                  master_addr: str | None = None) -> list[dict[str, str]]:
         """The env vars each local rank of a trial of ``nproc`` processes gets on top of ``environ``
         (the trial's, holding the devices the worker claimed), one dict per rank; ``port`` is free
-        for a rendezvous of the target's own runtime. Ranks share the host's CPUs by default."""
+        for a rendezvous of the target's own runtime, on this host, or, for a trial that spans
+        several nodes, on node 0 at ``master_addr``. Ranks share the host's CPUs by default."""
         return [{} for _ in range(nproc)]
 
     def availability_note(self) -> str | None:

@@ -15,6 +15,7 @@ import re
 import shutil
 import signal
 import subprocess
+import threading
 import time
 from dataclasses import dataclass
 from pathlib import Path
@@ -31,6 +32,7 @@ from autotune.records import (
     FailureCategory,
     HarnessReport,
     MeasurementProtocol,
+    NodeRole,
     TrialPlan,
     TrialResult,
     TrialSpec,
@@ -79,27 +81,34 @@ def run_trial(
     base_env: dict[str, str] | None = None,
     pause: Callable[[], bool] | None = None,
     devices: Mapping[str, str] | None = None,
+    node: NodeRole | None = None,
+    stop: threading.Event | None = None,
 ) -> TrialResult:
     """Run one trial and return its result (:func:`_run_process`). Where the script ended before it
     measured the seconds ``protocol`` asks of a noisy host, it runs again, each process in
     ``processes/<k>`` of ``trial_dir``, up to :data:`.pooling.MAX_PROCESSES` (where so many reach
     those seconds) and within the timeout, and the result is their measurements pooled
-    (:func:`.pooling.pooled`)."""
+    (:func:`.pooling.pooled`).
+
+    ``node``: this node's part of a trial that spans several, in its folder of the trial; it runs
+    once, since its torchrun cannot start again without the other nodes'. ``stop``, once set, ends
+    the trial's processes (the driver stops a node's part when another node's ended without a result)."""
     protocol = protocol or MeasurementProtocol()
-    trial_dir = Path(trial_dir)
+    trial_dir = node.folder(trial_dir) if node is not None else Path(trial_dir)
 
     def process(directory: Path, timeout_s: float) -> TrialResult:
         try:
             return _run_process(plan, script, args, trial_dir=directory, cwd=cwd,
                                 limits=dataclasses.replace(limits, timeout_s=timeout_s), protocol=protocol, seed=seed,
-                                base_env=base_env, pause=pause, devices=devices)
+                                base_env=base_env, pause=pause, devices=devices, node=node, stop=stop)
         except OSError as exc:  # its folder, its spec or its log could not be written
             if not out_of_space(exc):
                 raise
             return TrialResult(status="failed", plan=plan, failure=_no_space(directory))
 
     result = process(trial_dir, limits.timeout_s)
-    if not result.ok or not run_parts.short(result.measurement, protocol, stopped_early=result.stopped_early):
+    if node is not None or not result.ok or \
+            not run_parts.short(result.measurement, protocol, stopped_early=result.stopped_early):
         return result
     assert result.measurement is not None
     if not run_parts.reachable(result.measurement, protocol):
@@ -148,6 +157,8 @@ def _run_process(
     base_env: dict[str, str] | None = None,
     pause: Callable[[], bool] | None = None,
     devices: Mapping[str, str] | None = None,
+    node: NodeRole | None = None,
+    stop: threading.Event | None = None,
 ) -> TrialResult:
     """Run the trial's process and return its result. ``pause``, polled with the memory, says when the trial
     must stop running for a while (a compile job while a measurement runs on its node): its process
@@ -168,8 +179,10 @@ def _run_process(
     spec = TrialSpec(plan=placed, script=str(Path(script).resolve()), args=plan.script_args(list(args or [])),
                      cwd=str(Path(cwd or os.getcwd()).resolve()), result_path=str(result_path),
                      protocol=protocol or MeasurementProtocol(), seed=seed, ranks_dir=str(ranks_dir))
-    rank_env = get_target(plan.target).rank_envs(env, plan.nproc_per_node, multiprocess.free_port())
-    spec = multiprocess.spec_for_ranks(spec, rank_env, limits.rendezvous())
+    target = get_target(plan.target)
+    rank_env = target.rank_envs(env, plan.nproc_per_node, multiprocess.free_port()) if node is None else \
+        target.rank_envs(env, plan.nproc_per_node, node.runtime_port, master_addr=node.master_addr)
+    spec = multiprocess.spec_for_ranks(spec, rank_env, limits.rendezvous()).model_copy(update={"node": node})
     spec_path = trial_dir / "spec.json"
     spec_path.write_text(spec.model_dump_json(indent=2))
     multiprocess.hook_env(env, spec_path)
@@ -177,7 +190,8 @@ def _run_process(
     started = time.monotonic()
     watchdog: Failure | None = None
     peak = 0
-    command = multiprocess.trial_command(plan, spec_path)
+    command = multiprocess.trial_command(plan, spec_path, node)
+    first = node.first_rank(plan.nproc_per_node) if node is not None else 0
     with open(log_path, "wb") as log:
         try:
             proc = subprocess.Popen(
@@ -206,6 +220,9 @@ def _run_process(
                 elif elapsed > limits.timeout_s:
                     watchdog = Failure(category=FailureCategory.timeout,
                                        reason=f"the trial ran longer than its timeout of {limits.timeout_s:g} s")
+                elif stop is not None and stop.is_set():
+                    watchdog = Failure(category=FailureCategory.crash,
+                                       reason="stopped: another node of the trial ended without a result")
                 if watchdog is not None:
                     held.release()
                     tree.kill()
@@ -260,7 +277,7 @@ def _run_process(
     else:  # where its report could not be written for lack of space, its log may say nothing of it
         result.failure = _no_space(trial_dir) if full(trial_dir) else _died(proc.returncode, log_tail)
     if plan.launch is not None and result.failure is not None:
-        _blame_rank(result, ranks, log_path)
+        _blame_rank(result, ranks, log_path, first)
     return result
 
 
@@ -285,13 +302,14 @@ def _dead_rank(plan: TrialPlan, ranks: list[HarnessReport], log_path: Path) -> F
     return failure.model_copy(update={"reason": f"rank {rank}: {failure.reason}"})
 
 
-def _blame_rank(result: TrialResult, ranks: list[HarnessReport], log_path: Path) -> None:
+def _blame_rank(result: TrialResult, ranks: list[HarnessReport], log_path: Path, first: int) -> None:
     """Point a multi-process trial's failure at a rank: the log tail becomes the lines of the rank
     that failed (or, where none reported a failure, of one that never reported), and the reason
-    names the ranks that ended without a report (hung, killed, crashed)."""
+    names the ranks that ended without a report (hung, killed, crashed). ``first``: the global rank
+    of this node's local rank 0."""
     assert result.failure is not None
     reported = {r.rank for r in ranks}
-    silent = [i for i in range(result.plan.nproc_per_node) if i not in reported]
+    silent = [i for i in range(first, first + result.plan.nproc_per_node) if i not in reported]
     failed = next((r.rank for r in ranks if r.failure is not None), None)
     named = re.match(r"rank (\d+):", result.failure.reason)
     if silent and result.failure.category == FailureCategory.timeout:
@@ -299,7 +317,7 @@ def _blame_rank(result: TrialResult, ranks: list[HarnessReport], log_path: Path)
     else:
         culprit = int(named.group(1)) if named else failed if failed is not None else silent[0] if silent else None
     if culprit is not None:
-        result.log_tail = _rank_tail(log_path, culprit) or result.log_tail
+        result.log_tail = _rank_tail(log_path, culprit - first) or result.log_tail
     if silent and not (named and int(named.group(1)) in silent):
         listed = ", ".join(map(str, silent))
         result.failure.reason += f"; rank{'s' if len(silent) > 1 else ''} {listed} ended without a report " \

@@ -22,18 +22,27 @@ from typing import Iterable
 from autotune.measurement.ranks import combined_windows
 from autotune.measurement.windows import Window, estimate
 from autotune.harness.apply import HOOK_DIR
-from autotune.records import CompileStats, HarnessReport, Measurement, RankResult, TrialPlan, TrialSpec
+from autotune.records import CompileStats, HarnessReport, Measurement, NodeRole, RankResult, TrialPlan, TrialSpec
 from autotune.harness.ranks import SPEC_ENV
 
 
 
-def trial_command(plan: TrialPlan, spec_path: Path) -> list[str]:
-    """The trial process's command line: the harness, or torchrun running it on each rank."""
+def trial_command(plan: TrialPlan, spec_path: Path, node: NodeRole | None = None) -> list[str]:
+    """The trial process's command line: the harness, or torchrun running it on each rank; on one
+    ``node`` of a trial that spans several, its torchrun, which meets the others' at node 0."""
     harness = ["-m", "autotune.harness", str(spec_path)]
     if plan.launch is None:
         return [*plan.wrapper, sys.executable, *harness]
-    return [*plan.wrapper, sys.executable, "-m", "torch.distributed.run", "--standalone",
+    return [*plan.wrapper, sys.executable, "-m", "torch.distributed.run", *rendezvous_args(node),
             f"--nproc-per-node={plan.nproc_per_node}", "--max-restarts=0", "--tee=3", *harness]
+
+
+def rendezvous_args(node: NodeRole | None) -> list[str]:
+    """How torchrun's ranks meet: a rendezvous of their own on this host, or ``node``'s at node 0."""
+    if node is None:
+        return ["--standalone"]
+    return [f"--nnodes={node.nodes}", f"--node-rank={node.index}", f"--master-addr={node.master_addr}",
+            f"--master-port={node.master_port}"]
 
 
 def hook_env(env: dict[str, str], spec_path: Path) -> None:
@@ -55,6 +64,18 @@ def free_port() -> int:
     with socket.socket() as s:
         s.bind(("127.0.0.1", 0))
         return int(s.getsockname()[1])
+
+
+def free_ports(count: int) -> list[int]:
+    """``count`` distinct ports free on every interface of this host (the other nodes reach them)."""
+    sockets = [socket.socket() for _ in range(count)]
+    try:
+        for s in sockets:
+            s.bind(("", 0))
+        return [int(s.getsockname()[1]) for s in sockets]
+    finally:
+        for s in sockets:
+            s.close()
 
 
 def read_rank_reports(ranks_dir: Path) -> list[HarnessReport]:
@@ -124,15 +145,25 @@ def combined_measurement(ranks: list[HarnessReport]) -> Measurement | None:
     windows = [[Window(w.steps, w.samples, w.seconds, w.compiles, w.start) for w in r.windows] for r in ranks]
     slices = combined_windows(windows)
     est = estimate(slices)
-    if est is not None and math.isfinite(est.ci_high):
-        used = slices[est.truncated:]
-        throughput, low, high = est.throughput, est.ci_low, est.ci_high
-        steps, count = sum(w.steps for w in used), len(used)
-    else:
-        throughput = sum(m.throughput for m in measured)
-        half = math.sqrt(sum(m.ci95_half_width ** 2 for m in measured))
-        low, high = max(0.0, throughput - half), throughput + half
-        steps, count = min(m.steps_measured for m in measured), min(m.windows for m in measured)
+    if est is None or not math.isfinite(est.ci_high):
+        return summed(measured)
+    used = slices[est.truncated:]
+    return _joined(measured, est.throughput, est.ci_low, est.ci_high, sum(w.steps for w in used), len(used))
+
+
+def summed(measured: list[Measurement]) -> Measurement:
+    """Measurements of parts of one job that were never laid side by side in time (ranks that never
+    measured at once; the nodes of a trial, whose clocks are their own) as one: their throughputs
+    add up, their intervals as independent errors do."""
+    throughput = sum(m.throughput for m in measured)
+    half = math.sqrt(sum(m.ci95_half_width ** 2 for m in measured))
+    return _joined(measured, throughput, max(0.0, throughput - half), throughput + half,
+                   min(m.steps_measured for m in measured), min(m.windows for m in measured))
+
+
+def _joined(measured: list[Measurement], throughput: float, low: float, high: float, steps: int,
+            count: int) -> Measurement:
+    """The job's measurement at ``throughput`` [``low``, ``high``], its other figures from its parts'."""
     return Measurement(
         throughput=throughput, ci95_low=low, ci95_high=high,
         # The slowest rank sets the pace of a job in lockstep.
@@ -182,7 +213,7 @@ def rank_log(log: str, local_rank: int) -> str:
 
 def spec_for_ranks(spec: TrialSpec, rank_env: list[dict[str, str]], rendezvous_s: float) -> TrialSpec:
     """The spec every rank reads: its own env vars, and a pruning bar for one rank's share."""
-    n = spec.plan.nproc_per_node
+    n = spec.plan.world_size
     protocol = spec.protocol
     if n > 1 and protocol.stop_below is not None:
         protocol = protocol.model_copy(update={"stop_below": protocol.stop_below / n})

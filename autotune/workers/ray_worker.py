@@ -13,6 +13,7 @@ import os
 import socket
 import stat
 import tempfile
+import threading
 from contextlib import contextmanager
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, Callable, Iterator
@@ -24,7 +25,7 @@ from autotune.targets import get_target
 from autotune.targets.gpus import GPU_RESOURCE
 
 if TYPE_CHECKING:
-    from autotune.records import TrialRequest, TrialResult
+    from autotune.records import NodeRole, TrialRequest, TrialResult
 
 #: Ray's switch that leaves a worker's device variables as its node has them where the worker
 #: holds no devices of that kind. Ray 2.50 to 2.55 empty CUDA_VISIBLE_DEVICES (and
@@ -60,9 +61,50 @@ class TrialWorker:
         self.placement: dict[str, str] = {"node": socket.gethostname(), "ray_node": context.get_node_id(),
                                           "host_device": host_device(), "cpu_count": str(os.cpu_count()),
                                           "worker": str(worker_id), **self.devices}
+        #: For a worker that is one node of trials spanning several: the stop of the part it runs,
+        #: by the trial's folder, and the trials the driver stopped (perhaps before their part began).
+        self._running: dict[str, threading.Event] = {}
+        self._stopped: set[str] = set()
 
     def info(self) -> dict[str, str]:
         return dict(self.placement)
+
+    def meeting_point(self, nodes: int) -> str:
+        """Where the ``nodes`` nodes of a trial meet, picked here, on node 0, before any starts:
+        this node's address and two ports free on it (a :class:`NodeRole` of node 0, as JSON)."""
+        import ray
+
+        from autotune.records import NodeRole
+        from autotune.workers.multiprocess import free_ports
+
+        master, runtime = free_ports(2)
+        return NodeRole(index=0, nodes=nodes, master_addr=ray.util.get_node_ip_address(), master_port=master,
+                        runtime_port=runtime).model_dump_json()
+
+    def run_node(self, request_json: str, index: int, meeting_json: str) -> str:
+        """Run node ``index``'s part of a trial that spans several nodes, which meet where
+        ``meeting_json`` says (:meth:`meeting_point` of node 0's worker): its result, placed here."""
+        from autotune.records import NodeRole, TrialRequest
+
+        request = TrialRequest.model_validate_json(request_json)
+        node = NodeRole.model_validate_json(meeting_json).model_copy(update={"index": index})
+        stop = self._running[request.trial_dir] = threading.Event()
+        if request.trial_dir in self._stopped:
+            stop.set()
+        try:
+            with measuring(self.device_resource is None):
+                return self._run(request, node=node, stop=stop).model_dump_json()
+        finally:
+            self._running.pop(request.trial_dir, None)
+            self._stopped.discard(request.trial_dir)
+
+    def stop(self, trial_dir: str) -> None:
+        """End this node's part of the trial in ``trial_dir`` (or, where it has not begun, make it
+        end as it begins): another node's part ended without a result, or its node was lost."""
+        self._stopped.add(trial_dir)
+        event = self._running.get(trial_dir)
+        if event is not None:
+            event.set()
 
     def run(self, request_json: str) -> str:
         """Run one trial: a :class:`TrialRequest` in, a :class:`TrialResult` out, both as JSON so
@@ -74,14 +116,16 @@ class TrialWorker:
         with measuring(self.device_resource is None):
             return self._run(request).model_dump_json()
 
-    def _run(self, request: TrialRequest, pause: Callable[[], bool] | None = None) -> TrialResult:
-        """Run ``request`` (a :class:`TrialRequest`) through the launcher; its result, placed here."""
+    def _run(self, request: TrialRequest, pause: Callable[[], bool] | None = None, node: NodeRole | None = None,
+             stop: threading.Event | None = None) -> TrialResult:
+        """Run ``request`` (a :class:`TrialRequest`) through the launcher (``node``: its part on this
+        node of a trial that spans several); its result, placed here."""
         from autotune.workers.launcher import TrialLimits, run_trial
 
         result = run_trial(
             request.plan, request.script, request.args, trial_dir=request.trial_dir, cwd=request.cwd,
             limits=TrialLimits(timeout_s=request.timeout_s, memory_bytes=request.memory_bytes, sharing=self.per_node),
-            protocol=request.protocol, seed=request.seed, pause=pause, devices=self.devices,
+            protocol=request.protocol, seed=request.seed, pause=pause, devices=self.devices, node=node, stop=stop,
         )
         result.placement = dict(self.placement)
         return result

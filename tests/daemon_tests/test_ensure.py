@@ -79,7 +79,7 @@ def test_the_key_tells_questions_apart(tmp_path: Path) -> None:
     assert key(trials=50) == base, "more trials tops the same study up"
     others = [key(sets={"mode": "eager", "batch_size": "16"}), key(args=["--steps", "10"]),
               key(target=get_target("xla")), key(metric="latency_ms", direction="minimize"),
-              key(space=space_identity(None, "target: inductor\n")), key(nproc_per_node=2), key(cores_per_trial=2),
+              key(space=space_identity(None, "target: inductor\n")), key(nproc_per_node=2), key(cores_per_trial=2), key(nnodes=2),
               key(env=["CUDA_VISIBLE_DEVICES=1"])]
     assert len({base, *others}) == 1 + len(others)
     script.write_text(script.read_text() + "\n# changed\n")

@@ -8,7 +8,8 @@ from pathlib import Path
 
 import pytest
 
-from autotune.execution.scheduler import WorkerPool, plan_compile_placement
+from autotune.execution.scheduler import plan_compile_placement
+from autotune.execution.worker_pool import WorkerPool
 from autotune.published import Published
 from autotune.records import CompileOutcome, CompileRequest, MeasurementProtocol, TrialPlan, TrialRequest
 from autotune.targets import get_target
@@ -44,9 +45,9 @@ def _finish(pool: WorkerPool, n: int) -> dict[str, CompileOutcome]:
     done: dict[str, CompileOutcome] = {}
     deadline = time.monotonic() + 120
     while len(done) < n and time.monotonic() < deadline:
-        for tag, outcome, error in pool.wait(timeout=1.0):
-            assert error is None, error
-            done[tag] = CompileOutcome.model_validate_json(outcome)
+        for finished in pool.wait(timeout=1.0):
+            assert finished.error is None and finished.compiled is not None, finished.error
+            done[str(finished.tag)] = finished.compiled
     return done
 
 
@@ -82,7 +83,7 @@ def test_a_compile_worker_killed_mid_compile_publishes_nothing_and_another_compi
             time.sleep(0.2)
         assert runs.exists(), "the compile never started"
         (running,) = pool.running.values()
-        ray.kill(running.worker)  # the compile worker dies mid-compile
+        ray.kill(running.worker.actor)  # the compile worker dies mid-compile
         time.sleep(1.0)
         assert published.manifest(key) is None, "nothing is published by a killed compile"
         done = _finish(pool, 1)
@@ -116,7 +117,7 @@ def test_a_stopped_compile_whose_worker_dies_ends_with_it_and_runs_again_in_a_fo
                 time.sleep(0.1)
             assert first.status() == psutil.STATUS_STOPPED, "the compile job stopped while a trial measured"
             (running,) = pool.running.values()
-            ray.kill(running.worker)
+            ray.kill(running.worker.actor)
             deadline = time.monotonic() + 10
             while time.monotonic() < deadline:
                 try:

@@ -94,8 +94,11 @@ class RayFleet:
 
     def nodes(self) -> list[dict]:
         """The live nodes: ``{"id": ..., "resources": {...}}`` each."""
-        out = subprocess.run([sys.executable, "-c", _STATUS, self.address], capture_output=True, text=True,
-                             timeout=120)
+        try:
+            out = subprocess.run([sys.executable, "-c", _STATUS, self.address], capture_output=True, text=True,
+                                 timeout=120)
+        except subprocess.TimeoutExpired:  # a head still starting on a busy machine: none yet
+            return []
         # The line the script printed, whatever Ray writes around it (a raylet's backtrace at exit, say).
         listed = [line for line in out.stdout.splitlines() if line.startswith("[")]
         return [n for n in json.loads(listed[-1]) if n["alive"]] if listed else []
@@ -131,14 +134,14 @@ def ray_fleet() -> Iterator[RayFleet]:
             shutil.rmtree(temp_dir, ignore_errors=True)
 
 
-def _start_node(args: list[str], resources: dict[str, int], temp_dir: Path) -> subprocess.Popen:
+def _start_node(args: list[str], resources: dict[str, int], temp_dir: Path, cpus: int = 1) -> subprocess.Popen:
     """A node in its own process group; ``autotune`` on its PATH, as where it is installed."""
     temp_dir.mkdir(exist_ok=True)
     # Every port of a node's agents its own: Ray's defaults (52365 for the job agent, say) are taken
     # by any other Ray on the machine (another test process's), and the head then takes no jobs.
     ports = [f"--{name}={_free_port()}" for name in ("dashboard-agent-listen-port", "dashboard-agent-grpc-port",
                                                      "metrics-export-port", "runtime-env-agent-port")]
-    cmd = [sys.executable, "-m", "ray.scripts.scripts", "start", "--block", *args, *ports, "--num-cpus=1", "--num-gpus=0",
+    cmd = [sys.executable, "-m", "ray.scripts.scripts", "start", "--block", *args, *ports, f"--num-cpus={cpus}", "--num-gpus=0",
            f"--resources={json.dumps(resources)}", f"--temp-dir={temp_dir}", "--object-store-memory=100000000",
            "--disable-usage-stats"]
     env = {**os.environ, "PATH": f"{Path(sys.executable).parent}{os.pathsep}{os.environ.get('PATH', '')}"}

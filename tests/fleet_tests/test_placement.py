@@ -58,3 +58,14 @@ def test_each_placement_says_how_many_of_its_workers_share_a_node() -> None:
     assert plan_placement(get_target("neuron"), workers=2, cores_per_trial=2, nodes=neuron).per_node == 2
     compiles = [{"CPU": 16.0, COMPILE_RESOURCE: 8.0}, {"CPU": 16.0, COMPILE_RESOURCE: 2.0}]
     assert plan_compile_placement(get_target("neuron"), workers=None, nodes=compiles).per_node == 8
+
+
+def test_a_trial_of_several_nodes_holds_a_share_on_each_and_no_two_on_one() -> None:
+    nodes = [{"CPU": 128.0, "neuron_cores": 32.0}] * 3
+    whole = plan_placement(get_target("neuron"), workers=None, cores_per_trial=32, nodes=nodes, nodes_per_trial=2)
+    assert (whole.workers, whole.nodes_per_trial, whole.bundle()) == (1, 2, {"neuron_cores": 32.0}), \
+        "three whole nodes hold one trial of two"
+    halves = plan_placement(get_target("neuron"), workers=5, cores_per_trial=16, nodes=nodes, nodes_per_trial=2)
+    assert halves.workers == 3 and "using 3" in halves.notes[0], "six halves, each trial's two on two nodes"
+    with pytest.raises(AutotuneError, match="the Ray cluster has 3 such nodes: lower --nnodes"):
+        plan_placement(get_target("neuron"), workers=None, cores_per_trial=32, nodes=nodes, nodes_per_trial=4)

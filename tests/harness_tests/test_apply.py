@@ -12,6 +12,7 @@ from __future__ import annotations
 import json
 import os
 import shutil
+import socket
 import subprocess
 import sys
 import textwrap
@@ -103,7 +104,8 @@ def best_of(script: Path, sets: dict[str, Any], *, target: str = "xla", flags: d
     script_args = plan.script_args([]) if plan.script_flags else None
     return BestConfig(study="train-xla", trial=4, target=target, params=plan.params, env=plan.env,
                       flags_env=plan.flags_env, compiler_flags=plan.compiler_flags, launch=plan.launch,
-                      nproc_per_node=plan.nproc_per_node, script_args=script_args, value=100.0, speedup=3.0,
+                      nproc_per_node=plan.nproc_per_node, nnodes=plan.nnodes, script_args=script_args, value=100.0,
+                      speedup=3.0,
                       apply=ApplySpec.of(plan, study="train-xla", trial=4, script=script.name, env=plan.env,
                                          speedup=3.0))
 
@@ -190,6 +192,26 @@ def test_exec_starts_the_measured_torchrun_launch(loop: Path, tmp_path: Path) ->
     assert "torch.distributed.run --standalone --nproc_per_node=2" in done.stderr
     assert done.stderr.count("applying study") == 1
     assert "warning" not in done.stderr  # the launch it measured is the launch it runs
+
+
+def test_exec_of_a_best_measured_on_two_nodes_runs_the_measured_launch_on_each(loop: Path, tmp_path: Path) -> None:
+    """Two nodes on this host: ``autotune exec`` on each, told its node rank and where node 0 is."""
+    best = best_of(loop, {"batch_size": 16, "nnodes": 2})
+    write_outputs(tmp_path, best, [], None)
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        port = s.getsockname()[1]
+    argv = [sys.executable, "-m", "autotune.cli", "exec", str(tmp_path / "best.json"), "--", sys.executable, str(loop),
+            "--out", str(tmp_path / "seen")]
+    nodes = [subprocess.Popen(argv, env={**clean_env(), "PET_NODE_RANK": str(i), "PET_MASTER_ADDR": "127.0.0.1",
+                                         "PET_MASTER_PORT": str(port)}, stderr=subprocess.PIPE, text=True)
+             for i in (0, 1)]
+    said = [node.communicate(timeout=300)[1] for node in nodes]
+    assert [node.returncode for node in nodes] == [0, 0], said
+    seen = [json.loads((tmp_path / f"seen.{rank}.json").read_text()) for rank in (0, 1)]
+    assert [(s["world_size"], s["batch"]) for s in seen] == [("2", 16)] * 2
+    assert all("torch.distributed.run --nnodes=2 --nproc_per_node=1" in err for err in said), said
+    assert all("measured on 2 nodes: run this on each of them" in err for err in said)
 
 
 def test_a_plain_python_run_of_a_torchrun_best_is_warned(loop: Path, tmp_path: Path) -> None:

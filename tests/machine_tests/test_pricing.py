@@ -140,6 +140,15 @@ def test_instance_throughput_counts_the_trials_that_fit_side_by_side() -> None:
         instance_throughput(100.0, devices_per_trial=0, instance_devices=2)
 
 
+def test_a_trial_of_several_nodes_costs_a_share_of_each() -> None:
+    # A trial of 32 cores on each of 2 trn1.32xlarge: each instance makes half its samples/s, and a
+    # second of it costs two instances' seconds.
+    assert instance_throughput(1000.0, devices_per_trial=32, instance_devices=32, nodes=2) == (500.0, 1)
+    price = Price(per_hour=21.50, source="x")
+    assert trial_rate(price, instance_type="trn1.32xlarge", devices_per_trial=32, nodes=2) \
+        == pytest.approx(2 * 21.50 / 3600)
+
+
 def test_cost_per_million_samples_against_hand_computed_figures() -> None:
     # 1e6 samples at 1000 samples/s take 1000 s; 1000 s of $0.7582/h cost $0.21061.
     assert cost_per_million_samples(1000.0, Price(per_hour=0.7582, source="x")) == pytest.approx(0.2106111, rel=1e-6)

@@ -9,7 +9,7 @@ import pytest
 
 from autotune.errors import InvalidConfigError
 from autotune.space import builtin_space, config_key
-from autotune.space.processes import most_processes, with_processes
+from autotune.space.processes import most_processes, trial_nodes, with_processes
 from autotune.trial import prepare_trial
 
 SCRIPT = Path(__file__).resolve().parent.parent / "scripts" / "tiny_train.py"
@@ -49,3 +49,16 @@ def test_the_plan_launches_through_torchrun_and_keeps_the_batch_per_process() ->
     assert config_key(two.params) != config_key(one.params)
     single = prepare_trial(SCRIPT, target="inductor", sets={"nproc_per_node": "1"})
     assert single.plan.launch == "torchrun --nproc_per_node=1"
+
+
+def test_the_node_count_keys_a_configuration_only_above_one() -> None:
+    space = builtin_space("inductor")
+    one, sets = with_processes(space, {"batch_size": "16"}, nnodes=1)
+    assert one is space and sets == {"batch_size": "16"} and trial_nodes(one) == 1
+    two, sets = with_processes(space, {}, nproc_per_node=2, nnodes=2)
+    assert sets == {"nproc_per_node": 2, "nnodes": 2} and trial_nodes(two) == 2
+    assert config_key(two.defaults()) != config_key({**two.defaults(), "nnodes": 1})
+    plan = prepare_trial(SCRIPT, target="inductor", sets={"nproc_per_node": "2", "nnodes": "2"}).plan
+    assert (plan.world_size, plan.launch) == (4, "torchrun --nnodes=2 --nproc_per_node=2")
+    with pytest.raises(InvalidConfigError, match="one node count for the whole study"):
+        with_processes(space, {"nnodes": "1,2"})

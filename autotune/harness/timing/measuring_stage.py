@@ -16,7 +16,7 @@ MAX_CAP_RESTARTS = 2
 
 
 class RanksStop(Protocol):
-    """How the ranks of a trial stop together (:class:`~autotune.harness.timing.step_clock.RankStop`)."""
+    """How the ranks of a trial stop together (:mod:`~autotune.harness.timing.rank_stop`)."""
 
     @property
     def shared(self) -> bool: ...

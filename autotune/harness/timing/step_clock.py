@@ -3,16 +3,15 @@ the estimate of a trial's throughput is good enough to stop."""
 
 from __future__ import annotations
 
-import os
 import threading
 import time
 import weakref
-from pathlib import Path
 from typing import Protocol
 
 from autotune.measurement.windows import Window
 from autotune.records import Measurement, MeasurementProtocol, TimedWindow
 from autotune.harness.timing.measuring_stage import MeasuringStage
+from autotune.harness.timing.rank_stop import RankStop
 from autotune.harness.timing.step_sources import StepSources
 from autotune.harness.timing.timed_windows import TimedWindows
 
@@ -307,46 +306,3 @@ class StepClock:
     @property
     def graphs_after_warmup(self) -> int:
         return self.timed.graphs_after_warmup
-
-
-class RankStop:
-    """The ``stop`` file through which the ranks of one trial agree on the step they all end at.
-
-    A rank whose estimate is good enough names a step two ahead of its own: ranks in lockstep are
-    at most one step apart, so every rank sees the file before it passes that step. Each rank's
-    clock looks for the file at every step boundary (a ``stat``, microseconds).
-    """
-
-    #: Steps between the request and the stop.
-    AHEAD = 2
-
-    def __init__(self, ranks_dir: str | None) -> None:
-        self.path = Path(ranks_dir) / "stop" if ranks_dir else None
-        self.at: int | None = None
-
-    @property
-    def shared(self) -> bool:
-        """Whether this process is one of several measured ranks (only those coordinate)."""
-        return self.path is not None
-
-    def due(self, step: int) -> bool:
-        if self.at is None and self.path is not None and self.path.exists():
-            try:
-                self.at = int(self.path.read_text())
-            except ValueError:  # being written: read at the next step
-                return False
-        return self.at is not None and step >= self.at
-
-    def request(self, step: int) -> None:
-        """Ask every rank to stop ``AHEAD`` steps from ``step``, unless one asked already."""
-        assert self.path is not None
-        if self.path.exists():
-            return
-        tmp = self.path.with_name(f"stop.{os.getpid()}")
-        tmp.write_text(str(step + self.AHEAD))
-        try:
-            os.link(tmp, self.path)  # atomic, and fails if another rank was first
-        except FileExistsError:
-            pass
-        finally:
-            tmp.unlink(missing_ok=True)

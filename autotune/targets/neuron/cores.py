@@ -14,6 +14,9 @@ VISIBLE_CORES = "NEURON_RT_VISIBLE_CORES"
 #: Where the Neuron runtime's collectives of one job meet (``host:port``); torch-xla defaults it
 #: to port 62182, on which two trials side by side would meet each other.
 ROOT_COMM_ID = "NEURON_RT_ROOT_COMM_ID"
+#: What every node of a job over several trn1/trn1n nodes sets, as the Neuron SDK's multi-node
+#: training scripts do: libfabric over EFA, with the device's RDMA, safe across fork().
+EFA_ENV = {"FI_PROVIDER": "efa", "FI_EFA_USE_DEVICE_RDMA": "1", "FI_EFA_FORK_SAFE": "1"}
 
 
 @dataclass(frozen=True)
@@ -48,8 +51,9 @@ class NeuronCoreSlot:
         return self.last - self.first + 1
 
 
-def rank_env(slot: NeuronCoreSlot | None, nproc: int, port: int) -> dict[str, str]:
-    """What every rank of a torchrun trial of ``nproc`` processes on ``slot`` gets.
+def rank_env(slot: NeuronCoreSlot | None, nproc: int, port: int, master_addr: str | None = None) -> dict[str, str]:
+    """What every rank of a torchrun trial of ``nproc`` processes on ``slot`` gets; on one node of a
+    trial that spans several, the collectives meet on node 0 at ``master_addr``, over EFA.
 
     torch-xla (``_internal/neuron.py``, 2.9) under torchrun keeps the trial's whole range in
     ``NEURON_RT_VISIBLE_CORES`` and remaps it itself to the core at ``LOCAL_RANK``; it refuses any
@@ -60,7 +64,7 @@ def rank_env(slot: NeuronCoreSlot | None, nproc: int, port: int) -> dict[str, st
     if slot is not None and slot.count != nproc:
         raise AutotuneError(f"{nproc} processes need {nproc} NeuronCores, one each (torch-xla under torchrun), "
                             f"not {slot.count} ({slot.range}); use --cores-per-trial 1")
-    env = {ROOT_COMM_ID: f"localhost:{port}"}
+    env = {ROOT_COMM_ID: f"{master_addr or 'localhost'}:{port}", **(EFA_ENV if master_addr is not None else {})}
     if slot is not None:
         env[VISIBLE_CORES] = slot.range
     return env

@@ -204,11 +204,12 @@ class NeuronTarget(Target):
                 f"--cores-per-trial {devices_per_process} with --nproc-per-node {nproc}: torch-xla under torchrun "
                 "gives each process one NeuronCore; use --cores-per-trial 1 (the trial holds one core per process)")
 
-    def rank_envs(self, environ: Mapping[str, str], nproc: int, port: int) -> list[dict[str, str]]:
-        if nproc == 1:
+    def rank_envs(self, environ: Mapping[str, str], nproc: int, port: int,
+                  master_addr: str | None = None) -> list[dict[str, str]]:
+        if nproc == 1 and master_addr is None:
             return [{}]
         cores = environ.get(VISIBLE_CORES)
-        return [rank_env(NeuronCoreSlot.parse(cores) if cores else None, nproc, port)] * nproc
+        return [rank_env(NeuronCoreSlot.parse(cores) if cores else None, nproc, port, master_addr)] * nproc
 
     def device_description(self) -> str:
         return "neuron" if self.available() else "neuron (no device on this machine)"
