@@ -271,16 +271,16 @@ class _Trial(NamedTuple):
     number: int
 
 
-def _reported(ranked: list[tuple[str, float]], again: dict[str, float], k: int, truth: dict[str, Any], *,
+def _reported(first_runs: list[tuple[str, float]], again: dict[str, float], k: int, truth: dict[str, Any], *,
               order: list[str]) -> str:
-    """The configuration the study reports once the best ``k`` of ``ranked`` were measured again:
-    the study's own rule (:func:`autotune.repeats.racing.standing`), every run with its recorded
+    """The configuration the study reports once the best ``k`` of ``first_runs`` were measured again:
+    the study's own rule (:func:`autotune.results.ranking.ranked`), every run with its recorded
     interval, the noise pooled over the configurations measured twice."""
     from autotune.measurement.noise import RunNoise, Runs
     from autotune.results.ranking import Standing, ranked, study_noise
 
     measured = []
-    for i, (key, value) in enumerate(ranked):
+    for i, (key, value) in enumerate(first_runs):
         values = (value, again[key]) if i < k else (value,)
         r = truth[key]
         # A run reads within its configuration's recorded interval, and says so as a trial does.
