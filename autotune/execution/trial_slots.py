@@ -11,23 +11,27 @@ waiting for it. The gang is one slot: its parts are dispatched, stopped and lost
 
 from __future__ import annotations
 
-from typing import Any
+from typing import TYPE_CHECKING, Any
+
+if TYPE_CHECKING:
+    from ray import ObjectRef
+    from ray.actor import ActorHandle
 
 
 class OneWorker:
     """A trial slot that is one Ray actor (``actor``)."""
 
-    def __init__(self, actor: Any) -> None:
+    def __init__(self, actor: ActorHandle) -> None:
         self.actor = actor
 
-    def run(self, request_json: str) -> list[Any]:
+    def run(self, request_json: str) -> list[ObjectRef]:
         """Start a job: the references to its parts' replies (here one)."""
         return [self.actor.run.remote(request_json)]
 
     def stop(self, trial_dir: str) -> None:
         """A trial on one worker is never stopped by its pool: it ends alone."""
 
-    def ready(self) -> Any:
+    def ready(self) -> ObjectRef:
         """A reference that resolves once Ray has placed the slot."""
         return self.actor.info.remote()
 
@@ -45,7 +49,7 @@ class NodeGang:
     holding ``bundle`` there. Each takes a second call while it runs a part: the stop of that part
     (:meth:`autotune.workers.ray_worker.TrialWorker.stop`)."""
 
-    def __init__(self, cls: Any, bundle: dict[str, float], nodes: int, *args: Any) -> None:
+    def __init__(self, cls: Any, bundle: dict[str, float], nodes: int, *args: object) -> None:
         from ray.util.placement_group import placement_group
         from ray.util.scheduling_strategies import PlacementGroupSchedulingStrategy
 
@@ -55,7 +59,7 @@ class NodeGang:
         self.workers = [cls.options(max_concurrency=2, scheduling_strategy=PlacementGroupSchedulingStrategy(
             self.group, placement_group_bundle_index=i)).remote(*args) for i in range(nodes)]
 
-    def run(self, request_json: str) -> list[Any]:
+    def run(self, request_json: str) -> list[ObjectRef]:
         meeting = self.workers[0].meeting_point.remote(len(self.workers))
         return [worker.run_node.remote(request_json, i, meeting) for i, worker in enumerate(self.workers)]
 
@@ -64,7 +68,7 @@ class NodeGang:
         for worker in self.workers:
             worker.stop.remote(trial_dir)
 
-    def ready(self) -> Any:
+    def ready(self) -> ObjectRef:
         return self.group.ready()
 
     def kill(self) -> None:

@@ -110,7 +110,8 @@ def _folded(study: optuna.Study, trials: list[optuna.trial.FrozenTrial] | None =
                 new = fold.newly_finished(kept)
                 base = _first_baseline(new, context)
             fold.base_losses_trial = base
-            fold.base_losses = TrialResult.model_validate_json(TrialAttrs.of(base).result or "").losses
+            fold.base_losses = (TrialResult.model_validate_json(TrialAttrs.of(base).result or "").losses
+                                if base is not None else [])
         for t in new:
             _fold(fold, t, context)
         fold.mark()

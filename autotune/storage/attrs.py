@@ -8,7 +8,18 @@ read them: the names are a storage format and stay as they are.
 from __future__ import annotations
 
 from dataclasses import dataclass, fields, replace
-from typing import Any
+from typing import TYPE_CHECKING, Any, Protocol
+
+if TYPE_CHECKING:
+    import optuna
+    from optuna.trial import FrozenTrial
+
+
+class WithUserAttrs(Protocol):
+    """A study as Optuna hands it out: running (``optuna.Study``) or listed (its frozen summary)."""
+
+    @property
+    def user_attrs(self) -> dict[str, Any]: ...
 
 
 @dataclass(frozen=True)
@@ -56,7 +67,7 @@ class TrialAttrs:
     idle: list[str] | None = None
 
     @classmethod
-    def of(cls, trial: Any) -> TrialAttrs:
+    def of(cls, trial: FrozenTrial | optuna.Trial) -> TrialAttrs:
         """The attributes of an Optuna trial (frozen or running)."""
         attrs = trial.user_attrs
         kept = cls(**{name: attrs[name] for name in _TRIAL if name in attrs})
@@ -105,18 +116,18 @@ class StudyAttrs:
     noise_prior: list[float] | None = None
 
     @classmethod
-    def of(cls, study: Any) -> StudyAttrs:
+    def of(cls, study: WithUserAttrs) -> StudyAttrs:
         attrs = study.user_attrs
         return cls(**{name: attrs[name] for name in _STUDY if name in attrs})
 
 
-def counts(trial: Any) -> bool:
+def counts(trial: FrozenTrial) -> bool:
     """Whether a finished trial counts towards ``--trials`` (:attr:`TrialAttrs.counted`); a
     running one does not yet."""
     return trial.state.is_finished() and TrialAttrs.of(trial).counted
 
 
-def _lost(trial: Any, attrs: TrialAttrs) -> bool:
+def _lost(trial: FrozenTrial | optuna.Trial, attrs: TrialAttrs) -> bool:
     """Failed with ``counted`` written but never told: every failure a driver tells has its
     category written first, so one without a category was failed by another driver, for lost."""
     state = getattr(trial, "state", None)  # a running ``optuna.Trial`` has none
@@ -127,7 +138,7 @@ _TRIAL = frozenset(f.name for f in fields(TrialAttrs))
 _STUDY = frozenset(f.name for f in fields(StudyAttrs))
 
 
-def write(trial_or_study: Any, **values: Any) -> None:
+def write(trial_or_study: optuna.Trial | optuna.Study, **values: object) -> None:
     """Set attributes of a running Optuna trial, or of a study; a name autotune does not keep is
     an error (a typo would otherwise be a new attribute that nothing reads)."""
     known = _STUDY if hasattr(trial_or_study, "study_name") else _TRIAL
@@ -138,7 +149,7 @@ def write(trial_or_study: Any, **values: Any) -> None:
         trial_or_study.set_user_attr(name, value)
 
 
-def trial_attrs(**values: Any) -> dict[str, Any]:
+def trial_attrs(**values: object) -> dict[str, Any]:
     """The ``user_attrs`` of a trial made whole (``optuna.trial.create_trial``), checked as :func:`write` does."""
     unknown = sorted(set(values) - _TRIAL)
     if unknown:

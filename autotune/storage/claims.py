@@ -18,7 +18,7 @@ from __future__ import annotations
 
 import bisect
 import hashlib
-from typing import Any
+from typing import TYPE_CHECKING
 
 import sqlalchemy as sa
 from sqlalchemy.exc import IntegrityError
@@ -26,6 +26,12 @@ from sqlalchemy.exc import IntegrityError
 from autotune.storage.optuna_storage import create_schema
 from autotune.storage.attrs import TrialAttrs, counts
 from autotune.storage.trial_cache import trials_of
+
+if TYPE_CHECKING:
+    import optuna
+    from optuna.trial import FrozenTrial
+
+    from autotune.storage.trial_cache import TrialCache
 
 _metadata = sa.MetaData()
 claims_table = sa.Table(
@@ -40,20 +46,20 @@ claims_table = sa.Table(
 class Claims:
     """The claims of one study in the database of its Optuna ``storage``."""
 
-    def __init__(self, storage: Any, study: Any, url: str) -> None:
+    def __init__(self, storage: TrialCache, study: optuna.Study, url: str) -> None:
         self.engine = storage.engine
         self.outages = storage.outages
         self.storage = storage
         self.study_id: int = storage.get_study_id_from_name(study.study_name)
         create_schema(url, lambda: _metadata.create_all(self.engine))
 
-    def holder(self, key: str, number: int) -> Any:
+    def holder(self, key: str, number: int) -> FrozenTrial | None:
         """``None`` when trial ``number`` may measure the configuration ``key`` (it holds the
         claim now); otherwise the trial that holds it (running, or finished and counted). Waits
         for a database that restarts (:mod:`autotune.storage.reconnecting`)."""
         return self.outages.call(self._holder, key, number)
 
-    def _holder(self, key: str, number: int) -> Any:
+    def _holder(self, key: str, number: int) -> FrozenTrial | None:
         digest = hashlib.sha256(key.encode()).hexdigest()
         where = sa.and_(claims_table.c.study_id == self.study_id, claims_table.c.config_digest == digest)
         for _ in range(5):
@@ -83,7 +89,7 @@ class Claims:
         return None
 
 
-    def _trial(self, number: int) -> Any:
+    def _trial(self, number: int) -> FrozenTrial | None:
         """Trial ``number`` of the study, or ``None``."""
         try:
             trial_id = self.storage.get_trial_id_from_study_id_trial_number(self.study_id, number)
@@ -92,7 +98,7 @@ class Claims:
         return self.storage.get_trial(trial_id)
 
 
-def trials_filled(study: Any, number: int, trials: int) -> bool:
+def trials_filled(study: optuna.Study, number: int, trials: int) -> bool:
     """Whether the trials numbered below ``number`` that count towards ``--trials``, or run as
     trials that will, already fill ``trials``. Each finished trial is read once (the study's copy
     of its trials tallies those that count as they finish): the cost is that of the trials in
@@ -106,6 +112,6 @@ def trials_filled(study: Any, number: int, trials: int) -> bool:
     return before >= trials
 
 
-def _abandoned(trial: Any) -> bool:
+def _abandoned(trial: FrozenTrial) -> bool:
     """Ended without a result that counts: failed for its driver's sake, or told a duplicate."""
     return trial.state.is_finished() and not counts(trial)

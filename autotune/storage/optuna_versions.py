@@ -6,9 +6,13 @@ an attribute of autotune's that they are handed through ``constraints_func``).""
 from __future__ import annotations
 
 import inspect
-from typing import Any, Callable
+from typing import TYPE_CHECKING, Any, Callable
 
 from autotune.storage.attrs import TrialAttrs, write
+
+if TYPE_CHECKING:
+    import optuna
+    from optuna.trial import FrozenTrial
 
 
 def stale_trial_callback(callback: Callable[..., None]) -> dict[str, Any]:
@@ -42,7 +46,7 @@ def finished_already(exc: BaseException) -> bool:
     return isinstance(exc, RuntimeError) and "has already finished" in str(exc)
 
 
-def tell_constraints(trial: Any, values: dict[str, float]) -> None:
+def tell_constraints(trial: optuna.Trial, values: dict[str, float]) -> None:
     """Give the running ``trial`` these constraint values (above 0: broken)."""
     if hasattr(trial, "set_constraint"):
         for key, value in values.items():
@@ -51,7 +55,7 @@ def tell_constraints(trial: Any, values: dict[str, float]) -> None:
         write(trial, constraints={**(TrialAttrs.of(trial).constraints or {}), **values})
 
 
-def constraints_of(trial: Any) -> dict[str, float]:
+def constraints_of(trial: FrozenTrial) -> dict[str, float]:
     """A finished trial's constraint values, as :func:`tell_constraints` gave them (under whichever
     Optuna told it: a study continued after an upgrade keeps its earlier trials' values)."""
     return {**(TrialAttrs.of(trial).constraints or {}), **(getattr(trial, "constraints", None) or {})}
@@ -65,5 +69,5 @@ def constrained() -> dict[str, Any]:
     return {} if hasattr(FrozenTrial, "constraints") else {"constraints_func": _constraint_values}
 
 
-def _constraint_values(trial: Any) -> list[float]:
+def _constraint_values(trial: FrozenTrial) -> list[float]:
     return list(constraints_of(trial).values())

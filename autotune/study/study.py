@@ -56,7 +56,7 @@ from autotune.results.best import best_config
 from autotune.study.outcome import study_result, update_progress
 from autotune.results.summaries import study_summaries
 from autotune.storage.optuna_storage import Heartbeats, open_storage
-from autotune.storage.trial_cache import fail_stale
+from autotune.storage.trial_cache import TrialCache, fail_stale
 from autotune.study.starting import enqueue_starting_points, warm_start
 from autotune.study.warm_start import WarmStart, earlier_studies
 from autotune.targets import Target, resolve_target
@@ -219,7 +219,7 @@ class Study:
                                         objectives=[o.name for o in self.objectives], named=list(self.options.warm_start),
                                         same_script=self.options.warm)
             study = self._open_study(storage)
-            claims = Claims(storage, study, self.storage_url) if self.in_memory is None else None
+            claims = Claims(storage, study, self.storage_url) if isinstance(storage, TrialCache) else None
         except BaseException:
             if started_ray:
                 import ray
