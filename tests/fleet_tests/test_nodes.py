@@ -16,11 +16,9 @@ import sys
 import time
 from pathlib import Path
 
-import optuna
 import pytest
 
 from autotune.study.options import StudyResult
-from autotune.storage.optuna_storage import rdb_storage
 from autotune.targets.neuron.cores import NeuronCoreSlot
 from study_tests.test_study import TWO_POINT_SPACE
 
@@ -118,22 +116,19 @@ def test_a_node_lost_mid_trial_is_not_the_configurations_fault(ray_fleet, postgr
     ray_fleet.start_second()
     head = next(n["id"] for n in ray_fleet.nodes() if "trn1.2xlarge" in n["resources"])
     (tmp_path / "space.yaml").write_text(SPACE)
-    driver = run(tmp_path, ray_fleet.address, postgres_url, str(SCRIPTS / "tiny_train.py"), "--trials", "3",
-                 "--target", "inductor", "--space", str(tmp_path / "space.yaml"), "--workers", "2")
-    # One worker on each node (one CPU each): once two trials run, one of them is on the second node.
+    # The trials wait at a gate of the test's: both are running, held, when the node is lost.
+    gate = tmp_path / "gate"
+    gate.mkdir()
+    driver = run(tmp_path, ray_fleet.address, postgres_url, str(SCRIPTS / "gated_train.py"), "--trials", "3",
+                 "--target", "inductor", "--space", str(tmp_path / "space.yaml"), "--workers", "2",
+                 "--env", f"AUTOTUNE_TEST_GATE={gate}")
+    # One worker on each node (one CPU each): once two trials wait, one of them is on the second node.
     deadline = time.monotonic() + 120
-    running = 0
-    while time.monotonic() < deadline and driver.poll() is None and running < 2:
-        time.sleep(0.5)
-        try:
-            study = optuna.load_study(study_name="fleet", storage=rdb_storage(postgres_url))
-        except KeyError:
-            continue
-        running = sum(t.state.name == "RUNNING" for t in study.get_trials())
-    assert running == 2, "the two trials did not start"
-    # At once: a trial of the tiny loop (process start, a few hundred steps, stopped once its figure
-    # converges) can end within 2 s on a quiet machine, and then no trial is lost with the node.
+    while time.monotonic() < deadline and driver.poll() is None and len(list(gate.glob("waiting-*"))) < 2:
+        time.sleep(0.2)
+    assert len(list(gate.glob("waiting-*"))) == 2, "the two trials did not start"
     ray_fleet.kill_second()
+    (gate / "open").touch()
 
     result = result_of(driver)
     assert [t.state for t in result.trials] == ["COMPLETE"] * 3, [(t.state, t.reason) for t in result.trials]
