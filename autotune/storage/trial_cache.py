@@ -20,6 +20,7 @@ from __future__ import annotations
 import bisect
 import copy
 import threading
+import time
 import weakref
 from collections.abc import Container, Sequence
 from typing import TYPE_CHECKING, Any, Callable, TypeVar
@@ -41,6 +42,11 @@ T = TypeVar("T")
 
 #: New trials found one by one (by number) in one read, beyond which the rest are read in one go.
 _CATCH_UP = 64
+
+#: Seconds for which a read of a study's trials answers again while this process wrote nothing to
+#: the database: the loop reads the study many times a trial, and another driver's trials are
+#: seen within this long.
+FRESH_S = 1.0
 
 
 class StudyTrials:
@@ -68,12 +74,19 @@ class StudyTrials:
         self.finished: list[FrozenTrial] = []
         self.counted = 0
         self._kept: dict[str, Any] = {}
+        #: The last read: its trials, when it was made, and the process's writes at that moment.
+        self._last: tuple[list[FrozenTrial], float, int] | None = None
 
     def trials(self) -> list[FrozenTrial]:
         """The study's trials in number order, read where they changed, each newly finished one taken in."""
         with self.lock:
             if self._backend is not None:
+                writes = self.storage.writes if isinstance(self.storage, TrialCache) else 0
+                last, now = self._last, time.monotonic()
+                if last is not None and last[2] == writes and now - last[1] < FRESH_S:
+                    return list(last[0])
                 trials = self._fetch(self._backend)
+                self._last = (trials, now, writes)
             else:
                 assert self._read is not None
                 trials = self._read()
@@ -222,6 +235,8 @@ class TrialCache(BaseStorage):
         self._directions: dict[int, list[StudyDirection]] = {}
         #: Per study id, the study on the backend itself that Optuna's stale-trial check reads.
         self._heartbeat_studies: dict[int, optuna.Study] = {}
+        #: The writes of trials this process made, by any study: a read after one reads again.
+        self.writes = 0
 
     @property
     def engine(self) -> sa.Engine:
@@ -263,6 +278,7 @@ class TrialCache(BaseStorage):
             with self._lock:
                 self._heartbeat_studies[study_id] = study
         self.outages.call(optuna.storages.fail_stale_trials, study)
+        self.writes += 1
 
     # -- the rest: the backend's, directions and names kept (they never change) -------------------------
     def create_new_study(self, directions: Sequence[StudyDirection], study_name: str | None = None) -> int:
@@ -305,11 +321,14 @@ class TrialCache(BaseStorage):
         return self.backend.get_all_studies()
 
     def create_new_trial(self, study_id: int, template_trial: FrozenTrial | None = None) -> int:
-        return self.backend.create_new_trial(study_id, template_trial)
+        done = self.backend.create_new_trial(study_id, template_trial)
+        self.writes += 1
+        return done
 
     def set_trial_param(self, trial_id: int, param_name: str, param_value_internal: float,
                         distribution: BaseDistribution) -> None:
         self.backend.set_trial_param(trial_id, param_name, param_value_internal, distribution)
+        self.writes += 1
 
     def get_trial_id_from_study_id_trial_number(self, study_id: int, trial_number: int) -> int:
         return self.backend.get_trial_id_from_study_id_trial_number(study_id, trial_number)
@@ -319,16 +338,21 @@ class TrialCache(BaseStorage):
 
     def set_trial_state_values(self, trial_id: int, state: TrialState,
                                values: Sequence[float] | None = None) -> bool:
-        return self.backend.set_trial_state_values(trial_id, state, values)
+        done = self.backend.set_trial_state_values(trial_id, state, values)
+        self.writes += 1
+        return done
 
     def set_trial_intermediate_value(self, trial_id: int, step: int, intermediate_value: float) -> None:
         self.backend.set_trial_intermediate_value(trial_id, step, intermediate_value)
+        self.writes += 1
 
     def set_trial_user_attr(self, trial_id: int, key: str, value: Any) -> None:
         self.backend.set_trial_user_attr(trial_id, key, value)
+        self.writes += 1
 
     def set_trial_system_attr(self, trial_id: int, key: str, value: Any) -> None:
         self.backend.set_trial_system_attr(trial_id, key, value)
+        self.writes += 1
 
     def get_trial_user_attrs(self, trial_id: int) -> dict[str, Any]:
         return self.backend.get_trial_user_attrs(trial_id)
