@@ -22,7 +22,7 @@ COMMAND = get_command(app)
 CHANGED = {"trials": 7, "target": "inductor", "space": "inductor", "platform": "inf2",
            "sets": {"batch_size": "16", "mode": "eager"}, "arg": ["batch_size=--batch_size", "fullgraph=-f"],
            "env": ["PJRT_DEVICE=CUDA", "XLA_FLAGS=--xla_cpu_enable_fast_math=true --a=b"],
-           "workers": 3, "cores_per_trial": 2, "gpus_per_trial": 2, "nproc_per_node": 2, "compile_workers": 4,
+           "workers": 3, "cores_per_trial": 2, "gpus_per_trial": 2, "nproc_per_node": 2, "nnodes": 2, "compile_workers": 4,
            "compile_ahead": 8,
            "study": "s",
            "trial_timeout": 90.5, "timeout": 600.0, "sampler": "tpe", "seed": 4, "metric": "loss",

@@ -5,6 +5,7 @@ for lost."""
 from __future__ import annotations
 
 import json
+import os
 import shutil
 from pathlib import Path
 
@@ -109,7 +110,7 @@ def test_a_result_that_was_pruned_does_not_answer_a_run_that_does_not_prune(tmp_
 
     assert run("pruning", True).ran == 1
     # As a run that pruned it would have left it: stopped early, below the best of its study.
-    (entry,) = (tmp_path / "xdg-cache" / "autotune" / "results").glob("*/*.json")
+    (entry,) = (Path(os.environ["XDG_CACHE_HOME"]) / "autotune" / "results").glob("*/*.json")
     kept = json.loads(entry.read_text())
     kept["measurement"]["pruned"] = True
     entry.write_text(json.dumps(kept))

@@ -74,6 +74,7 @@ class StoreStop(RankStop):
 
     def __init__(self, host: str, port: int) -> None:
         super().__init__(None)
+        self.at: int | None = None  # set once the ranks agree where to stop
         self.address = host, port
         self.heard: int | None = None
         #: The latest step boundaries seen, and when: the steps' pace.
