@@ -86,7 +86,7 @@ class StudyTrials:
                 if last is not None and last[2] == writes and now - last[1] < FRESH_S:
                     return list(last[0])
                 trials = self._fetch(self._backend)
-                self._last = (trials, now, writes)
+                self._last = (list(trials), now, writes)  # its own copy: a reader may change the one it gets
             else:
                 assert self._read is not None
                 trials = self._read()
